@@ -1,0 +1,44 @@
+"""The `metavlm` command: a thin dispatcher over metavlm_ros.commands."""
+
+import argparse
+import sys
+
+from metavlm_ros import __version__, commands
+from metavlm_ros.core.errors import MetaVLMError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog='metavlm',
+        description='Search-based metamorphic testing of vision-language models for underwater robots.',
+    )
+    parser.add_argument('--version', action='version', version=f'metavlm_ros {__version__}')
+    subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', required=True)
+    for name in commands.COMMANDS:
+        try:
+            module = commands.load(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith('metavlm_ros.commands'):
+                continue  # subcommand not built yet
+            raise
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `metavlm` command; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except MetaVLMError as exc:
+        print(f'metavlm: error: {exc}', file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print('metavlm: interrupted; results written so far are kept', file=sys.stderr)
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

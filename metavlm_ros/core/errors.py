@@ -1,0 +1,23 @@
+"""Typed exceptions of metavlm_ros; their text is a one-line message meant for users."""
+
+__all__ = ['BagError', 'InputError', 'MetaVLMError', 'ModelError', 'ParameterError']
+
+
+class MetaVLMError(Exception):
+    """Base of every error metavlm_ros reports to a user."""
+
+
+class InputError(MetaVLMError):
+    """A frame, image file, folder, bag, topic or encoding that cannot be used."""
+
+
+class BagError(InputError):
+    """A bag that is corrupt, of unknown storage, or lacks the requested topic."""
+
+
+class ModelError(MetaVLMError):
+    """A model that is missing, cannot be loaded, or an unknown backend."""
+
+
+class ParameterError(MetaVLMError):
+    """A parameter or configuration value that is invalid or out of range."""

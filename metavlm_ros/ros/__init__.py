@@ -1,0 +1,1 @@
+"""rclpy nodes and message conversions for metavlm_ros."""
