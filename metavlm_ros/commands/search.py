@@ -1,0 +1,218 @@
+"""`metavlm search`: search frames offline for the compositions that change the VLM's answer."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from metavlm_ros.core.errors import ParameterError
+
+HELP = 'search frames offline for the smallest transformations that change the model'
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that choose and configure a VLM backend (shared by the commands that load one)."""
+    group = parser.add_argument_group('model')
+    group.add_argument('--backend', default='clip', help='clip, blip or instructblip (default: clip)')
+    group.add_argument(
+        '--model', default='demo', help="Hugging Face id or local directory; 'demo' = the embedded demo model"
+    )
+    group.add_argument('--device', default='auto', help='auto (cuda when present), cpu, cuda, cuda:N')
+    group.add_argument('--dtype', default='auto', help='auto, float32, float16 or bfloat16')
+    group.add_argument(
+        '--confidence', default='cosine', choices=('cosine', 'softmax'), help='CLIP confidence'
+    )
+    group.add_argument(
+        '--classes', nargs='+', default=None, metavar='CLASS', help='class ids (default: 4 classes)'
+    )
+    group.add_argument(
+        '--class-prompts', nargs='+', default=None, metavar='PROMPT', help='one CLIP prompt per class'
+    )
+    group.add_argument('--prompt', default=None, help='the question for count-type models (default: Table 1)')
+    group.add_argument('--batch-size', type=int, default=32, help='frames per model call (default: 32)')
+
+
+def add_frame_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that select frames from folders and bags."""
+    group = parser.add_argument_group('frame selection (bags)')
+    group.add_argument('--topic', default=None, help='image topic of a bag (default: its only image topic)')
+    group.add_argument('--every', type=int, default=1, metavar='N', help='take every Nth frame')
+    group.add_argument('--start', type=float, default=None, metavar='S', help='skip the first S seconds')
+    group.add_argument('--end', type=float, default=None, metavar='S', help='stop after S seconds')
+    group.add_argument('--max-frames', type=int, default=None, metavar='N', help='at most N frames')
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser('search', help=HELP, description=HELP + '.')
+    parser.add_argument('frames', nargs='+', metavar='FRAME', help='image files, folders of images, or bags')
+    add_model_arguments(parser)
+    group = parser.add_argument_group('search')
+    group.add_argument('--algorithm', default='nsga2', help='nsga2 (MetaVLM) or random (Rand)')
+    group.add_argument('--population', type=int, default=30, help='population / batch size (default: 30)')
+    group.add_argument('--evaluations', type=int, default=3000, help='evaluations per frame (default: 3000)')
+    group.add_argument('--seed', type=int, default=0, help='random seed (default: 0)')
+    group.add_argument(
+        '--relations',
+        nargs='+',
+        default=None,
+        metavar='ID',
+        help='enable only these relations (default: all six)',
+    )
+    group.add_argument(
+        '--range',
+        action='append',
+        default=[],
+        metavar='ID=LOW:HIGH',
+        help='narrow a relation parameter range, e.g. rotation=-2:2 (repeatable)',
+    )
+    group.add_argument(
+        '--thresholds', nargs='+', type=float, default=None, metavar='TH', help='confidence thresholds'
+    )
+    group.add_argument(
+        '--working-size', type=int, default=None, metavar='PX', help='resize frames so the longer side is PX'
+    )
+    add_frame_arguments(parser)
+    out = parser.add_argument_group('output')
+    out.add_argument('--out', default='results/search', metavar='DIR', help='results directory')
+    mode = out.add_mutually_exclusive_group()
+    mode.add_argument(
+        '--resume', action='store_true', help='continue in a directory that already has results'
+    )
+    mode.add_argument('--overwrite', action='store_true', help='replace the results already in DIR')
+    out.add_argument('--quiet', action='store_true', help='no progress bar')
+    parser.set_defaults(handler=run)
+
+
+def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
+    """Parse `ID=LOW:HIGH` strings into a ranges mapping."""
+    ranges = {}
+    for item in items:
+        try:
+            name, bounds = item.split('=', 1)
+            low, high = (float(v) for v in bounds.split(':', 1))
+        except ValueError:
+            raise ParameterError(f'--range {item!r}: expected ID=LOW:HIGH, e.g. rotation=-2:2') from None
+        ranges[name.strip()] = (low, high)
+    return ranges
+
+
+def create_backend_from_args(args: argparse.Namespace):
+    """Build the VLM backend the model options describe."""
+    from metavlm_ros.core.vlm import create_backend
+
+    if args.batch_size < 1:
+        raise ParameterError(f'--batch-size must be positive, got {args.batch_size}')
+    return create_backend(
+        args.backend,
+        args.model,
+        classes=args.classes,
+        class_prompts=args.class_prompts,
+        prompt=args.prompt,
+        device=args.device,
+        dtype=args.dtype,
+        confidence=args.confidence,
+        batch_size=args.batch_size,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from metavlm_ros.core.encoding import SearchSpace
+    from metavlm_ros.core.frames import iter_frames
+    from metavlm_ros.core.metrics import DEFAULT_THRESHOLDS
+    from metavlm_ros.core.results import ResultsStore, search_key
+    from metavlm_ros.core.search import SearchConfig, run_search, summarise_orders
+
+    # Everything a user can get wrong is checked before the model loads or a file is touched.
+    config = SearchConfig(
+        algorithm=args.algorithm,
+        population=args.population,
+        evaluations=args.evaluations,
+        seed=args.seed,
+        space=SearchSpace.from_options(enabled=args.relations, ranges=parse_ranges(args.range)),
+        thresholds=tuple(args.thresholds) if args.thresholds else DEFAULT_THRESHOLDS,
+        working_size=args.working_size,
+    ).validate()
+    frames = iter_frames(
+        args.frames,
+        topic=args.topic,
+        every=args.every,
+        start=args.start,
+        end=args.end,
+        max_frames=args.max_frames,
+    )
+    first = next(frames, None)
+    if first is None:
+        raise ParameterError('no frames selected from ' + ', '.join(args.frames))
+    store = ResultsStore(args.out, overwrite=args.overwrite, resume=args.resume)
+    if store.has_results() and not (args.resume or args.overwrite):
+        raise ParameterError(
+            f'{args.out} already holds results: pass --resume to continue or --overwrite to replace'
+        )
+    backend = create_backend_from_args(args)
+    done = store.completed_searches()
+
+    def all_frames():
+        yield first
+        yield from frames
+
+    searched = 0
+    with store:
+        for frame in all_frames():
+            key = search_key(
+                {
+                    'image': frame.id,
+                    'algorithm': config.algorithm,
+                    'seed': config.seed,
+                    'model': backend.model_id,
+                }
+            )
+            if key in done:
+                print(f'{frame.id}: already searched, skipped (--resume)')
+                continue
+            with tqdm(
+                total=config.evaluations,
+                desc=frame.id,
+                unit='eval',
+                disable=args.quiet,
+                file=sys.stderr,
+                dynamic_ncols=True,
+            ) as bar:
+                result = run_search(
+                    frame.rgb,
+                    backend,
+                    config,
+                    image_id=frame.id,
+                    store=store,
+                    progress=bar.update,
+                    extra_fields={
+                        'model': backend.model_id,
+                        'backend': backend.name,
+                        'stamp_ns': frame.stamp_ns,
+                    },
+                )
+            searched += 1
+            _print_summary(result, summarise_orders)
+    print(
+        f'{searched} frame(s) searched; results in {store.directory}/ '
+        '(evaluations.jsonl, pareto.jsonl, summary.jsonl, frames/)'
+    )
+    return 0
+
+
+def _print_summary(result, summarise_orders) -> None:
+    src = ', '.join(f'{k}={v:.3g}' for k, v in result.source.values.items())
+    rate = len(result.evaluations) / result.seconds if result.seconds else float('nan')
+    print(
+        f'{result.image}: {result.algorithm} seed {result.seed}: {len(result.evaluations)} evaluations '
+        f'in {result.seconds:.1f} s ({rate:.1f}/s), {result.frames_judged} frames sent to the model in '
+        f'{result.model_calls} calls; hypervolume {result.hypervolume:.4f}'
+    )
+    print(f'  source prediction: {src}' + (f'  text: {result.source.text!r}' if result.source.text else ''))
+    for line in summarise_orders(result):
+        print(line)
+    for i in result.pareto[:5]:
+        ev = result.evaluations[i]
+        params = ', '.join(f'{k}={v:.3g}' for k, v in ev.composition.parameters.items())
+        print(f'  front: {ev.composition.label} f_trans={ev.f_trans:.3f} f_pred={ev.f_pred:.3f} ({params})')

@@ -1,0 +1,429 @@
+"""The search (DESIGN 1.5): NSGA-II (MetaVLM) and random search (Rand) over compositions of relations."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.core.evaluator import Evaluator
+from pymoo.core.population import Population
+from pymoo.core.problem import Problem
+from pymoo.operators.crossover.sbx import SBX
+from pymoo.operators.mutation.pm import PM
+from pymoo.operators.sampling.rnd import FloatRandomSampling
+from pymoo.problems.static import StaticProblem
+
+from metavlm_ros.core.encoding import N_VAR, Composition, SearchSpace, decode
+from metavlm_ros.core.errors import InputError, ModelError, ParameterError
+from metavlm_ros.core.frames import resize_longer_side
+from metavlm_ros.core.metrics import (
+    DEFAULT_THRESHOLDS,
+    hypervolume,
+    non_dominated,
+    violation_flags,
+    violation_strength_of,
+)
+from metavlm_ros.core.objectives import f_pred, f_trans
+from metavlm_ros.core.relations import apply_composition
+
+if TYPE_CHECKING:
+    from metavlm_ros.core.results import ResultsStore
+    from metavlm_ros.core.vlm import Prediction, VLMBackend
+
+__all__ = ['ALGORITHMS', 'Evaluation', 'SearchConfig', 'SearchResult', 'run_search', 'validate_frame']
+
+ALGORITHMS = ('nsga2', 'random')
+
+# The authors' NSGA-II operator settings (DESIGN 1.5).
+SBX_PROB, SBX_ETA = 0.9, 15
+PM_PROB_VAR, PM_ETA = 1 / N_VAR, 10
+
+
+@dataclass
+class SearchConfig:
+    """What one search does; `validate()` raises ParameterError naming the first bad value."""
+
+    algorithm: str = 'nsga2'
+    population: int = 30
+    evaluations: int = 3000
+    seed: int = 0
+    space: SearchSpace = field(default_factory=SearchSpace.default)
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    working_size: int | None = None
+
+    def validate(self) -> SearchConfig:
+        if self.algorithm not in ALGORITHMS:
+            raise ParameterError(
+                f'unknown algorithm {self.algorithm!r} (choose from {", ".join(ALGORITHMS)})'
+            )
+        if int(self.population) < 2:
+            raise ParameterError(f'population must be at least 2, got {self.population}')
+        if int(self.evaluations) < 1:
+            raise ParameterError(f'evaluations must be a positive budget, got {self.evaluations}')
+        if not self.thresholds or any(not 0 < t < 1 for t in self.thresholds):
+            raise ParameterError(f'thresholds must lie in (0, 1), got {list(self.thresholds)}')
+        if self.working_size is not None and int(self.working_size) < 0:
+            raise ParameterError(f'working size must be positive, got {self.working_size}')
+        return self
+
+
+@dataclass
+class Evaluation:
+    """One judged genotype: its composition, objectives, follow-up prediction and violation flags."""
+
+    index: int
+    generation: int
+    genotype: np.ndarray
+    composition: Composition
+    f_trans: float
+    f_pred: float
+    followup: Prediction | None
+    violation: dict[str, bool]
+    strength: dict[str, float | None]
+    cached: bool = False
+    failed: bool = False
+
+
+@dataclass
+class SearchResult:
+    """Everything one search produced; `pareto` indexes `evaluations`."""
+
+    image: str
+    algorithm: str
+    seed: int
+    source: Prediction
+    evaluations: list[Evaluation]
+    pareto: list[int]
+    hypervolume: float
+    seconds: float
+    model_calls: int
+    frames_judged: int
+    stopped: bool = False
+
+    @property
+    def violations_by_order(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """Per violation criterion: order -> (violations, evaluations), failed evaluations left out."""
+        table: dict[str, dict[int, tuple[int, int]]] = {}
+        for ev in self.evaluations:
+            if ev.failed or ev.composition.order == 0:
+                continue
+            for key, flag in ev.violation.items():
+                hits, total = table.setdefault(key, {}).get(ev.composition.order, (0, 0))
+                table[key][ev.composition.order] = (hits + int(flag), total + 1)
+        return table
+
+
+def validate_frame(frame: Any) -> np.ndarray:
+    """Check that `frame` is an RGB uint8 image; return it C-contiguous."""
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
+        shape = getattr(frame, 'shape', None)
+        raise InputError(f'frame must be an RGB image of shape (H, W, 3), got {shape}')
+    if frame.dtype != np.uint8:
+        raise InputError(f'frame must be 8-bit (uint8), got {frame.dtype}')
+    if frame.shape[0] < 2 or frame.shape[1] < 2:
+        raise InputError(f'frame is too small: {frame.shape[1]}x{frame.shape[0]}')
+    return np.ascontiguousarray(frame)
+
+
+class _Judge:
+    """Judges batches of genotypes on one frame against its source prediction, with a cache."""
+
+    def __init__(self, frame: np.ndarray, backend: VLMBackend, source: Prediction, config: SearchConfig):
+        self.frame = frame
+        self.backend = backend
+        self.source = source
+        self.config = config
+        self.cache: dict[tuple, Prediction] = {}
+        self.model_calls = 0
+        self.frames_judged = 0
+
+    def judge(self, genotypes: np.ndarray, generation: int, first_index: int) -> list[Evaluation]:
+        compositions = [decode(x, self.config.space) for x in genotypes]
+        # One model call per generation, for the compositions this frame has not seen yet.
+        pending: dict[tuple, Composition] = {}
+        for comp in compositions:
+            if comp.order > 0 and comp.key not in self.cache:
+                pending.setdefault(comp.key, comp)
+        fresh: dict[tuple, Prediction | None] = {}
+        if pending:
+            followups = [apply_composition(self.frame, comp) for comp in pending.values()]
+            predictions = self.backend.predict(followups)
+            self.model_calls += 1
+            self.frames_judged += len(followups)
+            fresh = dict(zip(pending, predictions, strict=True))
+            # A failed prediction (None) is not cached: a later generation may ask again.
+            self.cache.update({k: p for k, p in fresh.items() if p is not None})
+
+        evaluations = []
+        for offset, (x, comp) in enumerate(zip(genotypes, compositions, strict=True)):
+            cached = comp.key not in fresh
+            followup = self.source if comp.order == 0 else fresh.get(comp.key, self.cache.get(comp.key))
+            failed = followup is None
+            if failed or comp.order == 0:
+                # Order 0 is the identity and never a violation (DESIGN 1.2).
+                flags = self._no_violation()
+                strength: dict[str, float | None] = dict.fromkeys(flags)
+                prediction_change = 0.0
+            else:
+                flags = violation_flags(self.source, followup, self.config.thresholds)
+                strength = self._strengths(followup)
+                prediction_change = f_pred(self.source, followup)
+            evaluations.append(
+                Evaluation(
+                    index=first_index + offset,
+                    generation=generation,
+                    genotype=np.asarray(x, dtype=float),
+                    composition=comp,
+                    f_trans=f_trans(comp),
+                    f_pred=prediction_change,
+                    followup=followup,
+                    violation=flags,
+                    strength=strength,
+                    cached=cached and comp.order > 0 and not failed,
+                    failed=failed,
+                )
+            )
+        return evaluations
+
+    def _no_violation(self) -> dict[str, bool]:
+        return dict.fromkeys(violation_flags(self.source, self.source, self.config.thresholds), False)
+
+    def _strengths(self, followup: Prediction) -> dict[str, float | None]:
+        if self.source.kind == 'count':
+            return {'count': violation_strength_of(self.source, followup)}
+        return {f'{t:g}': violation_strength_of(self.source, followup, t) for t in self.config.thresholds}
+
+
+class _CompositionProblem(Problem):
+    """The two-objective problem over the 12-variable genotype; pymoo minimises (f_trans, -f_pred)."""
+
+    def __init__(self, xl: np.ndarray, xu: np.ndarray):
+        super().__init__(n_var=N_VAR, n_obj=2, xl=xl, xu=xu)
+
+
+def _bounds(space: SearchSpace) -> tuple[np.ndarray, np.ndarray]:
+    xl, xu = space.bounds()
+    xl, xu = np.asarray(xl, float), np.asarray(xu, float)
+    # pymoo's operators divide by (xu - xl): keep every interval open, decode() clips anyway.
+    return xl, np.maximum(xu, xl + 1e-9)
+
+
+def run_search(
+    frame: np.ndarray,
+    backend: VLMBackend,
+    config: SearchConfig,
+    *,
+    image_id: str = 'frame',
+    store: ResultsStore | None = None,
+    progress: Callable[[int], None] | None = None,
+    on_evaluation: Callable[[Evaluation, SearchResult], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    extra_fields: dict | None = None,
+    source: Prediction | None = None,
+) -> SearchResult:
+    """Search one frame for the smallest compositions that change the model's answer.
+
+    Args:
+        frame: the source frame, RGB uint8.
+        backend: the VLM; `predict` is called once for the source and once per generation.
+        config: algorithm, budget, seed, search space, thresholds, working size.
+        image_id: the name recorded with every evaluation.
+        store: where evaluations, the non-dominated set and the summary are appended (flushed).
+        progress: called with the number of evaluations finished since the last call.
+        on_evaluation: called for every evaluation after it is stored.
+        should_stop: polled between generations; True ends the search early (result.stopped).
+        extra_fields: added to every stored record (e.g. model, run, source stamp).
+        source: the source prediction when the caller already has it (never recomputed here).
+
+    Returns:
+        The evaluations, the non-dominated set and its hypervolume.
+    """
+    config.validate()
+    frame = validate_frame(frame)
+    if config.working_size:
+        frame = resize_longer_side(frame, int(config.working_size))
+    started = time.perf_counter()
+    if source is None:
+        source = backend.predict([frame])[0]
+        if source is None:
+            raise ModelError('the model gave no prediction for the source frame')
+    judge = _Judge(frame, backend, source, config)
+    result = SearchResult(
+        image=image_id,
+        algorithm=config.algorithm,
+        seed=config.seed,
+        source=source,
+        evaluations=[],
+        pareto=[],
+        hypervolume=0.0,
+        seconds=0.0,
+        model_calls=1,
+        frames_judged=1,
+    )
+    extra = dict(extra_fields or {})
+
+    def record(batch: list[Evaluation]) -> None:
+        for ev in batch:
+            result.evaluations.append(ev)
+            if store is not None:
+                store.append_evaluation(_evaluation_record(ev, result, extra))
+            if on_evaluation is not None:
+                on_evaluation(ev, result)
+        if progress is not None:
+            progress(len(batch))
+
+    xl, xu = _bounds(config.space)
+    if config.algorithm == 'random':
+        _random_search(judge, config, xl, xu, record, should_stop, result)
+    else:
+        _nsga2_search(judge, config, xl, xu, record, should_stop, result)
+
+    _finish(result, judge, backend, store, extra, started)
+    return result
+
+
+def _random_search(judge, config, xl, xu, record, should_stop, result) -> None:
+    rng = np.random.default_rng(config.seed)
+    done, generation = 0, 0
+    while done < config.evaluations:
+        if should_stop is not None and should_stop():
+            result.stopped = True
+            return
+        size = min(config.population, config.evaluations - done)
+        genotypes = rng.uniform(xl, xu, size=(size, N_VAR))
+        record(judge.judge(genotypes, generation, done))
+        done += size
+        generation += 1
+
+
+def _nsga2_search(judge, config, xl, xu, record, should_stop, result) -> None:
+    problem = _CompositionProblem(xl, xu)
+    algorithm = NSGA2(
+        pop_size=config.population,
+        sampling=FloatRandomSampling(),
+        crossover=SBX(prob=SBX_PROB, eta=SBX_ETA),
+        mutation=PM(prob=1.0, prob_var=PM_PROB_VAR, eta=PM_ETA),
+        eliminate_duplicates=True,
+    )
+    algorithm.setup(problem, termination=('n_eval', config.evaluations), seed=config.seed, verbose=False)
+    done, generation = 0, 0
+    while done < config.evaluations:
+        if should_stop is not None and should_stop():
+            result.stopped = True
+            return
+        offspring = algorithm.ask()
+        if offspring is None or len(offspring) == 0:
+            break
+        if len(offspring) > config.evaluations - done:
+            # The budget is exact: the last generation is cut to what is left.
+            offspring = Population.create(*offspring[: config.evaluations - done])
+        batch = judge.judge(offspring.get('X'), generation, done)
+        objectives = np.array([[ev.f_trans, -ev.f_pred] for ev in batch], dtype=float)
+        # pymoo's ask/tell pattern: the objectives are already known, a StaticProblem hands them over.
+        Evaluator().eval(StaticProblem(problem, F=objectives), offspring)
+        algorithm.tell(infills=offspring)
+        record(batch)
+        done += len(batch)
+        generation += 1
+
+
+def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, started: float) -> None:
+    usable = [i for i, ev in enumerate(result.evaluations) if not ev.failed]
+    n_classes = len(result.source.values)
+    if usable:
+        ft = np.array([result.evaluations[i].f_trans for i in usable])
+        fp = np.array([result.evaluations[i].f_pred for i in usable])
+        front = [usable[i] for i in non_dominated(ft, fp)]
+        # Solutions that change nothing (f_pred 0) add no hypervolume and are not failures to report.
+        result.pareto = sorted(
+            (i for i in front if result.evaluations[i].f_pred > 0),
+            key=lambda i: result.evaluations[i].f_trans,
+        )
+        result.hypervolume = float(hypervolume(ft, fp, n_classes))
+    result.model_calls += judge.model_calls
+    result.frames_judged += judge.frames_judged
+    result.seconds = time.perf_counter() - started
+    if store is None:
+        return
+    for rank, i in enumerate(result.pareto):
+        ev = result.evaluations[i]
+        followup_frame = apply_composition(judge.frame, ev.composition)
+        name = f'{_safe(result.image)}_{result.algorithm}_s{result.seed}_e{ev.index:05d}'
+        path = store.save_frame(name, followup_frame)
+        record = _evaluation_record(ev, result, extra)
+        record.update(rank=rank, frame=str(path.relative_to(store.directory)))
+        store.append_pareto(record)
+    store.append_summary(summary_record(result, backend, extra))
+
+
+def _safe(name: str) -> str:
+    return ''.join(c if c.isalnum() or c in '-_.' else '_' for c in name)
+
+
+def _evaluation_record(ev: Evaluation, result: SearchResult, extra: dict) -> dict:
+    return {
+        **extra,
+        'image': result.image,
+        'algorithm': result.algorithm,
+        'seed': result.seed,
+        'index': ev.index,
+        'generation': ev.generation,
+        'genotype': [round(float(v), 9) for v in ev.genotype],
+        'composition': ev.composition.label,
+        'order': ev.composition.order,
+        'parameters': ev.composition.parameters,
+        'f_trans': ev.f_trans,
+        'f_pred': ev.f_pred,
+        'kind': result.source.kind,
+        'source': result.source.values,
+        'followup': None if ev.followup is None else ev.followup.values,
+        'source_text': result.source.text,
+        'followup_text': None if ev.followup is None else ev.followup.text,
+        'violation': ev.violation,
+        'strength': ev.strength,
+        'cached': ev.cached,
+        'failed': ev.failed,
+    }
+
+
+def summary_record(result: SearchResult, backend: Any = None, extra: dict | None = None) -> dict:
+    """The one-line summary of a search, as stored in summary.jsonl."""
+    return {
+        **(extra or {}),
+        'image': result.image,
+        'algorithm': result.algorithm,
+        'seed': result.seed,
+        'model': getattr(backend, 'model_id', None),
+        'backend': getattr(backend, 'name', None),
+        'kind': result.source.kind,
+        'source': result.source.values,
+        'source_text': result.source.text,
+        'evaluations': len(result.evaluations),
+        'failed': sum(ev.failed for ev in result.evaluations),
+        'model_calls': result.model_calls,
+        'frames_judged': result.frames_judged,
+        'hypervolume': result.hypervolume,
+        'pareto': [result.evaluations[i].index for i in result.pareto],
+        'violations_by_order': {
+            key: {str(order): list(counts) for order, counts in sorted(table.items())}
+            for key, table in result.violations_by_order.items()
+        },
+        'seconds': result.seconds,
+        'stopped': result.stopped,
+    }
+
+
+def summarise_orders(result: SearchResult, keys: Sequence[str] | None = None) -> list[str]:
+    """Human-readable lines: violations by order for each criterion."""
+    lines = []
+    for key, table in result.violations_by_order.items():
+        if keys is not None and key not in keys:
+            continue
+        label = 'count change' if key == 'count' else f'Th={key}'
+        cells = ', '.join(f'{o}: {h}/{t}' for o, (h, t) in sorted(table.items()))
+        lines.append(f'  violations by order ({label}): {cells or "none evaluated"}')
+    return lines

@@ -1,0 +1,62 @@
+"""ament_python packaging of metavlm_ros: colcon on a ROS 2 distribution, or pip into a venv."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = 'metavlm_ros'
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=find_packages(include=[package_name, f'{package_name}.*']),
+    package_data={package_name: ['models/*/*', 'models/*/*/*']},
+    data_files=[
+        ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
+        (f'share/{package_name}', ['package.xml']),
+        (f'share/{package_name}/launch', glob('launch/*.launch.py')),
+        (f'share/{package_name}/config', glob('config/*.yaml')),
+    ],
+    python_requires='>=3.10',
+    # ROS 2 Python packages come from the distribution (colcon) or from the `ros` extra (pip only).
+    install_requires=[
+        'numpy',
+        'opencv-python-headless',
+        'pymoo>=0.6.1',
+        'scipy',
+        'torch',
+        'transformers>=4.40',
+        'tokenizers',
+        'safetensors',
+        'rosbags>=0.10',
+        'rosbags-image',
+        'tqdm',
+        'pyyaml',
+        'matplotlib',
+        'pillow',
+    ],
+    extras_require={
+        'ros': [
+            'ros-rclpy',
+            'ros-rmw-fastrtps-cpp',
+            'ros-sensor-msgs',
+            'ros-std-msgs',
+            'ros-diagnostic-msgs',
+        ],
+        'dask': ['dask[distributed]'],
+        'test': ['pytest', 'mcap', 'ruff'],
+    },
+    zip_safe=False,
+    maintainer='metavlm_ros developers',
+    maintainer_email='metavlm-ros@example.org',
+    description='Search-based metamorphic testing of vision-language models in underwater robot software.',
+    license='Apache-2.0',
+    tests_require=['pytest'],
+    entry_points={
+        'console_scripts': [
+            'metavlm = metavlm_ros.cli:main',
+            'perception_node = metavlm_ros.ros.perception_node:main',
+            'tester_node = metavlm_ros.ros.tester_node:main',
+        ],
+    },
+)
