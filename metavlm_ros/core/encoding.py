@@ -1,0 +1,260 @@
+"""The 12-variable genotype of MetaVLM (DESIGN 1.2): search space, compositions and decoding."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.core.relations import RELATION_BY_ID, RELATIONS, Relation
+
+__all__ = ['N_RELATIONS', 'N_VAR', 'Composition', 'SearchSpace', 'decode', 'encode']
+
+N_RELATIONS = len(RELATIONS)
+N_VAR = 2 * N_RELATIONS
+
+# A flag strictly above this value activates its relation.
+FLAG_THRESHOLD = 0.5
+
+# Composition keys round parameters to this many decimals so float noise from the optimiser
+# (0.1 vs 0.1000000000000001) does not defeat the follow-up cache.
+KEY_DECIMALS = 9
+
+# Users may name a relation by its id, its parameter, its number ('3') or 'mr3'.
+_ALIASES: dict[str, Relation] = {}
+for _relation in RELATIONS:
+    for _alias in (_relation.id, _relation.parameter, str(_relation.number), f'mr{_relation.number}'):
+        _ALIASES.setdefault(_alias, _relation)
+
+
+def _lookup(name: str) -> Relation:
+    relation = _ALIASES.get(str(name).strip().lower())
+    if relation is None:
+        known = ', '.join(RELATION_BY_ID)
+        raise ParameterError(f'unknown relation {name!r}; known relations: {known}')
+    return relation
+
+
+def _six(values: Iterable, what: str) -> tuple:
+    values = tuple(values)
+    if len(values) != N_RELATIONS:
+        raise ParameterError(f'{what} needs {N_RELATIONS} entries, one per relation, got {len(values)}')
+    return values
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which relations the search may activate, and the (possibly narrowed) range of each parameter.
+
+    Every range must lie inside the DESIGN range of its relation; a relation that is not enabled
+    is never active whatever its flag says.
+    """
+
+    enabled: tuple[bool, ...] = (True,) * N_RELATIONS
+    low: tuple[float, ...] = tuple(relation.low for relation in RELATIONS)
+    high: tuple[float, ...] = tuple(relation.high for relation in RELATIONS)
+
+    def __post_init__(self) -> None:
+        enabled = tuple(bool(flag) for flag in _six(self.enabled, 'enabled'))
+        low = _six(self.low, 'low')
+        high = _six(self.high, 'high')
+        checked_low, checked_high = [], []
+        for relation, lo, hi in zip(RELATIONS, low, high, strict=True):
+            lo, hi = _check_range(relation, lo, hi)
+            checked_low.append(lo)
+            checked_high.append(hi)
+        object.__setattr__(self, 'enabled', enabled)
+        object.__setattr__(self, 'low', tuple(checked_low))
+        object.__setattr__(self, 'high', tuple(checked_high))
+
+    @classmethod
+    def default(cls) -> SearchSpace:
+        """All six relations enabled over their full DESIGN ranges."""
+        return cls()
+
+    @classmethod
+    def from_options(
+        cls,
+        enabled: Iterable[str] | None = None,
+        ranges: Mapping[str, tuple[float, float]] | None = None,
+    ) -> SearchSpace:
+        """Build a search space from user options.
+
+        Args:
+            enabled: relation ids (or parameter names, numbers, 'mr3') to enable; None enables all.
+            ranges: relation id -> (low, high) narrowing that relation's range.
+
+        Raises:
+            ParameterError: on an unknown relation, an empty selection, or a range outside the DESIGN range.
+        """
+        if enabled is None:
+            flags = [True] * N_RELATIONS
+        else:
+            if isinstance(enabled, str):
+                enabled = [part for part in enabled.replace(',', ' ').split() if part]
+            flags = [False] * N_RELATIONS
+            for name in enabled:
+                flags[_lookup(name).number - 1] = True
+            if not any(flags):
+                raise ParameterError('at least one relation must be enabled')
+        low = [relation.low for relation in RELATIONS]
+        high = [relation.high for relation in RELATIONS]
+        for name, bounds in (ranges or {}).items():
+            relation = _lookup(name)
+            try:
+                lo, hi = bounds
+            except (TypeError, ValueError):
+                raise ParameterError(
+                    f'{relation.name} range must be a pair (low, high), got {bounds!r}'
+                ) from None
+            low[relation.number - 1], high[relation.number - 1] = _check_range(relation, lo, hi)
+        return cls(tuple(flags), tuple(low), tuple(high))
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper bounds (xl, xu) of the 12 genotype variables; disabled flags are fixed at 0."""
+        xl = np.empty(N_VAR)
+        xu = np.empty(N_VAR)
+        xl[0::2] = 0.0
+        xu[0::2] = np.where(self.enabled, 1.0, 0.0)
+        xl[1::2] = self.low
+        xu[1::2] = self.high
+        return xl, xu
+
+    @property
+    def enabled_ids(self) -> tuple[str, ...]:
+        """Ids of the enabled relations, in the fixed order."""
+        return tuple(relation.id for relation, on in zip(RELATIONS, self.enabled, strict=True) if on)
+
+
+def _check_range(relation: Relation, low: float, high: float) -> tuple[float, float]:
+    allowed = f'[{relation.low:g}, {relation.high:g}]'
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        raise ParameterError(
+            f'{relation.name} range must be numbers inside {allowed}, got ({low!r}, {high!r})'
+        ) from None
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        raise ParameterError(
+            f'{relation.name} range ({low!r}, {high!r}) must be low <= high inside {allowed}'
+        )
+    return relation.check_value(lo), relation.check_value(hi)
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A composition of metamorphic relations: which are active and their parameters.
+
+    The value of an inactive relation is stored as its nominal value, so two compositions that
+    transform frames alike compare equal.
+    """
+
+    active: tuple[bool, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        active = tuple(bool(flag) for flag in _six(self.active, 'active'))
+        values = []
+        for relation, on, value in zip(RELATIONS, active, _six(self.values, 'values'), strict=True):
+            values.append(relation.check_value(value) if on else relation.nominal)
+        object.__setattr__(self, 'active', active)
+        object.__setattr__(self, 'values', tuple(values))
+
+    @classmethod
+    def identity(cls) -> Composition:
+        """The empty composition (order 0): the follow-up equals the source."""
+        return cls((False,) * N_RELATIONS, tuple(relation.nominal for relation in RELATIONS))
+
+    @classmethod
+    def from_parameters(cls, parameters: Mapping[str, float]) -> Composition:
+        """Build a composition from relation id (or parameter name) -> value; named relations are active.
+
+        Raises:
+            ParameterError: on an unknown relation, a relation named twice, or a value outside its range.
+        """
+        active = [False] * N_RELATIONS
+        values = [relation.nominal for relation in RELATIONS]
+        for name, value in parameters.items():
+            relation = _lookup(name)
+            index = relation.number - 1
+            if active[index]:
+                raise ParameterError(f'{relation.name} is given more than once')
+            active[index] = True
+            values[index] = relation.check_value(value)
+        return cls(tuple(active), tuple(values))
+
+    @property
+    def order(self) -> int:
+        """Number of active relations, 0..6."""
+        return sum(self.active)
+
+    @property
+    def label(self) -> str:
+        """The paper's label: 1-based numbers of the active relations, e.g. '{2,3}'; '{}' for identity."""
+        numbers = (str(relation.number) for relation, on in zip(RELATIONS, self.active, strict=True) if on)
+        return '{' + ','.join(numbers) + '}'
+
+    @property
+    def parameters(self) -> dict[str, float]:
+        """Relation id -> value, for the active relations in the fixed order."""
+        return {
+            relation.id: value
+            for relation, on, value in zip(RELATIONS, self.active, self.values, strict=True)
+            if on
+        }
+
+    @property
+    def key(self) -> tuple:
+        """A hashable key; compositions with equal keys produce identical follow-up frames."""
+        return tuple(
+            (relation.number, round(value, KEY_DECIMALS) + 0.0)  # + 0.0 folds -0.0 into 0.0
+            for relation, on, value in zip(RELATIONS, self.active, self.values, strict=True)
+            if on
+        )
+
+    def __str__(self) -> str:
+        inner = ', '.join(f'{name}={value:.4g}' for name, value in self.parameters.items())
+        return f'{self.label} ({inner})' if inner else self.label
+
+
+def decode(x: np.ndarray, space: SearchSpace | None = None) -> Composition:
+    """Decode a 12-variable genotype into a composition.
+
+    ``x[2*i]`` is the flag of MR i+1 (active when > 0.5), ``x[2*i+1]`` its parameter, clipped into
+    the search space's range. Relations the space does not enable are inactive.
+
+    Raises:
+        ParameterError: when x does not hold 12 finite numbers.
+    """
+    space = space or _DEFAULT_SPACE
+    try:
+        genes = np.asarray(x, dtype=float).reshape(-1)
+    except (TypeError, ValueError):
+        raise ParameterError('a genotype must be 12 numbers') from None
+    if genes.shape != (N_VAR,):
+        raise ParameterError(f'a genotype must have {N_VAR} variables, got {genes.size}')
+    if not np.all(np.isfinite(genes)):
+        raise ParameterError('a genotype must hold finite numbers only')
+    active = tuple(
+        bool(enabled and flag > FLAG_THRESHOLD)
+        for enabled, flag in zip(space.enabled, genes[0::2], strict=True)
+    )
+    values = tuple(
+        float(min(max(value, lo), hi))
+        for value, lo, hi in zip(genes[1::2], space.low, space.high, strict=True)
+    )
+    return Composition(active, values)
+
+
+def encode(composition: Composition) -> np.ndarray:
+    """The genotype of a composition: flags 1.0 for active relations, 0.0 otherwise, and their values."""
+    x = np.empty(N_VAR)
+    x[0::2] = np.asarray(composition.active, dtype=float)
+    x[1::2] = composition.values
+    return x
+
+
+_DEFAULT_SPACE = SearchSpace()

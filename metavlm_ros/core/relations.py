@@ -1,0 +1,250 @@
+"""The six metamorphic relations of MetaVLM (DESIGN 1.1) and their composition, implemented with OpenCV."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import cv2
+import numpy as np
+
+from metavlm_ros.core.errors import InputError, ParameterError
+
+if TYPE_CHECKING:
+    from metavlm_ros.core.encoding import Composition
+
+__all__ = [
+    'RELATIONS',
+    'RELATION_BY_ID',
+    'Relation',
+    'apply_composition',
+    'apply_relation',
+    'check_frame',
+    'relation_matrix',
+]
+
+# Values within this distance of a range bound count as inside it: decoded genotypes and
+# configuration files carry float noise that must not turn into a user-facing error.
+_RANGE_TOLERANCE = 1e-9
+
+CLAHE_TILES = (16, 16)
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One metamorphic relation of Table 2: its parameter, nominal value, range and maximum deviation."""
+
+    number: int
+    id: str
+    parameter: str
+    nominal: float
+    low: float
+    high: float
+    max_deviation: float
+
+    @property
+    def name(self) -> str:
+        """The relation as users see it, e.g. 'MR1 rotation'."""
+        return f'MR{self.number} {self.id}'
+
+    def check_value(self, value: float) -> float:
+        """Return ``value`` as a float when it lies in the relation's range.
+
+        Raises:
+            ParameterError: when the value is not a finite number inside [low, high].
+        """
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ParameterError(f'{self.name} {self.parameter} must be a number, got {value!r}') from None
+        if not math.isfinite(number) or not (
+            self.low - _RANGE_TOLERANCE <= number <= self.high + _RANGE_TOLERANCE
+        ):
+            raise ParameterError(
+                f'{self.name} {self.parameter} {value!r} is outside the allowed range '
+                f'[{self.low:g}, {self.high:g}]'
+            )
+        return min(max(number, self.low), self.high)
+
+    def is_identity(self, value: float) -> bool:
+        """Whether the relation leaves every frame unchanged at ``value``.
+
+        True at the nominal value for every relation except MR3 (CLAHE changes a frame even at clip 1).
+        """
+        return self.id != 'histogram_equalization' and value == self.nominal
+
+
+RELATIONS: tuple[Relation, ...] = (
+    Relation(1, 'rotation', 'angle', 0.0, -5.0, 5.0, 5.0),
+    Relation(2, 'scaling', 'zoom', 1.0, 0.7, 1.3, 0.3),
+    Relation(3, 'histogram_equalization', 'clip_limit', 1.0, 1.0, 2.0, 1.0),
+    Relation(4, 'downsampling', 'scale', 1.0, 0.9, 1.0, 0.1),
+    Relation(5, 'shear', 'shear', 0.0, -0.15, 0.15, 0.15),
+    Relation(6, 'translation', 'shift', 0.0, -0.03, 0.03, 0.03),
+)
+RELATION_BY_ID: dict[str, Relation] = {relation.id: relation for relation in RELATIONS}
+
+_GEOMETRIC = frozenset({'rotation', 'scaling', 'shear', 'translation'})
+_IDENTITY = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+
+
+def check_frame(frame: np.ndarray) -> np.ndarray:
+    """Return ``frame`` as a C-contiguous RGB uint8 array of shape (H, W, 3).
+
+    Raises:
+        InputError: when the frame is not such an array.
+    """
+    if not isinstance(frame, np.ndarray):
+        raise InputError(f'a frame must be a numpy array, got {type(frame).__name__}')
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+        raise InputError(f'a frame must be RGB uint8 of shape (H, W, 3), got {frame.dtype} {frame.shape}')
+    if frame.shape[0] < 1 or frame.shape[1] < 1:
+        raise InputError(f'a frame must not be empty, got shape {frame.shape}')
+    return np.ascontiguousarray(frame)
+
+
+def _relation(relation_id: str) -> Relation:
+    try:
+        return RELATION_BY_ID[relation_id]
+    except KeyError:
+        known = ', '.join(RELATION_BY_ID)
+        raise ParameterError(f'unknown relation {relation_id!r}; known relations: {known}') from None
+
+
+def relation_matrix(relation_id: str, value: float, width: int, height: int) -> np.ndarray:
+    """The 2x3 forward affine matrix (source pixel -> follow-up pixel) of a geometric relation.
+
+    Pixel centres sit at integer coordinates, so the image centre is ((W-1)/2, (H-1)/2); about that
+    centre, an affine zoom equals cv2.resize by z followed by a centred crop or black pad.
+
+    Args:
+        relation_id: 'rotation', 'scaling', 'shear' or 'translation'.
+        value: the relation's parameter (degrees, zoom factor, shear coefficient, shift fraction).
+        width: frame width W in pixels.
+        height: frame height H in pixels.
+
+    Raises:
+        ParameterError: for a relation that is not geometric or an unknown relation.
+    """
+    relation = _relation(relation_id)
+    centre = ((width - 1) / 2.0, (height - 1) / 2.0)
+    if relation.id == 'rotation':
+        # Positive angles turn the content counter-clockwise on screen, as OpenCV defines it.
+        return cv2.getRotationMatrix2D(centre, float(value), 1.0)
+    if relation.id == 'scaling':
+        return cv2.getRotationMatrix2D(centre, 0.0, float(value))
+    if relation.id == 'shear':
+        # x' = x + k*y with the origin at the top-left corner, as in the paper's code.
+        return np.array([[1.0, float(value), 0.0], [0.0, 1.0, 0.0]])
+    if relation.id == 'translation':
+        return np.array([[1.0, 0.0, float(int(width * value))], [0.0, 1.0, 0.0]])
+    raise ParameterError(f'{relation.name} is not a geometric relation')
+
+
+def _then(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """The 2x3 matrix applying ``first`` and then ``second``."""
+    return second[:, :2] @ first + np.hstack([np.zeros((2, 2)), second[:, 2:]])
+
+
+def _warp(frame: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    height, width = frame.shape[:2]
+    return cv2.warpAffine(
+        frame,
+        matrix,
+        (width, height),
+        flags=cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_CONSTANT,
+        borderValue=(0, 0, 0),
+    )
+
+
+def _clahe(frame: np.ndarray, clip_limit: float) -> np.ndarray:
+    lab = cv2.cvtColor(frame, cv2.COLOR_RGB2LAB)
+    clahe = cv2.createCLAHE(clipLimit=float(clip_limit), tileGridSize=CLAHE_TILES)
+    # Equalise L in place inside the LAB image rather than splitting and merging channels.
+    lab[..., 0] = clahe.apply(np.ascontiguousarray(lab[..., 0]))
+    return cv2.cvtColor(lab, cv2.COLOR_LAB2RGB)
+
+
+def _downsample(frame: np.ndarray, scale: float) -> np.ndarray:
+    height, width = frame.shape[:2]
+    small = (max(1, int(width * scale)), max(1, int(height * scale)))
+    if small == (width, height):
+        return frame
+    reduced = cv2.resize(frame, small, interpolation=cv2.INTER_NEAREST)
+    return cv2.resize(reduced, (width, height), interpolation=cv2.INTER_NEAREST)
+
+
+def _apply_checked(frame: np.ndarray, relation: Relation, value: float) -> np.ndarray:
+    if relation.id in _GEOMETRIC:
+        if relation.is_identity(value):
+            return frame
+        height, width = frame.shape[:2]
+        return _warp(frame, relation_matrix(relation.id, value, width, height))
+    if relation.id == 'histogram_equalization':
+        return _clahe(frame, value)
+    return _downsample(frame, value)
+
+
+def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndarray:
+    """Apply one metamorphic relation to a frame.
+
+    Args:
+        frame: RGB uint8 array of shape (H, W, 3).
+        relation_id: one of the ids in RELATIONS, e.g. 'rotation'.
+        value: the relation's parameter, inside its DESIGN range.
+
+    Returns:
+        A new RGB uint8 array of the same shape (never the input array itself).
+
+    Raises:
+        InputError: when the frame is not RGB uint8 (H, W, 3).
+        ParameterError: for an unknown relation or a value outside its range.
+    """
+    frame = check_frame(frame)
+    relation = _relation(relation_id)
+    out = _apply_checked(frame, relation, relation.check_value(value))
+    return out.copy() if out is frame else out
+
+
+def apply_composition(frame: np.ndarray, composition: Composition, fuse: bool = True) -> np.ndarray:
+    """Apply the active relations of a composition in the fixed order MR1..MR6.
+
+    With ``fuse`` (the default), consecutive geometric relations (rotation and scaling, shear and
+    translation, and all four when MR3 and MR4 are inactive) are composed into one 2x3 matrix and
+    applied by a single ``cv2.warpAffine``: one interpolation instead of several, and much faster.
+    ``fuse=False`` applies them one at a time.
+
+    Args:
+        frame: RGB uint8 array of shape (H, W, 3).
+        composition: which relations are active and their parameters.
+        fuse: compose consecutive geometric relations into one warp.
+
+    Returns:
+        A new RGB uint8 array of the same shape (never the input array itself).
+
+    Raises:
+        InputError: when the frame is not RGB uint8 (H, W, 3).
+        ParameterError: when a parameter lies outside its relation's range.
+    """
+    frame = check_frame(frame)
+    height, width = frame.shape[:2]
+    out = frame
+    pending = None  # geometric matrices accumulated while fusing, not yet applied
+    for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
+        if not active:
+            continue
+        value = relation.check_value(value)
+        if relation.id in _GEOMETRIC and fuse:
+            if not relation.is_identity(value):
+                matrix = relation_matrix(relation.id, value, width, height)
+                pending = matrix if pending is None else _then(pending, matrix)
+            continue
+        if pending is not None:
+            out = _warp(out, pending)
+            pending = None
+        out = _apply_checked(out, relation, value)
+    if pending is not None and not np.allclose(pending, _IDENTITY, rtol=0.0, atol=1e-12):
+        out = _warp(out, pending)
+    return out.copy() if out is frame else out
