@@ -1,0 +1,198 @@
+"""Declaring node parameters with descriptors and refusing bad run-time changes with a reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+    SetParametersResult,
+)
+from rclpy.exceptions import (
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+    ParameterException,
+)
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from metavlm_ros.core.errors import ParameterError
+
+__all__ = ['Check', 'ParameterRules', 'descriptor', 'in_range', 'one_of']
+
+# A check returns None when the value is acceptable, else the reason it is not.
+Check = Callable[[Any], str | None]
+
+_TYPES = {
+    bool: ParameterType.PARAMETER_BOOL,
+    int: ParameterType.PARAMETER_INTEGER,
+    float: ParameterType.PARAMETER_DOUBLE,
+    str: ParameterType.PARAMETER_STRING,
+}
+
+
+def _type_of(default: Any) -> int:
+    if isinstance(default, list | tuple):
+        if default and all(isinstance(v, str) for v in default):
+            return ParameterType.PARAMETER_STRING_ARRAY
+        if default and all(isinstance(v, bool) for v in default):
+            return ParameterType.PARAMETER_BOOL_ARRAY
+        if default and all(isinstance(v, int) and not isinstance(v, bool) for v in default):
+            return ParameterType.PARAMETER_INTEGER_ARRAY
+        if default and all(isinstance(v, float | int) for v in default):
+            return ParameterType.PARAMETER_DOUBLE_ARRAY
+        raise ParameterError('list parameters need a non-empty default of one element type')
+    return _TYPES[type(default)]
+
+
+def descriptor(
+    description: str,
+    *,
+    type_: int = ParameterType.PARAMETER_NOT_SET,
+    read_only: bool = False,
+    low: float | None = None,
+    high: float | None = None,
+    constraints: str = '',
+) -> ParameterDescriptor:
+    """Build a ParameterDescriptor, with an IntegerRange or FloatingPointRange when bounds are given.
+
+    Args:
+        description: what the parameter does, shown by `ros2 param describe` and rqt.
+        type_: a rcl_interfaces ParameterType constant.
+        read_only: True for parameters fixed at start (rclpy refuses later changes).
+        low: inclusive lower bound (needs `high`).
+        high: inclusive upper bound (needs `low`).
+        constraints: free text for additional_constraints (e.g. the allowed choices).
+    """
+    desc = ParameterDescriptor(
+        description=description, type=type_, read_only=read_only, additional_constraints=constraints
+    )
+    if low is not None and high is not None:
+        if type_ == ParameterType.PARAMETER_INTEGER:
+            desc.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=1)]
+        elif type_ == ParameterType.PARAMETER_DOUBLE:
+            desc.floating_point_range = [
+                FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)
+            ]
+    return desc
+
+
+def one_of(*choices: str) -> Check:
+    """A check that accepts only the given strings."""
+
+    def check(value: Any) -> str | None:
+        return None if value in choices else f'{value!r} is not one of {", ".join(choices)}'
+
+    return check
+
+
+def in_range(low: float, high: float) -> Check:
+    """A check that accepts numbers in [low, high] (also applied to every element of arrays)."""
+
+    def check(value: Any) -> str | None:
+        items = value if isinstance(value, Sequence) and not isinstance(value, str) else [value]
+        for item in items:
+            if not low <= item <= high:
+                return f'{item} is outside [{low}, {high}]'
+        return None
+
+    return check
+
+
+class ParameterRules:
+    """The parameters of one node: declared with descriptors, checked at start and on every change.
+
+    Typical use in a node constructor::
+
+        rules = ParameterRules(self)
+        rules.declare('max_batch', 16, 'most probes per inference', low=1, high=256,
+                      on_change=self._set_max_batch)
+        rules.declare('confidence', 'cosine', 'confidence type', read_only=True,
+                      check=one_of('cosine', 'softmax'))
+
+    A change that fails a check is refused with SetParametersResult(successful=False, reason=...);
+    an accepted one is passed to its `on_change` listener.
+    """
+
+    def __init__(self, node: Node) -> None:
+        """Register the node's on-set-parameters callback."""
+        self._node = node
+        self._checks: dict[str, list[Check]] = {}
+        self._listeners: dict[str, Callable[[Any], None]] = {}
+        node.add_on_set_parameters_callback(self._on_set)
+
+    def declare(
+        self,
+        name: str,
+        default: Any,
+        description: str,
+        *,
+        read_only: bool = False,
+        low: float | None = None,
+        high: float | None = None,
+        choices: Sequence[str] | None = None,
+        check: Check | None = None,
+        on_change: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Declare a parameter and return its start value, validated.
+
+        Raises:
+            ParameterError: the start value (default or override) has the wrong type or fails a check.
+        """
+        type_ = _type_of(default)
+        checks: list[Check] = []
+        constraints = ''
+        if choices is not None:
+            checks.append(one_of(*choices))
+            constraints = 'one of: ' + ', '.join(choices)
+        if low is not None and high is not None:
+            checks.append(in_range(low, high))
+        if check is not None:
+            checks.append(check)
+        desc = descriptor(
+            description, type_=type_, read_only=read_only, low=low, high=high, constraints=constraints
+        )
+        try:
+            value = self._node.declare_parameter(name, default, desc).value
+        except (InvalidParameterValueException, InvalidParameterTypeException, ParameterException) as exc:
+            raise ParameterError(f'parameter {name}: {_first_line(exc)}') from None
+        self._checks[name] = checks
+        if on_change is not None:
+            self._listeners[name] = on_change
+        reason = self._reason(name, value)
+        if reason:
+            raise ParameterError(f'parameter {name}: {reason}')
+        return value
+
+    def value(self, name: str) -> Any:
+        """The current value of a declared parameter."""
+        return self._node.get_parameter(name).value
+
+    def _reason(self, name: str, value: Any) -> str | None:
+        for check in self._checks.get(name, ()):
+            reason = check(value)
+            if reason:
+                return reason
+        return None
+
+    def _on_set(self, parameters: list[Parameter]) -> SetParametersResult:
+        for parameter in parameters:
+            reason = self._reason(parameter.name, parameter.value)
+            if reason:
+                return SetParametersResult(successful=False, reason=f'{parameter.name}: {reason}')
+        for parameter in parameters:
+            listener = self._listeners.get(parameter.name)
+            if listener is not None:
+                listener(parameter.value)
+        return SetParametersResult(successful=True)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    if 'Reason: ' in text:  # rclpy wraps the useful part: '... Reason: <why>: <name>'
+        text = text.split('Reason: ', 1)[1].rsplit(': ', 1)[0]
+    return text.splitlines()[0] if text else type(exc).__name__
