@@ -1,0 +1,152 @@
+"""Tests of the genotype encoding: decoding, labels, keys, search spaces and user-built compositions."""
+
+import numpy as np
+import pytest
+
+from metavlm_ros.core.encoding import N_VAR, Composition, SearchSpace, decode, encode
+from metavlm_ros.core.errors import ParameterError
+
+
+def genotype(**genes: tuple[float, float]) -> np.ndarray:
+    """A genotype with every flag 0 except the named relations: name=(flag, value)."""
+    order = ['rotation', 'scaling', 'histogram_equalization', 'downsampling', 'shear', 'translation']
+    x = np.array([0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    for name, (flag, value) in genes.items():
+        i = order.index(name)
+        x[2 * i], x[2 * i + 1] = flag, value
+    return x
+
+
+def test_decode_reads_interleaved_flags_and_values():
+    x = np.array([0.9, -2.5, 0.1, 1.2, 0.7, 1.5, 0.2, 0.95, 0.51, 0.1, 0.0, 0.02])
+    composition = decode(x)
+    assert composition.active == (True, False, True, False, True, False)
+    assert composition.order == 3
+    assert composition.label == '{1,3,5}'
+    assert composition.parameters == {'rotation': -2.5, 'histogram_equalization': 1.5, 'shear': 0.1}
+    # Inactive relations carry their nominal value.
+    assert composition.values == (-2.5, 1.0, 1.5, 1.0, 0.1, 0.0)
+
+
+def test_flag_is_active_strictly_above_one_half():
+    assert decode(genotype(scaling=(0.5, 1.2))).order == 0
+    assert decode(genotype(scaling=(0.5000001, 1.2))).label == '{2}'
+
+
+def test_decode_clips_values_into_the_range():
+    composition = decode(genotype(rotation=(1.0, 7.0), downsampling=(1.0, 0.5)))
+    assert composition.parameters == {'rotation': 5.0, 'downsampling': 0.9}
+
+
+def test_identity_and_labels():
+    identity = Composition.identity()
+    assert identity.order == 0 and identity.label == '{}' and identity.parameters == {}
+    assert decode(np.zeros(N_VAR)) == identity
+    assert Composition.from_parameters({'scaling': 1.1, 'histogram_equalization': 1.0}).label == '{2,3}'
+    everything = decode(np.array([1, 1, 1, 1.2, 1, 1.5, 1, 0.95, 1, 0.1, 1, 0.02], dtype=float))
+    assert everything.label == '{1,2,3,4,5,6}' and everything.order == 6
+
+
+def test_encode_decode_round_trip():
+    composition = Composition.from_parameters({'angle': -4.0, 'downsampling': 0.92, 'translation': -0.01})
+    x = encode(composition)
+    assert x.tolist() == [1.0, -4.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.92, 0.0, 0.0, 1.0, -0.01]
+    assert decode(x) == composition
+    assert decode(encode(decode(x))) == composition
+
+
+def test_key_ignores_float_noise_and_inactive_values():
+    a = decode(genotype(shear=(1.0, 0.1), translation=(0.2, 0.02)))
+    b = decode(genotype(shear=(0.8, 0.1 + 1e-15), translation=(0.0, -0.03)))
+    assert a.key == b.key and hash(a.key) == hash(b.key)
+    assert a.key == ((5, 0.1),)
+    assert decode(genotype(shear=(1.0, 0.1001))).key != a.key
+    # The same values on different relations are different compositions.
+    assert (
+        Composition.from_parameters({'rotation': 1.0}).key != Composition.from_parameters({'shear': 0.1}).key
+    )
+    # Negative zero and zero transform alike.
+    assert (
+        Composition.from_parameters({'rotation': -0.0}).key
+        == Composition.from_parameters({'rotation': 0.0}).key
+    )
+
+
+def test_from_parameters_accepts_ids_parameter_names_and_numbers():
+    by_id = Composition.from_parameters({'rotation': 2.0, 'histogram_equalization': 1.5})
+    assert Composition.from_parameters({'angle': 2.0, 'clip_limit': 1.5}) == by_id
+    assert Composition.from_parameters({'MR1': 2.0, '3': 1.5}) == by_id
+
+
+@pytest.mark.parametrize(
+    ('parameters', 'message'),
+    [
+        ({'rotation': 6.0}, r'MR1 rotation angle 6.0 is outside the allowed range \[-5, 5\]'),
+        ({'scaling': 0.5}, r'MR2 scaling zoom 0.5 is outside the allowed range \[0.7, 1.3\]'),
+        ({'blur': 1.0}, r"unknown relation 'blur'"),
+        ({'rotation': 'left'}, 'must be a number'),
+        ({'rotation': 1.0, 'angle': 2.0}, 'more than once'),
+    ],
+)
+def test_from_parameters_rejects_bad_input(parameters, message):
+    with pytest.raises(ParameterError, match=message):
+        Composition.from_parameters(parameters)
+
+
+def test_default_space_bounds():
+    xl, xu = SearchSpace.default().bounds()
+    assert xl.tolist() == [0, -5, 0, 0.7, 0, 1.0, 0, 0.9, 0, -0.15, 0, -0.03]
+    assert xu.tolist() == [1, 5, 1, 1.3, 1, 2.0, 1, 1.0, 1, 0.15, 1, 0.03]
+
+
+def test_narrowed_space_disables_and_clips():
+    space = SearchSpace.from_options(enabled=['rotation', 'shear'], ranges={'rotation': (-2.0, 3.0)})
+    assert space.enabled == (True, False, False, False, True, False)
+    xl, xu = space.bounds()
+    assert (xl[0:4].tolist(), xu[0:4].tolist()) == ([0, -2, 0, 0.7], [1, 3, 0, 1.3])
+    # A disabled relation stays inactive whatever its flag; values clip to the narrowed range.
+    composition = decode(genotype(rotation=(1.0, 4.5), scaling=(1.0, 1.2), shear=(1.0, -0.05)), space)
+    assert composition.parameters == {'rotation': 3.0, 'shear': -0.05}
+    assert space.enabled_ids == ('rotation', 'shear')
+
+
+def test_enabled_can_be_a_comma_separated_string():
+    assert SearchSpace.from_options(enabled='rotation, mr6').enabled == (
+        True,
+        False,
+        False,
+        False,
+        False,
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ('kwargs', 'message'),
+    [
+        ({'ranges': {'rotation': (-7.0, 2.0)}}, r'MR1 rotation .*\[-5, 5\]'),
+        ({'ranges': {'translation': (0.0, 0.05)}}, r'MR6 translation .*\[-0.03, 0.03\]'),
+        ({'ranges': {'shear': (0.1, -0.1)}}, r'MR5 shear range .* low <= high'),
+        ({'ranges': {'shear': 0.1}}, 'pair'),
+        ({'enabled': ['rotation', 'warp']}, "unknown relation 'warp'"),
+        ({'enabled': []}, 'at least one relation'),
+    ],
+)
+def test_bad_search_spaces_raise_parameter_error(kwargs, message):
+    with pytest.raises(ParameterError, match=message):
+        SearchSpace.from_options(**kwargs)
+
+
+@pytest.mark.parametrize('x', [np.zeros(11), np.zeros((2, 12)), np.array([np.nan] + [0.0] * 11)])
+def test_bad_genotypes_raise_parameter_error(x):
+    with pytest.raises(ParameterError, match='genotype'):
+        decode(x)
+
+
+def test_decode_is_vectorisable_by_rows(rng):
+    space = SearchSpace.default()
+    xl, xu = space.bounds()
+    population = rng.uniform(xl, xu, size=(50, N_VAR))
+    compositions = [decode(row, space) for row in population]
+    orders = [c.order for c in compositions]
+    assert orders == (population[:, 0::2] > 0.5).sum(axis=1).tolist()
