@@ -1,0 +1,791 @@
+"""The tester node (`metavlm_tester`): searches camera frames for violations and publishes them."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import ParameterDescriptor, ParameterType, SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import (
+    QoSDurabilityPolicy,
+    QoSHistoryPolicy,
+    QoSProfile,
+    QoSReliabilityPolicy,
+    qos_profile_sensor_data,
+)
+from sensor_msgs.msg import CompressedImage, Image
+
+from metavlm_ros.core.encoding import SearchSpace
+from metavlm_ros.core.errors import InputError, MetaVLMError, ParameterError
+from metavlm_ros.core.frames import resize_longer_side
+from metavlm_ros.core.metrics import DEFAULT_THRESHOLDS
+from metavlm_ros.core.relations import RELATIONS, apply_composition
+from metavlm_ros.core.results import ResultsStore, to_jsonable
+from metavlm_ros.core.search import ALGORITHMS, Evaluation, SearchConfig, SearchResult, run_search
+from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend, create_backend
+from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
+from metavlm_ros.ros.parameters import ParameterRules
+from metavlm_ros.ros.probe_client import RosProbeBackend, TransportSizeBackend
+from metavlm_ros.ros.visualisation import violation_image
+
+__all__ = [
+    'ENDPOINTS',
+    'NODE_NAME',
+    'VIOLATION_STATUS',
+    'TesterNode',
+    'TesterSettings',
+    'main',
+    'settings_from_parameters',
+    'violation_status',
+]
+
+NODE_NAME = 'metavlm_tester'
+VIOLATION_STATUS = 'metavlm/violation'
+DIAGNOSTIC_STATUS = 'metavlm_tester: search'
+VIOLATIONS_FILE = 'violations.jsonl'
+ENDPOINTS = ('ros', 'inprocess')
+TRANSPORTS = ('raw', 'compressed')
+# Consecutive probe rounds with no answer at all after which a search is given up (its results are
+# kept) and the tester waits for the perception node instead of recording failure after failure.
+FAILED_ROUNDS_TO_PAUSE = 3
+
+# Violations and their images are results: RELIABLE, so rqt_image_view and rviz both receive them.
+RESULT_QOS = QoSProfile(
+    history=QoSHistoryPolicy.KEEP_LAST,
+    depth=10,
+    reliability=QoSReliabilityPolicy.RELIABLE,
+    durability=QoSDurabilityPolicy.VOLATILE,
+)
+
+
+@dataclass(frozen=True)
+class TesterSettings:
+    """The tester's validated parameters; a new value replaces them all at once, for the next search."""
+
+    search: SearchConfig
+    endpoint: str = 'ros'
+    transport_size: int = 384
+    probe_timeout_s: float = 5.0
+    frame_period_s: float = 5.0
+    results_dir: str = 'results/ros'
+    image_transport: str = 'raw'
+    report_threshold: float = 0.05
+    publish_violation_images: bool = True
+    violation_image_height: int = 360
+    model: dict = field(default_factory=dict)
+
+
+def _range_parameter(relation_id: str) -> str:
+    return f'ranges.{relation_id}'
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One tester parameter: name, default (which fixes its type), meaning and limits."""
+
+    name: str
+    default: Any
+    description: str
+    read_only: bool = False
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] | None = None
+
+
+_UNIT = 0.999999
+PARAMETERS: tuple[ParameterSpec, ...] = (
+    ParameterSpec('algorithm', 'nsga2', 'search algorithm', choices=ALGORITHMS),
+    ParameterSpec('population', 30, 'individuals per generation', low=2, high=100_000),
+    ParameterSpec('evaluations', 3000, 'evaluations per searched frame', low=1, high=10_000_000),
+    ParameterSpec(
+        'generations', 0, 'generations per frame; when > 0 it sets evaluations', low=0, high=1_000_000
+    ),
+    ParameterSpec('seed', 0, 'seed of every search (same seed, same genotypes)', low=0, high=2**31 - 1),
+    ParameterSpec('relations', [r.id for r in RELATIONS], 'relations the search may activate'),
+    *(
+        ParameterSpec(
+            _range_parameter(r.id),
+            [float(r.low), float(r.high)],
+            f'[low, high] of MR{r.number} {r.parameter}, inside [{r.low:g}, {r.high:g}]',
+            low=r.low,
+            high=r.high,
+        )
+        for r in RELATIONS
+    ),
+    ParameterSpec(
+        'thresholds', list(DEFAULT_THRESHOLDS), 'confidence change thresholds (Eq. 5)', low=1e-9, high=_UNIT
+    ),
+    ParameterSpec(
+        'report_threshold', 0.05, 'the threshold whose violations are published', low=1e-9, high=_UNIT
+    ),
+    ParameterSpec('working_size', 0, 'longer side the relations work at (0: frame size)', low=0, high=16384),
+    ParameterSpec(
+        'transport_size', 384, 'longer side of frames sent to the model (0: as is)', low=0, high=16384
+    ),
+    ParameterSpec(
+        'vlm_endpoint', 'ros', 'ros: the perception node; inprocess: a model here', True, choices=ENDPOINTS
+    ),
+    ParameterSpec(
+        'probe_timeout_s', 5.0, 'seconds to wait for a probe answer (retried once)', low=0.01, high=3600.0
+    ),
+    ParameterSpec(
+        'frame_period_s', 5.0, 'least seconds between the starts of two searches', low=0.0, high=86400.0
+    ),
+    ParameterSpec('results_dir', 'results/ros', 'directory of the JSON Lines records and follow-up PNGs'),
+    ParameterSpec('image_transport', 'raw', 'camera transport', True, choices=TRANSPORTS),
+    ParameterSpec('publish_violation_images', True, 'publish violation_image'),
+    ParameterSpec('violation_image_height', 360, 'panel height of violation_image', low=32, high=4096),
+    # The inprocess endpoint's model; the same meaning as the perception node's parameters.
+    ParameterSpec(
+        'backend', 'clip', 'VLM family (inprocess endpoint)', True, choices=('clip', 'blip', 'instructblip')
+    ),
+    ParameterSpec('model', 'demo', 'model id or directory (inprocess endpoint)', True),
+    ParameterSpec('device', 'auto', 'torch device (inprocess endpoint)', True),
+    ParameterSpec('dtype', 'auto', 'torch dtype (inprocess endpoint)', True),
+    ParameterSpec('prompt', '', 'prompt of count-type models; empty for the default', True),
+    ParameterSpec('classes', list(CLASSES), 'classes judged (inprocess endpoint)', True),
+    ParameterSpec('class_prompts', [], 'one CLIP prompt per class; empty for the defaults', True),
+    ParameterSpec('confidence', 'cosine', 'confidence of CLIP models', True, choices=('cosine', 'softmax')),
+    ParameterSpec('max_batch', 32, 'frames per model call (inprocess endpoint)', True, low=1, high=4096),
+)
+PARAMETER_DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
+
+
+def coerce_parameters(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn integers given for floating-point tester parameters into floats (ROS refuses them otherwise).
+
+    Args:
+        values: tester parameter name -> value, e.g. from a YAML file (names unknown here pass through).
+
+    Returns:
+        A copy with `5` turned into `5.0` and `[0.8, 1]` into `[0.8, 1.0]` where the parameter is a double.
+    """
+    out = dict(values)
+    for name, value in values.items():
+        default = PARAMETER_DEFAULTS.get(name)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            out[name] = float(value)
+        elif (
+            isinstance(default, list)
+            and default
+            and isinstance(default[0], float)
+            and isinstance(value, list)
+        ):
+            out[name] = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+    return out
+
+
+def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
+    """Validate the tester's parameters together and build its settings.
+
+    Args:
+        values: parameter name -> value, as declared by TesterNode (see config/metavlm.yaml).
+
+    Returns:
+        The settings.
+
+    Raises:
+        ParameterError: the first invalid value, with the reason.
+    """
+    ranges = {}
+    for relation in RELATIONS:
+        bounds = list(values.get(_range_parameter(relation.id), (relation.low, relation.high)))
+        if len(bounds) != 2:
+            raise ParameterError(f'{_range_parameter(relation.id)} must be [low, high], got {bounds}')
+        ranges[relation.id] = (float(bounds[0]), float(bounds[1]))
+    relations = list(values.get('relations', [r.id for r in RELATIONS]))
+    space = SearchSpace.from_options(relations, ranges)
+    population = int(values.get('population', 30))
+    generations = int(values.get('generations', 0))
+    evaluations = generations * population if generations > 0 else int(values.get('evaluations', 3000))
+    thresholds = tuple(float(t) for t in values.get('thresholds', DEFAULT_THRESHOLDS))
+    working_size = int(values.get('working_size', 0))
+    config = SearchConfig(
+        algorithm=str(values.get('algorithm', 'nsga2')),
+        population=population,
+        evaluations=evaluations,
+        seed=int(values.get('seed', 0)),
+        space=space,
+        thresholds=thresholds,
+        working_size=working_size or None,
+    ).validate()
+    report_threshold = float(values.get('report_threshold', 0.05))
+    if not any(math.isclose(report_threshold, t) for t in thresholds):
+        raise ParameterError(
+            f'report_threshold {report_threshold:g} must be one of the thresholds '
+            f'{", ".join(f"{t:g}" for t in thresholds)}'
+        )
+    endpoint = str(values.get('vlm_endpoint', 'ros'))
+    if endpoint not in ENDPOINTS:
+        raise ParameterError(f'vlm_endpoint must be one of {", ".join(ENDPOINTS)}, got {endpoint!r}')
+    transport = str(values.get('image_transport', 'raw'))
+    if transport not in TRANSPORTS:
+        raise ParameterError(f'image_transport must be one of {", ".join(TRANSPORTS)}, got {transport!r}')
+    probe_timeout_s = float(values.get('probe_timeout_s', 5.0))
+    if not probe_timeout_s > 0:
+        raise ParameterError(f'probe_timeout_s must be positive, got {probe_timeout_s:g}')
+    frame_period_s = float(values.get('frame_period_s', 5.0))
+    if not frame_period_s >= 0:
+        raise ParameterError(f'frame_period_s must be 0 or more, got {frame_period_s:g}')
+    transport_size = int(values.get('transport_size', 384))
+    if transport_size < 0:
+        raise ParameterError(f'transport_size must be 0 (off) or positive, got {transport_size}')
+    results_dir = str(values.get('results_dir', 'results/ros'))
+    if not results_dir.strip():
+        raise ParameterError('results_dir must not be empty')
+    classes = tuple(values.get('classes', CLASSES))
+    class_prompts = tuple(values.get('class_prompts', ()))
+    if class_prompts and len(class_prompts) != len(classes):
+        raise ParameterError(
+            f'class_prompts has {len(class_prompts)} entries for {len(classes)} classes (one per class)'
+        )
+    model = {
+        'backend': str(values.get('backend', 'clip')),
+        'model': str(values.get('model', 'demo')),
+        'device': str(values.get('device', 'auto')),
+        'dtype': str(values.get('dtype', 'auto')),
+        'prompt': str(values.get('prompt', '')) or None,
+        'classes': classes,
+        'class_prompts': dict(zip(classes, class_prompts, strict=True)) if class_prompts else None,
+        'confidence': str(values.get('confidence', 'cosine')),
+        'batch_size': int(values.get('max_batch', 32)),
+    }
+    return TesterSettings(
+        search=config,
+        endpoint=endpoint,
+        transport_size=transport_size,
+        probe_timeout_s=probe_timeout_s,
+        frame_period_s=frame_period_s,
+        results_dir=results_dir,
+        image_transport=transport,
+        report_threshold=report_threshold,
+        publish_violation_images=bool(values.get('publish_violation_images', True)),
+        violation_image_height=int(values.get('violation_image_height', 360)),
+        model=model,
+    )
+
+
+def _threshold_key(flags: Mapping[str, bool], threshold: float) -> str:
+    """The key of `flags` that the report threshold selects ('count' for count-type models)."""
+    if 'count' in flags:
+        return 'count'
+    for key in flags:
+        if math.isclose(float(key), threshold):
+            return key
+    raise ParameterError(f'no violation flag for threshold {threshold:g}')
+
+
+def violation_status(
+    ev: Evaluation, source: Prediction, source_stamp_ns: int, *, image: str = '', frame: str = ''
+) -> DiagnosticStatus:
+    """The `violations` status of one violating evaluation (DESIGN 3).
+
+    Level ERROR when severe (f_pred reaches half the number of classes), WARN otherwise; the message
+    is the composition label; values: composition, order, each active relation's parameter, f_trans,
+    f_pred, source/<class>, followup/<class>, source_stamp (ns), image and the follow-up PNG.
+    """
+    followup = ev.followup.values if ev.followup is not None else {}
+    severe = ev.f_pred >= len(source.values) / 2
+    values = [
+        KeyValue(key='composition', value=ev.composition.label),
+        KeyValue(key='order', value=str(ev.composition.order)),
+    ]
+    values += [KeyValue(key=name, value=repr(float(v))) for name, v in ev.composition.parameters.items()]
+    values += [
+        KeyValue(key='f_trans', value=repr(float(ev.f_trans))),
+        KeyValue(key='f_pred', value=repr(float(ev.f_pred))),
+    ]
+    values += [KeyValue(key=f'source/{c}', value=repr(float(v))) for c, v in source.values.items()]
+    values += [KeyValue(key=f'followup/{c}', value=repr(float(v))) for c, v in followup.items()]
+    values += [
+        KeyValue(key='source_stamp', value=str(int(source_stamp_ns))),
+        KeyValue(key='image', value=image),
+        KeyValue(key='frame', value=frame),
+    ]
+    return DiagnosticStatus(
+        level=DiagnosticStatus.ERROR if severe else DiagnosticStatus.WARN,
+        name=VIOLATION_STATUS,
+        message=ev.composition.label,
+        hardware_id=NODE_NAME,
+        values=values,
+    )
+
+
+class _Job:
+    """The search in progress: its frame and what it has produced so far."""
+
+    def __init__(self, frame: np.ndarray, msg: Any, stamp_ns: int, image_id: str, settings: TesterSettings):
+        self.frame = frame
+        self.header = msg.header
+        self.stamp_ns = stamp_ns
+        self.image_id = image_id
+        self.settings = settings
+        self.started = time.monotonic()
+        self.evaluations = 0
+
+
+class TesterNode(Node):
+    """Searches camera frames for violations, one search at a time, and publishes what it finds.
+
+    The camera callback only keeps the newest message in a one-slot buffer (older unsearched frames
+    are counted as dropped); a timer hands it to a worker thread at most every `frame_period_s`; the
+    worker runs `core.search.run_search`, whose results are stored before anything is published.
+    """
+
+    def __init__(self, *, backend: VLMBackend | None = None, **kwargs: Any) -> None:
+        """Declare and validate the parameters, then build the endpoint, topics, timers and worker.
+
+        Args:
+            backend: a ready model for the inprocess endpoint (instead of loading `model`).
+            **kwargs: passed to rclpy's Node (context, parameter_overrides, namespace, ...).
+
+        Raises:
+            ParameterError: a parameter is invalid (the message names it and says why).
+            ModelError: the inprocess endpoint's model cannot be loaded.
+        """
+        super().__init__(NODE_NAME, **kwargs)
+        self._given_backend = backend
+        self._lock = threading.Lock()
+        self._declare_parameters()
+        self.settings = settings_from_parameters(self._parameter_values())
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+        # Counters, read by /diagnostics and by `metavlm run`.
+        self.frames_received = 0
+        self.frames_dropped = 0
+        self.frames_unreadable = 0
+        self.searches_done = 0
+        self.searches_stopped = 0
+        self.evaluations = 0
+        self.evaluations_failed = 0
+        self.violations = 0
+        self.judged = 0  # non-failed evaluations of order > 0: the violation rate's denominator
+        self.last_hypervolume = float('nan')
+        self.last_rate = float('nan')
+        self.last_error = ''
+        self.camera_callback_max_s = 0.0
+        self.state = 'waiting for frames'
+
+        self._slot: Any = None
+        self._job: _Job | None = None
+        self._busy = False
+        self._last_start = -math.inf
+        self._stopping = threading.Event()
+        self._wake = threading.Condition()
+        self._pending: tuple[Any, TesterSettings] | None = None
+        self._store: ResultsStore | None = None
+        self._violations_file: Any = None
+
+        self.backend = self._make_backend(self.settings)
+        self._camera_group = MutuallyExclusiveCallbackGroup()
+        self._timer_group = MutuallyExclusiveCallbackGroup()
+        if self.settings.image_transport == 'compressed':
+            self._camera = self.create_subscription(
+                CompressedImage,
+                'image/compressed',
+                self._on_camera,
+                qos_profile_sensor_data,
+                callback_group=self._camera_group,
+            )
+        else:
+            self._camera = self.create_subscription(
+                Image, 'image', self._on_camera, qos_profile_sensor_data, callback_group=self._camera_group
+            )
+        self.violations_pub = self.create_publisher(DiagnosticArray, 'violations', RESULT_QOS)
+        self.violation_image_pub = self.create_publisher(Image, 'violation_image', RESULT_QOS)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
+        self._schedule_timer = self.create_timer(0.05, self._schedule, callback_group=self._timer_group)
+        self._diagnostics_timer = self.create_timer(
+            1.0, self.publish_diagnostics, callback_group=self._timer_group
+        )
+        self._worker = threading.Thread(target=self._work, name='metavlm-search', daemon=True)
+        self._worker.start()
+        self.get_logger().info(
+            f'testing through the {self.settings.endpoint} endpoint; results in {self.settings.results_dir}'
+        )
+
+    # -- parameters -----------------------------------------------------------------------------
+
+    def _declare_parameters(self) -> None:
+        rules = ParameterRules(self)
+        self._rules = rules
+        for spec in PARAMETERS:
+            if spec.name == 'class_prompts':
+                # An empty list cannot be declared by its default alone: give the type explicitly.
+                self.declare_parameter(
+                    spec.name,
+                    [],
+                    ParameterDescriptor(
+                        description=spec.description,
+                        type=ParameterType.PARAMETER_STRING_ARRAY,
+                        read_only=True,
+                    ),
+                )
+                continue
+            rules.declare(
+                spec.name,
+                spec.default,
+                spec.description,
+                read_only=spec.read_only,
+                low=spec.low,
+                high=spec.high,
+                choices=spec.choices,
+            )
+
+    def _parameter_values(self) -> dict[str, Any]:
+        names = self.list_parameters([], 0).names
+        return {param.name: param.value for param in self.get_parameters(names)}
+
+    def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
+        values = self._parameter_values()
+        values.update({p.name: p.value for p in parameters})
+        try:
+            settings = settings_from_parameters(values)
+        except MetaVLMError as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        with self._lock:
+            self.settings = settings  # taken by the next search; the running one keeps its own
+        return SetParametersResult(successful=True)
+
+    # -- the model endpoint ---------------------------------------------------------------------
+
+    def _make_backend(self, settings: TesterSettings) -> TransportSizeBackend:
+        if settings.endpoint == 'ros':
+            self.probe = RosProbeBackend(
+                self,
+                timeout_s=settings.probe_timeout_s,
+                classes=settings.model['classes'],
+                callback_group=MutuallyExclusiveCallbackGroup(),
+            )
+            inner: VLMBackend = self.probe
+        else:
+            self.probe = None
+            if self._given_backend is not None:
+                inner = self._given_backend
+            else:
+                options = dict(settings.model)
+                inner = create_backend(options.pop('backend'), options.pop('model'), **options)
+        return TransportSizeBackend(inner, settings.transport_size)
+
+    @property
+    def perception_answering(self) -> bool | None:
+        """Whether the perception node answers probes (None for the inprocess endpoint)."""
+        if self.probe is None:
+            return None
+        return self.probe.answering
+
+    def _endpoint_ready(self) -> bool:
+        return self.probe is None or self.probe.subscribers > 0
+
+    # -- camera and scheduling ----------------------------------------------------------------------
+
+    def _on_camera(self, msg: Image | CompressedImage) -> None:
+        # Only keep a reference: no conversion, no lock held for long, never a wait on the search.
+        started = time.perf_counter()
+        with self._lock:
+            self.frames_received += 1
+            if self._slot is not None:
+                self.frames_dropped += 1
+            self._slot = msg
+        self.camera_callback_max_s = max(self.camera_callback_max_s, time.perf_counter() - started)
+
+    def _schedule(self) -> None:
+        with self._lock:
+            if self._busy or self._slot is None or self._stopping.is_set():
+                return
+            settings = self.settings
+            if time.monotonic() - self._last_start < settings.frame_period_s:
+                return
+            if not self._endpoint_ready():
+                self.state = 'waiting for the perception node'
+                return
+            msg, self._slot = self._slot, None
+            self._busy = True
+            self._last_start = time.monotonic()
+        with self._wake:
+            self._pending = (msg, settings)
+            self._wake.notify()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a search is running (or about to)."""
+        return self._busy
+
+    # -- the search worker --------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while not self._stopping.is_set():
+            with self._wake:
+                while self._pending is None and not self._stopping.is_set():
+                    self._wake.wait(0.5)
+                job, self._pending = self._pending, None
+            if job is None:
+                continue
+            try:
+                self._search(*job)
+            except MetaVLMError as exc:
+                self.last_error = str(exc)
+                self.get_logger().error(f'search failed: {exc}')
+            except Exception as exc:  # a bug in one search must not end the node
+                self.last_error = f'{type(exc).__name__}: {exc}'
+                self.get_logger().error(f'search failed: {self.last_error}')
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._job = None
+
+    def _search(self, msg: Any, settings: TesterSettings) -> None:
+        try:
+            frame = image_msg_to_rgb(msg)
+        except InputError as exc:
+            self.frames_unreadable += 1
+            self.get_logger().warning(f'camera frame skipped: {exc}')
+            return
+        frame = np.ascontiguousarray(resize_longer_side(frame, settings.search.working_size))
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        image_id = f'{msg.header.frame_id or "camera"}@{stamp_ns}'
+        self.state = 'judging the source frame'
+        # The source prediction doubles as a health check of the perception node.
+        source = self.backend.predict([frame])[0]
+        if source is None:
+            self.state = 'perception node not answering'
+            self.get_logger().warning('the perception node did not answer; frame skipped, waiting for it')
+            return
+        store = self._results(settings.results_dir)
+        job = _Job(frame, msg, stamp_ns, image_id, settings)
+        with self._lock:
+            self._job = job
+        self.state = 'searching'
+        result = run_search(
+            frame,
+            self.backend,
+            settings.search,
+            image_id=image_id,
+            store=store,
+            on_evaluation=self._on_evaluation,
+            should_stop=self._should_stop,
+            extra_fields={
+                'source_stamp': stamp_ns,
+                'endpoint': settings.endpoint,
+                'model': self.backend.model_id,
+            },
+            source=source,
+        )
+        self._finish(result, job)
+
+    def _should_stop(self) -> bool:
+        if self._stopping.is_set():
+            return True
+        return self.probe is not None and self.probe.consecutive_failed_rounds >= FAILED_ROUNDS_TO_PAUSE
+
+    def _finish(self, result: SearchResult, job: _Job) -> None:
+        self.searches_done += 1
+        self.last_hypervolume = result.hypervolume
+        self.last_rate = len(result.evaluations) / max(result.seconds, 1e-9)
+        if result.stopped:
+            self.searches_stopped += 1
+            reason = 'shutting down' if self._stopping.is_set() else 'the perception node stopped answering'
+            self.state = 'search stopped: ' + reason
+            self.get_logger().warning(
+                f'search of {job.image_id} stopped after {len(result.evaluations)} evaluations ({reason}); '
+                'its results are kept'
+            )
+        else:
+            self.state = 'idle'
+        self.get_logger().info(
+            f'searched {job.image_id}: {len(result.evaluations)} evaluations in {result.seconds:.1f} s, '
+            f'hypervolume {result.hypervolume:.4f}'
+        )
+
+    def _results(self, directory: str) -> ResultsStore:
+        if self._store is None or self._store.directory != Path(directory):
+            if self._store is not None:
+                self._store.close()
+                self._violations_file.close()
+            self._store = ResultsStore(directory)
+            self._violations_file = open(self._store.directory / VIOLATIONS_FILE, 'a', encoding='utf-8')  # noqa: SIM115
+        return self._store
+
+    def _on_evaluation(self, ev: Evaluation, result: SearchResult) -> None:
+        job = self._job
+        self.evaluations += 1
+        if job is not None:
+            job.evaluations += 1
+        if ev.failed:
+            self.evaluations_failed += 1
+            return
+        if ev.composition.order == 0:
+            return
+        self.judged += 1
+        key = _threshold_key(ev.violation, job.settings.report_threshold if job else 0.05)
+        if not ev.violation.get(key) or job is None:
+            return
+        self.violations += 1
+        if ev.cached:
+            return  # already published when this composition was first judged on this frame
+        self._publish_violation(ev, result, job)
+
+    def _publish_violation(self, ev: Evaluation, result: SearchResult, job: _Job) -> None:
+        followup = apply_composition(job.frame, ev.composition)
+        store = self._results(job.settings.results_dir)
+        name = f'{_safe(job.image_id)}_violation_e{ev.index:05d}'
+        path = store.save_frame(name, followup)
+        relative = str(path.relative_to(store.directory))
+        record = {
+            'image': job.image_id,
+            'source_stamp': job.stamp_ns,
+            'index': ev.index,
+            'composition': ev.composition.label,
+            'order': ev.composition.order,
+            'parameters': ev.composition.parameters,
+            'f_trans': ev.f_trans,
+            'f_pred': ev.f_pred,
+            'kind': result.source.kind,
+            'source': result.source.values,
+            'followup': ev.followup.values if ev.followup else None,
+            'violation': ev.violation,
+            'frame': relative,
+        }
+        # Stored and flushed before it is published: what subscribers saw is always on disk.
+        self._violations_file.write(json.dumps(to_jsonable(record), separators=(',', ':')) + '\n')
+        self._violations_file.flush()
+        array = DiagnosticArray()
+        array.header = job.header
+        array.status = [violation_status(ev, result.source, job.stamp_ns, image=job.image_id, frame=relative)]
+        self.violations_pub.publish(array)
+        if job.settings.publish_violation_images:
+            size = job.settings.transport_size
+            picture = violation_image(
+                resize_longer_side(job.frame, size),
+                resize_longer_side(followup, size),
+                ev.composition.label,
+                result.source.values,
+                ev.followup.values if ev.followup else {},
+                kind=result.source.kind,
+                f_trans=ev.f_trans,
+                f_pred=ev.f_pred,
+                height=job.settings.violation_image_height,
+            )
+            self.violation_image_pub.publish(rgb_to_image_msg(picture, job.header))
+
+    # -- health ---------------------------------------------------------------------------------------
+
+    def diagnostics(self) -> DiagnosticStatus:
+        """The tester's health as one DiagnosticStatus (published on /diagnostics about once a second)."""
+        job = self._job
+        if job is not None:
+            elapsed = time.monotonic() - job.started
+            rate = job.evaluations / elapsed if elapsed > 0 else float('nan')
+        else:
+            rate = self.last_rate
+        answering = self.perception_answering
+        level, message = DiagnosticStatus.OK, self.state
+        if self.probe is not None and not self._endpoint_ready():
+            level, message = DiagnosticStatus.WARN, 'perception node absent: no subscriber on probe'
+        elif answering is False and self.probe is not None and self.probe.sent > 0:
+            level, message = DiagnosticStatus.WARN, 'perception node not answering probes'
+        latency = self.probe.latency if self.probe is not None else None
+        values = {
+            'state': self.state,
+            'endpoint': self.settings.endpoint,
+            'searches_done': self.searches_done,
+            'searches_stopped': self.searches_stopped,
+            'evaluations': self.evaluations,
+            'evaluations_failed': self.evaluations_failed,
+            'evaluations_per_s': rate,
+            'violations': self.violations,
+            'violation_rate': self.violations / self.judged if self.judged else float('nan'),
+            'last_hypervolume': self.last_hypervolume,
+            'probe_latency_p50_ms': latency.percentile_ms(50) if latency else float('nan'),
+            'probe_latency_p95_ms': latency.percentile_ms(95) if latency else float('nan'),
+            'frames_received': self.frames_received,
+            'frames_dropped': self.frames_dropped,
+            'frames_unreadable': self.frames_unreadable,
+            'camera_callback_max_ms': self.camera_callback_max_s * 1000.0,
+            'perception_answering': 'n/a' if answering is None else str(answering).lower(),
+            'last_error': self.last_error,
+        }
+        return DiagnosticStatus(
+            level=level,
+            name=DIAGNOSTIC_STATUS,
+            message=message,
+            hardware_id=NODE_NAME,
+            values=[KeyValue(key=k, value=_text(v)) for k, v in values.items()],
+        )
+
+    def publish_diagnostics(self) -> None:
+        """Publish the health status on /diagnostics."""
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        array.status = [self.diagnostics()]
+        self.diagnostics_pub.publish(array)
+
+    # -- shutdown -------------------------------------------------------------------------------------
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the worker (a running search ends after its current generation; results are kept)."""
+        self._stopping.set()
+        with self._wake:
+            self._wake.notify_all()
+        if self.probe is not None:
+            self.probe.release()
+        self._worker.join(timeout_s)
+        if self._store is not None:
+            self._store.close()
+            self._violations_file.close()
+            self._store = None
+
+    def destroy_node(self) -> None:
+        """Stop the search worker, then destroy the node."""
+        self.stop()
+        super().destroy_node()
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return 'nan' if math.isnan(value) else f'{value:.6g}'
+    return str(value)
+
+
+def _safe(name: str) -> str:
+    return ''.join(c if c.isalnum() or c in '-_.' else '_' for c in name)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the tester node until interrupted; invalid parameters: a one-line error and exit code 1."""
+    rclpy.init(args=args)
+    try:
+        node = TesterNode()
+    except MetaVLMError as exc:
+        print(f'{NODE_NAME}: error: {exc}', file=sys.stderr)
+        rclpy.try_shutdown()
+        return 1
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

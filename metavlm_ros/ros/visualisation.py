@@ -1,0 +1,95 @@
+"""Violation images: the source and follow-up frames side by side, labelled for rqt_image_view and rviz."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import cv2
+import numpy as np
+
+__all__ = ['format_change', 'violation_image']
+
+_FONT = cv2.FONT_HERSHEY_SIMPLEX
+_TEXT = (255, 255, 255)
+_CHANGED = (255, 190, 60)  # amber: the classes whose value moved
+_BACKGROUND = (24, 24, 24)
+
+
+def format_change(cls: str, source: float, followup: float, kind: str) -> str:
+    """One line saying how a class changed: 'animal 2 -> 0 (-2)' or 'trash 0.210 -> 0.262 (+0.052)'."""
+    delta = followup - source
+    if kind == 'count':
+        return f'{cls} {source:g} -> {followup:g} ({delta:+g})'
+    return f'{cls} {source:.3f} -> {followup:.3f} ({delta:+.3f})'
+
+
+def _fit_height(frame: np.ndarray, height: int) -> np.ndarray:
+    if frame.shape[0] == height:
+        return frame
+    width = max(1, round(frame.shape[1] * height / frame.shape[0]))
+    return cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+
+
+def violation_image(
+    source: np.ndarray,
+    followup: np.ndarray,
+    label: str,
+    source_values: Mapping[str, float],
+    followup_values: Mapping[str, float],
+    *,
+    kind: str = 'confidence',
+    f_trans: float | None = None,
+    f_pred: float | None = None,
+    height: int = 360,
+) -> np.ndarray:
+    """Draw the source and follow-up frames side by side with the composition and the per-class change.
+
+    Args:
+        source: The source frame, RGB uint8.
+        followup: The follow-up frame, RGB uint8 (any size; scaled to the same height).
+        label: The composition label, e.g. '{2,3}'.
+        source_values: The source prediction, class -> count or confidence.
+        followup_values: The follow-up prediction, class -> count or confidence.
+        kind: 'count' or 'confidence' (how values are printed).
+        f_trans: The transformation distance, printed in the title when given.
+        f_pred: The prediction change, printed in the title when given.
+        height: The height of each panel in pixels (frames are shrunk or enlarged to it).
+
+    Returns:
+        The labelled image, RGB uint8: a title bar, the two panels, one line per class below.
+    """
+    height = max(32, int(height))
+    left = _fit_height(source, height)
+    right = _fit_height(followup, height)
+    gap = np.full((height, 4, 3), _BACKGROUND, np.uint8)
+    panels = np.concatenate([left, gap, right], axis=1)
+    width = panels.shape[1]
+
+    scale = max(0.35, min(1.0, width / 1400))
+    line_h = int(30 * scale) + 6
+    thickness = 1 if scale < 0.6 else 2
+    title = f'composition {label}'
+    if f_trans is not None:
+        title += f'  f_trans {f_trans:.3f}'
+    if f_pred is not None:
+        title += f'  f_pred {f_pred:.3f}'
+    classes = list(source_values)
+    footer_lines = max(1, len(classes))
+
+    canvas = np.full((line_h + height + line_h * footer_lines + 4, width, 3), _BACKGROUND, np.uint8)
+    canvas[line_h : line_h + height] = panels
+    baseline = int(line_h * 0.72)
+    cv2.putText(canvas, title, (6, baseline), _FONT, scale, _TEXT, thickness, cv2.LINE_AA)
+    # Panel captions sit on the frames themselves, on a dark strip so they read on any footage.
+    for x0, caption in ((0, 'source'), (left.shape[1] + gap.shape[1], 'follow-up')):
+        (tw, th), _ = cv2.getTextSize(caption, _FONT, scale, thickness)
+        cv2.rectangle(canvas, (x0, line_h), (x0 + tw + 10, line_h + th + 10), _BACKGROUND, -1)
+        cv2.putText(canvas, caption, (x0 + 5, line_h + th + 5), _FONT, scale, _TEXT, thickness, cv2.LINE_AA)
+    for row, cls in enumerate(classes):
+        src = float(source_values[cls])
+        fol = float(followup_values.get(cls, float('nan')))
+        text = format_change(cls, src, fol, kind)
+        colour = _CHANGED if abs(fol - src) > 0 else _TEXT
+        y = line_h + height + line_h * row + baseline
+        cv2.putText(canvas, text, (6, y), _FONT, scale, colour, thickness, cv2.LINE_AA)
+    return canvas
