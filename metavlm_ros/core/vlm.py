@@ -1,0 +1,508 @@
+"""VLM backends (CLIP, BLIP, InstructBLIP) behind one batched predict(); all Hugging Face code is here."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .counts import CLASSES, parse_counts
+from .errors import InputError, ModelError, ParameterError
+
+__all__ = [
+    'BACKENDS',
+    'CLASSES',
+    'DEFAULT_CLASS_PROMPTS',
+    'TABLE1_PROMPT',
+    'Prediction',
+    'VLMBackend',
+    'create_backend',
+    'resolve_model',
+    'weights_hash',
+]
+
+#: Backend names accepted by create_backend, in the order help texts list them.
+BACKENDS: tuple[str, ...] = ('clip', 'blip', 'instructblip')
+
+#: CLIP's zero-shot text prompt per class (one prompt per class, DESIGN 1.6).
+DEFAULT_CLASS_PROMPTS: dict[str, str] = {
+    'animal': 'a photo of an animal underwater',
+    'vegetation': 'a photo of vegetation underwater',
+    'object': 'a photo of a man-made object underwater',
+    'trash': 'a photo of trash underwater',
+}
+
+#: The count prompt of the paper's Table 1, sent to BLIP and InstructBLIP.
+TABLE1_PROMPT = (
+    'Question: How many animals, vegetation, objects and trash are in this underwater image? '
+    "Answer in the form 'Animals: <number> <kind>, ... Vegetation: <number> <kind>, ... "
+    "Objects: <number> <kind>, ... Trash: <number> <kind>, ...' and write None for a category "
+    'that is absent. Answer:'
+)
+
+_DEMO_ROOT = Path(__file__).resolve().parent.parent / 'models'
+_HF_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')
+_DTYPES = ('auto', 'float32', 'float16', 'bfloat16')
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a VLM reports about one frame.
+
+    Attributes:
+        kind: 'count' (BLIP family, Eqs. 2, 4, 7) or 'confidence' (CLIP family, Eqs. 3, 5, 8).
+        values: per class, a count (a float holding an int) or a confidence.
+        text: the generated answer of a count-type model; '' for CLIP.
+    """
+
+    kind: str
+    values: dict[str, float] = field(default_factory=dict)
+    text: str = ''
+
+
+class VLMBackend:
+    """The one interface the search talks to: batched frames in, one Prediction per frame out.
+
+    Attributes:
+        kind: 'count' or 'confidence'.
+        classes: class ids every Prediction carries, in order.
+        model_id: the model as the user named it (Hugging Face id, directory or 'demo').
+        name: the backend name ('clip', 'blip', 'instructblip', or another implementation's).
+    """
+
+    kind: str = ''
+    classes: tuple[str, ...] = CLASSES
+    model_id: str = ''
+    name: str = ''
+
+    def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
+        """Judge frames.
+
+        Args:
+            frames: RGB uint8 arrays of shape (H, W, 3); sizes may differ.
+
+        Returns:
+            One Prediction per frame, in order.
+        """
+        raise NotImplementedError
+
+    def weights_hash(self) -> str:
+        """A short digest identifying the weights, for campaign records; '' when not applicable."""
+        return ''
+
+
+def _hf() -> Any:
+    """Import transformers lazily, offline: importing this module must stay cheap and never go online."""
+    os.environ.setdefault('HF_HUB_OFFLINE', '1')
+    import transformers
+
+    return transformers
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ModelError(f'unknown backend {backend!r}; valid backends: {", ".join(BACKENDS)}')
+
+
+def resolve_model(backend: str, model: str) -> str:
+    """Find a model on this machine without touching the network.
+
+    Args:
+        backend: 'clip', 'blip' or 'instructblip'.
+        model: a local directory, a Hugging Face id already in the local cache, or 'demo' for the demo
+            model shipped inside the package.
+
+    Returns:
+        The model's local directory.
+
+    Raises:
+        ModelError: unknown backend, or a model that is not on disk (the message says how to fetch it).
+    """
+    _check_backend(backend)
+    model = str(model)
+    if model == 'demo':
+        path = _DEMO_ROOT / f'demo-{backend}'
+        if not (path / 'config.json').is_file():
+            raise ModelError(f'demo model for {backend} is not built; run metavlm train-demo-models')
+        return str(path)
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelError(f'model {model!r} is a file; pass the model directory (with config.json)')
+        if not (path / 'config.json').is_file():
+            raise ModelError(f'model directory {model!r} has no config.json; it is not a saved model')
+        return str(path.resolve())
+    if not _HF_ID.match(model):
+        raise ModelError(f'model directory {model!r} does not exist')
+    from huggingface_hub import snapshot_download
+
+    try:
+        # local_files_only: a model that is not cached fails at once instead of waiting on the network.
+        return snapshot_download(model, local_files_only=True)
+    except Exception:  # noqa: BLE001 -- the hub raises several types for 'not cached'; all mean the same
+        raise ModelError(
+            f'model {model!r} is neither a local directory nor in the local Hugging Face cache; '
+            f'on a connected machine run `hf download {model}` (copy ~/.cache/huggingface/hub here) '
+            f'or pass a local directory'
+        ) from None
+
+
+def weights_hash(model_dir: str | Path, length: int = 12) -> str:
+    """Short sha256 of a model's safetensors files (names and contents), to record model identity.
+
+    Args:
+        model_dir: the model directory.
+        length: number of hex digits kept.
+
+    Returns:
+        The hex digest prefix; '' when the directory holds no safetensors file.
+    """
+    files = sorted(Path(model_dir).glob('*.safetensors'))
+    if not files:
+        return ''
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        with path.open('rb') as handle:
+            for block in iter(lambda h=handle: h.read(1 << 22), b''):
+                digest.update(block)
+    return digest.hexdigest()[:length]
+
+
+def _check_frames(frames: Sequence[np.ndarray]) -> list[np.ndarray]:
+    checked = []
+    for index, frame in enumerate(frames):
+        if (
+            not isinstance(frame, np.ndarray)
+            or frame.dtype != np.uint8
+            or frame.ndim != 3
+            or frame.shape[2] != 3
+        ):
+            shape = getattr(frame, 'shape', None)
+            dtype = getattr(frame, 'dtype', type(frame).__name__)
+            raise InputError(
+                f'frame {index} must be an RGB uint8 array of shape (H, W, 3), got {dtype} {shape}'
+            )
+        if frame.shape[0] == 0 or frame.shape[1] == 0:
+            raise InputError(f'frame {index} is empty ({frame.shape[0]}x{frame.shape[1]})')
+        checked.append(frame)
+    return checked
+
+
+class _HFBackend(VLMBackend):
+    """Shared Hugging Face plumbing: device, dtype, offline loading and batching under inference_mode.
+
+    Subclasses name their model and processor classes and implement `_predict_batch`.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        classes: Sequence[str],
+        device: str,
+        dtype: str,
+        batch_size: int,
+    ) -> None:
+        import torch
+
+        # Resolve first: a missing model must fail at once, before any slow import or load.
+        self.model_path = resolve_model(self.name, model)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ParameterError(f'batch_size must be a positive integer, got {batch_size!r}')
+        if dtype not in _DTYPES:
+            raise ParameterError(f'dtype must be one of {", ".join(_DTYPES)}, got {dtype!r}')
+        self.model_id = str(model)
+        self.classes = tuple(classes)
+        self.batch_size = batch_size
+        self.device = self._device(device)
+        self.dtype = self._dtype(dtype)
+        self._hash: str | None = None
+        transformers = _hf()
+        verbosity = transformers.logging.get_verbosity()
+        bars = transformers.logging.is_progress_bar_enabled()
+        # Load-time advice (torchvision, fast processors) and progress bars are noise in a test run.
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+        try:
+            self.processor = self._processor_class(transformers).from_pretrained(
+                self.model_path, local_files_only=True, trust_remote_code=False
+            )
+            self.model = self._model_class(transformers).from_pretrained(
+                self.model_path,
+                local_files_only=True,
+                use_safetensors=True,
+                trust_remote_code=False,
+                dtype=self.dtype,
+            )
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f'cannot load {self.name} model from {self.model_path}: {first}') from None
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+            if bars:
+                transformers.logging.enable_progress_bar()
+        self.model.to(self.device).eval()
+        with torch.inference_mode():
+            self._prepare()
+
+    # -- what subclasses define ------------------------------------------------------------------
+    def _processor_class(self, transformers: Any) -> Any:
+        raise NotImplementedError
+
+    def _model_class(self, transformers: Any) -> Any:
+        raise NotImplementedError
+
+    def _prepare(self) -> None:
+        """Compute once what every batch reuses (CLIP's text embeddings)."""
+
+    def _predict_batch(self, images: list[Any]) -> list[Prediction]:
+        raise NotImplementedError
+
+    # -- shared ----------------------------------------------------------------------------------
+    def _device(self, device: str) -> Any:
+        import torch
+
+        if device == 'auto':
+            return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+        try:
+            chosen = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
+        if chosen.type == 'cuda' and not torch.cuda.is_available():
+            raise ParameterError(f'device {device!r} requested but CUDA is not available')
+        return chosen
+
+    def _dtype(self, dtype: str) -> Any:
+        import torch
+
+        if dtype == 'auto':
+            # Full precision keeps batched and one-by-one judgements identical; only the 7B-class
+            # InstructBLIP is halved on a GPU, where float32 would need ~30 GB.
+            half = self.device.type == 'cuda' and self.name == 'instructblip'
+            return torch.float16 if half else torch.float32
+        return getattr(torch, dtype)
+
+    def _inputs(self, **kwargs: Any) -> dict[str, Any]:
+        """Run the processor and move tensors to the model's device, pixels in the model's dtype."""
+        batch = self.processor(return_tensors='pt', **kwargs)
+        moved = {}
+        for key, value in batch.items():
+            if hasattr(value, 'to'):
+                value = (
+                    value.to(self.device, self.dtype) if value.is_floating_point() else value.to(self.device)
+                )
+            moved[key] = value
+        return moved
+
+    def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
+        """Judge frames in batches of `batch_size` under torch.inference_mode; see VLMBackend.predict."""
+        import torch
+        from PIL import Image
+
+        frames = _check_frames(frames)
+        predictions: list[Prediction] = []
+        with torch.inference_mode():
+            for start in range(0, len(frames), self.batch_size):
+                images = [Image.fromarray(f) for f in frames[start : start + self.batch_size]]
+                predictions.extend(self._predict_batch(images))
+        return predictions
+
+    def weights_hash(self) -> str:
+        """Short sha256 of the loaded model's safetensors files (computed on first call)."""
+        if self._hash is None:
+            self._hash = weights_hash(self.model_path)
+        return self._hash
+
+
+class _ClipBackend(_HFBackend):
+    """Zero-shot CLIP: per class, the cosine (or softmax) of image and class-prompt embeddings."""
+
+    name = 'clip'
+    kind = 'confidence'
+
+    def __init__(
+        self, model: str, *, class_prompts: Mapping[str, str], confidence: str, **common: Any
+    ) -> None:
+        if confidence not in ('cosine', 'softmax'):
+            raise ParameterError(f"confidence must be 'cosine' or 'softmax', got {confidence!r}")
+        self.confidence = confidence
+        self.class_prompts = dict(class_prompts)
+        super().__init__(model, **common)
+
+    def _processor_class(self, transformers: Any) -> Any:
+        return transformers.CLIPProcessor
+
+    def _model_class(self, transformers: Any) -> Any:
+        return transformers.CLIPModel
+
+    @staticmethod
+    def _embedding(output: Any) -> Any:
+        # transformers 4 returns the projected tensor, 5 an output object holding it.
+        return output if hasattr(output, 'norm') else output.pooler_output
+
+    def _prepare(self) -> None:
+        prompts = [self.class_prompts[c] for c in self.classes]
+        text = self._inputs(text=prompts, padding=True)
+        embeds = self._embedding(self.model.get_text_features(**text)).float()
+        self._text = embeds / embeds.norm(dim=-1, keepdim=True)
+        self._scale = float(self.model.logit_scale.exp())
+
+    def _predict_batch(self, images: list[Any]) -> list[Prediction]:
+        pixels = self._inputs(images=images)['pixel_values']
+        embeds = self._embedding(self.model.get_image_features(pixel_values=pixels)).float()
+        cosine = (embeds / embeds.norm(dim=-1, keepdim=True)) @ self._text.T
+        scores = (self._scale * cosine).softmax(dim=-1) if self.confidence == 'softmax' else cosine
+        rows = scores.cpu().numpy().astype(float)
+        return [
+            Prediction('confidence', dict(zip(self.classes, map(float, row), strict=True))) for row in rows
+        ]
+
+
+class _CountBackend(_HFBackend):
+    """Generative VLMs asked the Table 1 prompt; the greedy answer is parsed into per-class counts."""
+
+    kind = 'count'
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        prompt: str,
+        max_new_tokens: int,
+        vocabularies: Mapping[str, Sequence[str]] | None,
+        **common: Any,
+    ) -> None:
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ParameterError(f'max_new_tokens must be a positive integer, got {max_new_tokens!r}')
+        if not prompt or not prompt.strip():
+            raise ParameterError('prompt must not be empty')
+        self.prompt = prompt
+        self.max_new_tokens = max_new_tokens
+        self.vocabularies = dict(vocabularies) if vocabularies else None
+        # Validates the vocabularies against the classes before the (slow) model load.
+        parse_counts('', common['classes'], self.vocabularies)
+        super().__init__(model, **common)
+
+    def _answer_ids(self, inputs: dict[str, Any], output: Any) -> Any:
+        """The generated tokens that are the answer, without any echoed prompt."""
+        return output
+
+    def _predict_batch(self, images: list[Any]) -> list[Prediction]:
+        inputs = self._inputs(images=images, text=[self.prompt] * len(images))
+        output = self.model.generate(
+            **inputs, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1
+        )
+        texts = self.processor.batch_decode(self._answer_ids(inputs, output), skip_special_tokens=True)
+        predictions = []
+        for text in texts:
+            text = text.strip()
+            counts = parse_counts(text, self.classes, self.vocabularies)
+            predictions.append(Prediction('count', {c: float(counts[c]) for c in self.classes}, text))
+        return predictions
+
+
+class _BlipBackend(_CountBackend):
+    """BLIP captioning (prompt-conditioned) or, when the checkpoint says so, BLIP question answering."""
+
+    name = 'blip'
+
+    def _processor_class(self, transformers: Any) -> Any:
+        return transformers.BlipProcessor
+
+    def _model_class(self, transformers: Any) -> Any:
+        config = transformers.AutoConfig.from_pretrained(self.model_path, local_files_only=True)
+        if 'BlipForQuestionAnswering' in (config.architectures or ()):
+            return transformers.BlipForQuestionAnswering
+        return transformers.BlipForConditionalGeneration
+
+    def _answer_ids(self, inputs: dict[str, Any], output: Any) -> Any:
+        # The captioner continues the prompt: its output repeats the prompt less the final [SEP].
+        if self.model.__class__.__name__ == 'BlipForConditionalGeneration':
+            return output[:, inputs['input_ids'].shape[1] - 1 :]
+        return output
+
+
+class _InstructBlipBackend(_CountBackend):
+    """InstructBLIP: the Q-Former and the language model both see the prompt."""
+
+    name = 'instructblip'
+
+    def _processor_class(self, transformers: Any) -> Any:
+        return transformers.InstructBlipProcessor
+
+    def _model_class(self, transformers: Any) -> Any:
+        return transformers.InstructBlipForConditionalGeneration
+
+    def _answer_ids(self, inputs: dict[str, Any], output: Any) -> Any:
+        # A decoder-only language model (Vicuna) echoes its input ids; an encoder-decoder (Flan-T5) does not.
+        if self.model.config.text_config.is_encoder_decoder:
+            return output
+        return output[:, inputs['input_ids'].shape[1] :]
+
+
+_BACKEND_CLASSES = {'clip': _ClipBackend, 'blip': _BlipBackend, 'instructblip': _InstructBlipBackend}
+
+
+def create_backend(
+    backend: str,
+    model: str,
+    *,
+    classes: Sequence[str] | None = None,
+    class_prompts: Mapping[str, str] | None = None,
+    prompt: str | None = None,
+    device: str = 'auto',
+    dtype: str = 'auto',
+    confidence: str = 'cosine',
+    batch_size: int = 32,
+    vocabularies: Mapping[str, Sequence[str]] | None = None,
+    max_new_tokens: int = 40,
+) -> VLMBackend:
+    """Load a VLM from disk behind the VLMBackend interface.
+
+    Args:
+        backend: 'clip', 'blip' or 'instructblip'.
+        model: a local directory, a Hugging Face id in the local cache, or 'demo'.
+        classes: class ids; default CLASSES.
+        class_prompts: CLIP only: class -> text prompt, overriding DEFAULT_CLASS_PROMPTS; a class with
+            no prompt gets 'a photo of <class> underwater'.
+        prompt: BLIP/InstructBLIP only: the question; default TABLE1_PROMPT.
+        device: 'auto' (CUDA when available, decided now), 'cpu', 'cuda' or 'cuda:N'.
+        dtype: 'auto' (float32, except float16 for InstructBLIP on CUDA), 'float32', 'float16', 'bfloat16'.
+        confidence: CLIP only: 'cosine' (the paper's) or 'softmax' over logit_scale * cosine.
+        batch_size: frames per forward pass.
+        vocabularies: BLIP/InstructBLIP only: class -> kinds, for the count parser.
+        max_new_tokens: BLIP/InstructBLIP only: answer length limit (greedy decoding).
+
+    Returns:
+        The loaded backend.
+
+    Raises:
+        ModelError: unknown backend, model not on disk, or not loadable.
+        ParameterError: an invalid option.
+    """
+    _check_backend(backend)
+    classes = tuple(classes) if classes is not None else CLASSES
+    if not classes or len(set(classes)) != len(classes):
+        raise ParameterError(f'classes must be non-empty and distinct, got {list(classes)}')
+    common: dict[str, Any] = {'classes': classes, 'device': device, 'dtype': dtype, 'batch_size': batch_size}
+    if backend == 'clip':
+        unknown = sorted(set(class_prompts or {}) - set(classes))
+        if unknown:
+            raise ParameterError(f'class prompt given for unknown class(es) {", ".join(unknown)}')
+        prompts = {c: DEFAULT_CLASS_PROMPTS.get(c, f'a photo of {c} underwater') for c in classes}
+        prompts.update(class_prompts or {})
+        return _ClipBackend(model, class_prompts=prompts, confidence=confidence, **common)
+    return _BACKEND_CLASSES[backend](
+        model,
+        prompt=TABLE1_PROMPT if prompt is None else prompt,
+        max_new_tokens=max_new_tokens,
+        vocabularies=vocabularies,
+        **common,
+    )
