@@ -2,7 +2,6 @@
 
 import math
 
-import numpy as np
 import pytest
 
 from metavlm_ros.core.errors import ParameterError
