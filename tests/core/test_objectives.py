@@ -88,3 +88,11 @@ def test_f_pred_is_symmetric():
 def test_mismatched_predictions_raise_parameter_error(source, followup, message):
     with pytest.raises(ParameterError, match=message):
         f_pred(source, followup)
+
+
+def test_objectives_accept_the_vlm_prediction_type():
+    from metavlm_ros.core.vlm import Prediction
+
+    source = Prediction('count', {'animal': 1.0, 'trash': 0.0}, 'Animals: 1 fish')
+    followup = Prediction('count', {'animal': 3.0, 'trash': 0.0}, 'Animals: 3 fish')
+    assert f_pred(source, followup) == pytest.approx(2 / 3)
