@@ -26,7 +26,7 @@ NUMBER_WORDS: dict[str, int] = {
 }  # fmt: skip
 
 # Words that deny presence; an item made only of these counts zero.
-_NEGATIONS = frozenset({'no', 'none', 'zero', 'without', 'nothing', 'absent', 'null', 'n'})
+_NEGATIONS = frozenset({'no', 'none', 'zero', 'without', 'nothing', 'absent', 'null'})
 # Articles count one only when a kind follows; a dangling article is not a number.
 _ARTICLES = frozenset({'a', 'an'})
 # A quantity applies to a kind at most this many words later ('two small yellow fish').
@@ -71,6 +71,8 @@ SECTION_ALIASES: dict[str, tuple[str, ...]] = {
 _NEEDS_QUANTITY = frozenset({('can',), ('tin',), ('post',), ('ray',), ('seal',)})
 
 _TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)?|\d+")
+# Template placeholders a model may echo ('<number> <kind>') and 'n/a' say nothing is there.
+_PLACEHOLDER = re.compile(r'<[^<>]*>|\bn/a\b')
 _ITEM_SPLIT = re.compile(r'[,;/&+\n]|\band\b|\bor\b|\bwith\b')
 
 
@@ -207,7 +209,7 @@ def parse_counts(
     kinds = _kind_table(merged)
     longest = max((len(k) for k in kinds), default=1)
     counts = dict.fromkeys(classes, 0)
-    lowered = (text or '').lower()
+    lowered = _PLACEHOLDER.sub(' ', (text or '').lower())
 
     pattern, names = _header_pattern(classes)
     headers = list(pattern.finditer(lowered))
