@@ -1,0 +1,686 @@
+"""The campaign report: the paper's RQ1-RQ3 tables (Tables 4-7) and plots, as Markdown, CSV or HTML."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metavlm_ros.core.campaign import CELL_FILE, CELLS_DIR, read_campaign
+from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.core.metrics import non_dominated
+from metavlm_ros.core.results import EVALUATIONS, SUMMARY, read_jsonl
+from metavlm_ros.core.stats import compare
+
+__all__ = [
+    'APPROACH',
+    'FORMATS',
+    'SOLUTION_SETS',
+    'CampaignResults',
+    'CellResult',
+    'Report',
+    'Table',
+    'build_report',
+    'load_results',
+    'render_csv',
+    'render_html',
+    'render_markdown',
+    'write_report',
+]
+
+FORMATS = ('md', 'html', 'csv')
+SOLUTION_SETS = {
+    'all': 'all evaluations (every composition each search judged)',
+    'final': "the last generation's evaluations of each search (NSGA-II's last offspring, Rand's last batch)",
+    'pareto': "each search's non-dominated set (f_pred > 0)",
+}
+# The paper's names of the two approaches.
+APPROACH = {'nsga2': 'MetaVLM', 'random': 'Rand'}
+ORDERS = (1, 2, 3, 4, 5, 6)
+TOP_COMPOSITIONS = 10
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading
+
+
+@dataclass
+class CellResult:
+    """One committed cell: its record (cell.json), search summary and the chosen solution set."""
+
+    info: dict
+    summary: dict
+    solutions: list[dict]
+    front: list[tuple[float, float]] = field(default_factory=list)  # (f_trans, f_pred) of the pareto set
+
+    @property
+    def model(self) -> str:
+        return self.info['model']
+
+    @property
+    def algorithm(self) -> str:
+        return self.info['algorithm']
+
+    @property
+    def image(self) -> str:
+        return self.info['image']
+
+
+@dataclass
+class CampaignResults:
+    """Everything a report needs from a campaign results directory."""
+
+    directory: Path
+    campaign: dict
+    solutions: str
+    cells: list[CellResult]
+
+    @property
+    def models(self) -> list[str]:
+        """Model names in configuration order."""
+        return [m['name'] for m in self.campaign.get('models', [])]
+
+    @property
+    def images(self) -> list[str]:
+        """Image ids in campaign order."""
+        return [im['id'] for im in self.campaign.get('images', [])]
+
+    @property
+    def algorithms(self) -> list[str]:
+        """Algorithms in configuration order."""
+        return list(self.campaign.get('config', {}).get('algorithms', []))
+
+    def of(self, model: str, algorithm: str | None = None, image: str | None = None) -> list[CellResult]:
+        """The cells of one model (and algorithm, and image), ordered by run."""
+        chosen = [
+            c
+            for c in self.cells
+            if c.model == model
+            and (algorithm is None or c.algorithm == algorithm)
+            and (image is None or c.image == image)
+        ]
+        return sorted(chosen, key=lambda c: (c.info['run'], c.image, c.algorithm))
+
+    def kind(self, model: str) -> str | None:
+        """'count' or 'confidence', from the model's searches; None when it has none yet."""
+        for cell in self.of(model):
+            if cell.summary.get('kind'):
+                return cell.summary['kind']
+        return None
+
+    def criteria(self, model: str) -> list[str]:
+        """The violation criteria of a model: ['count'] or the thresholds, ascending."""
+        keys: set[str] = set()
+        for cell in self.of(model):
+            for record in cell.solutions:
+                keys.update((record.get('violation') or {}).keys())
+                break
+        return sorted(keys, key=lambda k: (k != 'count', float(k) if k != 'count' else 0.0))
+
+
+def load_results(directory: str | Path, solutions: str = 'all') -> CampaignResults:
+    """Read a campaign results directory.
+
+    Args:
+        directory: The directory `metavlm campaign --out` wrote.
+        solutions: Which solution set the tables use: 'all', 'final' or 'pareto'.
+
+    Raises:
+        InputError: The directory is not a campaign results directory.
+        ParameterError: Unknown solution set.
+    """
+    if solutions not in SOLUTION_SETS:
+        raise ParameterError(f'unknown solution set "{solutions}" (choose from {", ".join(SOLUTION_SETS)})')
+    directory = Path(directory)
+    campaign = read_campaign(directory)
+    cells_dir = directory / CELLS_DIR
+    cells: list[CellResult] = []
+    if cells_dir.is_dir():
+        for cell_dir in sorted(p for p in cells_dir.iterdir() if p.is_dir() and not p.name.startswith('.')):
+            info_path = cell_dir / CELL_FILE
+            try:
+                info = json.loads(info_path.read_text(encoding='utf-8'))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise InputError(f'{info_path}: unreadable cell record ({exc})') from None
+            summaries = read_jsonl(cell_dir / SUMMARY)
+            summary = summaries[-1] if summaries else {}
+            records = read_jsonl(cell_dir / EVALUATIONS)
+            pareto = set(summary.get('pareto', []))
+            front = [
+                (r['f_trans'], r['f_pred'])
+                for r in records
+                if r.get('index') in pareto and not r.get('failed')
+            ]
+            chosen = _solution_set(records, summary, solutions)
+            cells.append(CellResult(info=info, summary=summary, solutions=chosen, front=front))
+    return CampaignResults(directory=directory, campaign=campaign, solutions=solutions, cells=cells)
+
+
+def _solution_set(records: list[dict], summary: dict, solutions: str) -> list[dict]:
+    usable = [r for r in records if not r.get('failed')]
+    if solutions == 'pareto':
+        chosen = set(summary.get('pareto', []))
+        return [r for r in usable if r.get('index') in chosen]
+    if solutions == 'final':
+        if not records:
+            return []
+        last = max(r.get('generation', 0) for r in records)
+        return [r for r in usable if r.get('generation', 0) == last]
+    return usable
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tables
+
+
+@dataclass
+class Table:
+    """One report table: raw values in rows (None for 'not applicable'), formats per column."""
+
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    formats: list[str] = field(default_factory=list)
+    note: str = ''
+
+    def column(self, name: str) -> list[Any]:
+        """The values of one column."""
+        index = self.columns.index(name)
+        return [row[index] for row in self.rows]
+
+    def row(self, **match: Any) -> list[Any]:
+        """The first row whose named columns equal the given values (KeyError when none)."""
+        indices = {self.columns.index(name): value for name, value in match.items()}
+        for row in self.rows:
+            if all(row[i] == v for i, v in indices.items()):
+                return row
+        raise KeyError(f'{self.key}: no row with {match}')
+
+    def cell(self, column: str, **match: Any) -> Any:
+        """One value: the named column of the first row matching `match`."""
+        return self.row(**match)[self.columns.index(column)]
+
+    def formatted(self) -> list[list[str]]:
+        """Rows as display strings."""
+        formats = self.formats or [''] * len(self.columns)
+        return [[_format(value, fmt) for value, fmt in zip(row, formats, strict=True)] for row in self.rows]
+
+
+def _format(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return '-'
+    if fmt == 'p':
+        return '<0.0001' if value < 1e-4 else f'{value:.4f}'
+    if fmt == '%':
+        return f'{100.0 * value:.1f}'
+    if fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, fmt)
+    return str(value)
+
+
+@dataclass
+class Report:
+    """The whole report: a header, the tables and the notes that explain them."""
+
+    results: CampaignResults
+    tables: list[Table]
+    notes: list[str]
+
+    def table(self, key: str) -> Table:
+        """The table with this key (KeyError when absent)."""
+        for table in self.tables:
+            if table.key == key:
+                return table
+        raise KeyError(key)
+
+
+def _criterion_label(key: str) -> str:
+    return 'count' if key == 'count' else f'Th={100 * float(key):g}%'
+
+
+def _slug(text: str) -> str:
+    return ''.join(c if c.isalnum() else '_' for c in text).strip('_').lower()
+
+
+def build_report(directory: str | Path, solutions: str = 'all', alpha: float = 0.05) -> Report:
+    """Compute every table of the report from a results directory.
+
+    Args:
+        directory: The campaign results directory.
+        solutions: The solution set of the RQ2/RQ3 tables: 'all' (default), 'final' or 'pareto'.
+        alpha: Significance level of the Mann-Whitney tests.
+
+    Raises:
+        InputError: Not a campaign results directory.
+        ParameterError: Unknown solution set.
+    """
+    results = load_results(directory, solutions)
+    planned = results.campaign.get('cells', 0)
+    notes = [
+        f'Cells: {len(results.cells)} of {planned} finished.',
+        f'Tables RQ2.1, RQ2.2 and RQ3 use {SOLUTION_SETS[solutions]}; RQ1 uses the hypervolume of each '
+        "search's non-dominated set over all its evaluations. Failed evaluations (no model answer) are left "
+        'out; order-0 solutions (the identity, never a violation) are left out of RQ2 and RQ3.',
+        'MR3 (histogram equalisation) at its nominal clip limit 1.0 is active yet costs 0 in f_trans, and '
+        "still changes the image (DESIGN 1.1): this explains MR3's presence in low-cost compositions.",
+    ]
+    tables: list[Table] = []
+    rq1 = _rq1(results, alpha)
+    if rq1:
+        tables.extend(rq1)
+    else:
+        notes.append('RQ1 needs both algorithms (nsga2 and random) with finished runs: not reported.')
+    for model in results.models:
+        if results.kind(model) is None:
+            notes.append(f'{model}: no finished cells yet.')
+            continue
+        tables.append(_rq21(results, model))
+        for criterion in results.criteria(model):
+            for algorithm in results.algorithms:
+                tables.append(_rq22(results, model, algorithm, criterion))
+        for criterion in results.criteria(model):
+            tables.append(_rq3(results, model, criterion))
+    return Report(results=results, tables=tables, notes=notes)
+
+
+def _hypervolumes(cells: Iterable[CellResult]) -> list[float]:
+    return [float(c.summary['hypervolume']) for c in cells if c.summary.get('hypervolume') is not None]
+
+
+def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
+    """Table 4: per image and model, MetaVLM's and Rand's hypervolumes across runs compared."""
+    if not {'nsga2', 'random'} <= set(results.algorithms):
+        return []
+    rows = []
+    totals: dict[str, Counter] = {}
+    for model in results.models:
+        tally = totals.setdefault(model, Counter())
+        for image in results.images:
+            ours = _hypervolumes(results.of(model, 'nsga2', image))
+            theirs = _hypervolumes(results.of(model, 'random', image))
+            if not ours or not theirs:
+                continue
+            outcome = compare(ours, theirs, alpha=alpha)
+            better = {'first': 'MetaVLM', 'second': 'Rand'}.get(outcome.better, 'no significant difference')
+            tally[{'first': 'wins', 'second': 'losses'}.get(outcome.better, 'ties')] += 1
+            means = float(np.mean(ours)), float(np.mean(theirs))
+            rows.append(
+                [
+                    model,
+                    image,
+                    len(ours),
+                    len(theirs),
+                    *means,
+                    outcome.p,
+                    outcome.a12,
+                    outcome.magnitude,
+                    better,
+                ]
+            )
+    if not rows:
+        return []
+    table = Table(
+        key='rq1',
+        title='RQ1 (Table 4): hypervolume of MetaVLM vs Rand across runs',
+        columns=['model', 'image', 'runs MetaVLM', 'runs Rand', 'HV MetaVLM (mean)', 'HV Rand (mean)', 'p',
+                 'A12', 'magnitude', 'better'],
+        rows=rows,
+        formats=['', '', 'd', 'd', '.4f', '.4f', 'p', '.3f', '', ''],
+        note=f'Two-sided Mann-Whitney U, significant when p < {alpha:g}; A12 is MetaVLM over Rand.',
+    )  # fmt: skip
+    total_rows = [[m, t['wins'], t['losses'], t['ties']] for m, t in totals.items() if sum(t.values())]
+    overall = Counter()
+    for t in totals.values():
+        overall.update(t)
+    total_rows.append(['all models', overall['wins'], overall['losses'], overall['ties']])
+    summary = Table(
+        key='rq1-totals',
+        title='RQ1: totals over images (MetaVLM wins / Rand wins / no significant difference)',
+        columns=['model', 'MetaVLM better', 'Rand better', 'no significant difference'],
+        rows=total_rows,
+        formats=['', 'd', 'd', 'd'],
+    )
+    return [table, summary]
+
+
+def _non_identity(cells: Iterable[CellResult]) -> list[dict]:
+    return [r for c in cells for r in c.solutions if r.get('order', 0) >= 1]
+
+
+def _rq21(results: CampaignResults, model: str) -> Table:
+    """Table 5: by order and algorithm, the occurrence of each order and its violation rate(s)."""
+    criteria = results.criteria(model)
+    columns = ['order']
+    formats = ['d']
+    per_algorithm = {}
+    for algorithm in results.algorithms:
+        name = APPROACH.get(algorithm, algorithm)
+        columns += [f'{name} occurrence %'] + [f'{name} VR % ({_criterion_label(k)})' for k in criteria]
+        formats += ['%'] + ['%'] * len(criteria)
+        per_algorithm[algorithm] = _non_identity(results.of(model, algorithm))
+    rows = []
+    for order in ORDERS:
+        row: list[Any] = [order]
+        for algorithm in results.algorithms:
+            records = per_algorithm[algorithm]
+            at_order = [r for r in records if r['order'] == order]
+            row.append(len(at_order) / len(records) if records else None)
+            for key in criteria:
+                flags = [bool(r['violation'].get(key)) for r in at_order]
+                row.append(sum(flags) / len(flags) if flags else None)
+        rows.append(row)
+    counts = ', '.join(f'{APPROACH.get(a, a)} {len(r)}' for a, r in per_algorithm.items())
+    return Table(
+        key=f'rq2_1-{_slug(model)}',
+        title=f'RQ2.1 (Table 5): violation rate by composition order, {model} ({results.kind(model)} type)',
+        columns=columns,
+        rows=rows,
+        formats=formats,
+        note=f'Solutions of order 1-6: {counts}. Occurrence: share of the solutions with that order.',
+    )
+
+
+def _rq22(results: CampaignResults, model: str, algorithm: str, criterion: str) -> Table:
+    """Table 6: the compositions that account for most violations of one algorithm (and threshold)."""
+    records = _non_identity(results.of(model, algorithm))
+    judged: Counter = Counter()
+    violating: Counter = Counter()
+    orders: dict[str, int] = {}
+    for record in records:
+        label = record['composition']
+        orders[label] = record['order']
+        judged[label] += 1
+        violating[label] += bool(record['violation'].get(criterion))
+    total = sum(violating.values())
+    ranked = sorted(
+        (label for label in violating if violating[label]), key=lambda k: (-violating[k], orders[k], k)
+    )
+    rows = [
+        [rank, label, orders[label], violating[label], violating[label] / total, judged[label],
+         violating[label] / judged[label]]
+        for rank, label in enumerate(ranked[:TOP_COMPOSITIONS], start=1)
+    ]  # fmt: skip
+    name = APPROACH.get(algorithm, algorithm)
+    return Table(
+        key=f'rq2_2-{_slug(model)}-{algorithm}-{_slug(criterion)}',
+        title=f'RQ2.2 (Table 6): top compositions by share of violations, {model}, {name}, '
+        f'{_criterion_label(criterion)}',
+        columns=['rank', 'composition', 'order', 'violations', 'share %', 'solutions', 'VR %'],
+        rows=rows,
+        formats=['d', '', 'd', 'd', '%', 'd', '%'],
+        note=f'{total} violations among {len(records)} solutions of order 1-6.',
+    )
+
+
+def _strengths(records: Iterable[dict], order: int, criterion: str) -> list[float]:
+    values = []
+    for record in records:
+        if record['order'] != order or not record['violation'].get(criterion):
+            continue
+        strength = (record.get('strength') or {}).get(criterion)
+        if strength is not None:
+            values.append(float(strength))
+    return values
+
+
+def _rq3(results: CampaignResults, model: str, criterion: str) -> Table:
+    """Table 7: violation strength by order and algorithm, MetaVLM vs Rand by A12."""
+    algorithms = results.algorithms
+    records = {a: _non_identity(results.of(model, a)) for a in algorithms}
+    columns = ['order']
+    formats = ['d']
+    for algorithm in algorithms:
+        name = APPROACH.get(algorithm, algorithm)
+        columns += [f'{name} VS', f'{name} violations']
+        formats += ['.4f', 'd']
+    paired = {'nsga2', 'random'} <= set(algorithms)
+    if paired:
+        columns += ['p', 'A12', 'magnitude']
+        formats += ['p', '.3f', '']
+    rows = []
+    for order in ORDERS:
+        row: list[Any] = [order]
+        samples = {}
+        for algorithm in algorithms:
+            values = samples[algorithm] = _strengths(records[algorithm], order, criterion)
+            row += [float(np.mean(values)) if values else None, len(values)]
+        if paired:
+            if samples['nsga2'] and samples['random']:
+                outcome = compare(samples['nsga2'], samples['random'])
+                row += [outcome.p, outcome.a12, outcome.magnitude]
+            else:
+                row += [None, None, None]
+        rows.append(row)
+    return Table(
+        key=f'rq3-{_slug(model)}-{_slug(criterion)}',
+        title=f'RQ3 (Table 7): violation strength by order, {model}, {_criterion_label(criterion)}',
+        columns=columns,
+        rows=rows,
+        formats=formats,
+        note='VS: mean over violating solutions of the summed differences of the violating classes '
+        '(Eqs. 7-8); A12 is MetaVLM over Rand.',
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Writers
+
+
+def render_markdown(report: Report, plots: Sequence[tuple[str, str]] = ()) -> str:
+    """The report as Markdown; `plots` are (title, relative path) pairs to link."""
+    lines = ['# metavlm_ros campaign report', '']
+    lines += _header_lines(report)
+    lines += [''] + [f'- {note}' for note in report.notes] + ['']
+    for table in report.tables:
+        lines += [f'## {table.title}', '']
+        if table.rows:
+            lines.append('| ' + ' | '.join(table.columns) + ' |')
+            lines.append('|' + '---|' * len(table.columns))
+            lines += ['| ' + ' | '.join(row) + ' |' for row in table.formatted()]
+        else:
+            lines.append('(no rows)')
+        if table.note:
+            lines += ['', table.note]
+        lines.append('')
+    if plots:
+        lines += ['## Plots', '']
+        lines += [f'![{title}]({path})' for title, path in plots]
+        lines.append('')
+    return '\n'.join(lines)
+
+
+def _header_lines(report: Report) -> list[str]:
+    campaign = report.results.campaign
+    config = campaign.get('config', {})
+    lines = [
+        f'- Results: `{report.results.directory}` (campaign {campaign.get("fingerprint")}, metavlm_ros '
+        f'{campaign.get("version")})',
+        f'- Images: {len(report.results.images)}; runs: {config.get("runs")}; population '
+        f'{config.get("population")}, {config.get("evaluations")} evaluations per search; base seed '
+        f'{config.get("seed")}',
+    ]
+    for model in campaign.get('models', []):
+        digest = model.get('weights_sha256') or 'unknown'
+        lines.append(
+            f'- Model {model["name"]}: {model["backend"]} `{model["model"]}`, weights sha256 {digest[:16]}'
+        )
+    lines.append(f'- Solution set: {SOLUTION_SETS[report.results.solutions]}')
+    return lines
+
+
+def render_csv(table: Table) -> str:
+    """One table as CSV with raw (unformatted) values; empty fields for 'not applicable'."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator='\n')
+    writer.writerow(table.columns)
+    for row in table.rows:
+        writer.writerow(['' if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
+    return buffer.getvalue()
+
+
+def render_html(report: Report, plots: Sequence[tuple[str, str]] = ()) -> str:
+    """A self-contained HTML page (plots linked as PNG files next to it)."""
+    esc = html.escape
+    parts = [
+        '<!DOCTYPE html>',
+        '<html lang="en"><head><meta charset="utf-8"><title>metavlm_ros campaign report</title>',
+        '<style>body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;'
+        'margin:0.5em 0}td,th{border:1px solid #aaa;padding:0.2em 0.5em;text-align:right}'
+        'th{background:#eee}td:first-child,th:first-child{text-align:left}img{max-width:48em;display:block;'
+        'margin:1em 0}.note{color:#444;font-size:90%}</style></head><body>',
+        '<h1>metavlm_ros campaign report</h1><ul>',
+    ]
+    parts += [f'<li>{esc(line[2:]).replace("`", "")}</li>' for line in _header_lines(report)]
+    parts += [f'<li>{esc(note)}</li>' for note in report.notes]
+    parts.append('</ul>')
+    parts.append('<h2>Contents</h2><ul>')
+    parts += [f'<li><a href="#{esc(t.key)}">{esc(t.title)}</a></li>' for t in report.tables]
+    if plots:
+        parts.append('<li><a href="#plots">Plots</a></li>')
+    parts.append('</ul>')
+    for table in report.tables:
+        parts.append(f'<h2 id="{esc(table.key)}">{esc(table.title)}</h2>')
+        parts.append('<table><tr>' + ''.join(f'<th>{esc(c)}</th>' for c in table.columns) + '</tr>')
+        for row in table.formatted():
+            parts.append('<tr>' + ''.join(f'<td>{esc(v)}</td>' for v in row) + '</tr>')
+        parts.append('</table>')
+        if table.note:
+            parts.append(f'<p class="note">{esc(table.note)}</p>')
+    if plots:
+        parts.append('<h2 id="plots">Plots</h2>')
+        for title, path in plots:
+            parts.append(f'<h3>{esc(title)}</h3><img src="{esc(path)}" alt="{esc(title)}">')
+    parts.append('</body></html>')
+    return '\n'.join(parts) + '\n'
+
+
+def write_report(report: Report, out: str | Path, fmt: str = 'md', plots: bool = True) -> list[Path]:
+    """Write the report under `out`: report.md, index.html, or one CSV per table; plots as PNG.
+
+    Returns:
+        The files written, the main document first.
+
+    Raises:
+        ParameterError: Unknown format.
+    """
+    if fmt not in FORMATS:
+        raise ParameterError(f'unknown report format "{fmt}" (choose from {", ".join(FORMATS)})')
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    images = make_plots(report.results, out) if plots and fmt != 'csv' else []
+    links = [(title, path.relative_to(out).as_posix()) for title, path in images]
+    if fmt == 'md':
+        path = out / 'report.md'
+        path.write_text(render_markdown(report, links), encoding='utf-8')
+        written.append(path)
+    elif fmt == 'html':
+        path = out / 'index.html'
+        path.write_text(render_html(report, links), encoding='utf-8')
+        written.append(path)
+    else:
+        for table in report.tables:
+            path = out / f'{table.key}.csv'
+            path.write_text(render_csv(table), encoding='utf-8')
+            written.append(path)
+    return written + [path for _, path in images]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Plots
+
+
+def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
+    """PNG plots under out/plots: non-dominated sets per image, VR by order, hypervolume distributions."""
+    import matplotlib
+
+    matplotlib.use('Agg')  # files only: no display on robots, CI or cluster nodes
+    import matplotlib.pyplot as plt
+
+    plots_dir = out / 'plots'
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    written: list[tuple[str, Path]] = []
+    colours = {'nsga2': 'tab:blue', 'random': 'tab:orange'}
+
+    def save(fig, name: str, title: str) -> None:
+        path = plots_dir / f'{name}.png'
+        fig.savefig(path, dpi=90, bbox_inches='tight')
+        plt.close(fig)
+        written.append((title, path))
+
+    for model in results.models:
+        if results.kind(model) is None:
+            continue
+        for image in results.images:
+            cells = results.of(model, image=image)
+            if not cells:
+                continue
+            fig, ax = plt.subplots(figsize=(5.5, 4))
+            for algorithm in results.algorithms:
+                front_cells = [c for c in cells if c.algorithm == algorithm]
+                points = np.asarray([p for c in front_cells for p in c.front], dtype=float).reshape(-1, 2)
+                if points.size == 0:
+                    continue
+                label = APPROACH.get(algorithm, algorithm)
+                colour = colours.get(algorithm)
+                ax.scatter(
+                    points[:, 0], points[:, 1], s=12, alpha=0.35, color=colour, label=f'{label} (runs)'
+                )
+                front = points[non_dominated(points[:, 0], points[:, 1])]
+                front = front[np.argsort(front[:, 0])]
+                ax.step(front[:, 0], front[:, 1], where='post', color=colour, label=f'{label} (union front)')
+            ax.set_xlabel('f_trans (minimise)')
+            ax.set_ylabel('f_pred (maximise)')
+            ax.set_title(f'{model} / {image}: non-dominated sets')
+            ax.legend(fontsize=7)
+            save(fig, f'front-{_slug(model)}-{_slug(image)}', f'Non-dominated sets, {model}, {image}')
+
+        criteria = results.criteria(model)
+        fig, axes = plt.subplots(1, len(criteria), figsize=(4.5 * len(criteria), 3.5), squeeze=False)
+        width = 0.8 / max(1, len(results.algorithms))
+        for ax, criterion in zip(axes[0], criteria, strict=True):
+            for i, algorithm in enumerate(results.algorithms):
+                records = _non_identity(results.of(model, algorithm))
+                rates = []
+                for order in ORDERS:
+                    flags = [bool(r['violation'].get(criterion)) for r in records if r['order'] == order]
+                    rates.append(sum(flags) / len(flags) if flags else 0.0)
+                ax.bar(np.array(ORDERS) + (i - (len(results.algorithms) - 1) / 2) * width, rates, width,
+                       color=colours.get(algorithm), label=APPROACH.get(algorithm, algorithm))  # fmt: skip
+            ax.set_xlabel('composition order')
+            ax.set_ylabel('violation rate')
+            ax.set_ylim(0, 1)
+            ax.set_title(_criterion_label(criterion))
+            ax.legend(fontsize=7)
+        fig.suptitle(f'{model}: violation rate by order ({SOLUTION_SETS[results.solutions].split(" (")[0]})')
+        save(fig, f'vr-{_slug(model)}', f'Violation rate by order, {model}')
+
+        data, labels, colour_list = [], [], []
+        for image in results.images:
+            for algorithm in results.algorithms:
+                values = _hypervolumes(results.of(model, algorithm, image))
+                if values:
+                    data.append(values)
+                    labels.append(f'{image}\n{APPROACH.get(algorithm, algorithm)}')
+                    colour_list.append(colours.get(algorithm, 'grey'))
+        if data:
+            fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(data)), 3.8))
+            boxes = ax.boxplot(data, patch_artist=True)
+            ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+            for patch, colour in zip(boxes['boxes'], colour_list, strict=True):
+                patch.set_facecolor(colour)
+                patch.set_alpha(0.5)
+            ax.set_ylabel('hypervolume')
+            ax.set_title(f'{model}: hypervolume across runs')
+            save(fig, f'hv-{_slug(model)}', f'Hypervolume distributions, {model}')
+    return written
