@@ -525,6 +525,11 @@ class TesterNode(Node):
         """Whether a search is running (or about to)."""
         return self._busy
 
+    @property
+    def has_pending_frame(self) -> bool:
+        """Whether a camera frame waits in the buffer for the next search."""
+        return self._slot is not None
+
     # -- the search worker --------------------------------------------------------------------------
 
     def _work(self) -> None:

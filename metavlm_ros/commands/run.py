@@ -1,0 +1,381 @@
+"""`metavlm run`: the perception and tester nodes in one process, fed from a bag or a folder of images."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from metavlm_ros.core.errors import InputError, ParameterError
+
+__all__ = ['add_parser', 'load_parameter_file', 'run', 'run_nodes']
+
+HELP = 'run the perception and tester nodes in one process (no ROS distribution needed)'
+TESTER = 'metavlm_tester'
+PERCEPTION = 'metavlm_perception'
+DEFAULT_FOLDER_RATE_HZ = 2.0
+# After the footage ends, how long a tester that cannot start its last search (no perception node)
+# is waited for before the run ends anyway.
+STALLED_END_S = 30.0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `metavlm run`."""
+    parser = subparsers.add_parser('run', help=HELP, description=HELP + '.')
+    parser.add_argument(
+        '--params',
+        default=None,
+        metavar='YAML',
+        help='ROS parameter file of both nodes (config/metavlm.yaml)',
+    )
+    parser.add_argument(
+        '--source', default=None, metavar='BAG_OR_FOLDER', help='footage to publish on the camera topic'
+    )
+    parser.add_argument(
+        '--topic', default=None, help='image topic to read from a bag (default: its only one)'
+    )
+    parser.add_argument(
+        '--duration',
+        type=float,
+        default=None,
+        metavar='S',
+        help='stop after S seconds (default: end of footage)',
+    )
+    parser.add_argument(
+        '--rate',
+        type=float,
+        default=None,
+        metavar='HZ',
+        help=f"camera rate (default: a bag's own spacing, {DEFAULT_FOLDER_RATE_HZ:g} Hz for folders)",
+    )
+    parser.add_argument('--loop', action='store_true', help='replay the footage until --duration ends')
+    parser.add_argument(
+        '--results-dir', default=None, metavar='DIR', help="override the tester's results_dir"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run both nodes as the options say and print a summary."""
+    if args.loop and args.duration is None:
+        raise ParameterError('--loop needs --duration (otherwise the run never ends)')
+    summary = run_nodes(
+        args.params,
+        source=args.source,
+        topic=args.topic,
+        duration=args.duration,
+        rate=args.rate,
+        loop=args.loop,
+        results_dir=args.results_dir,
+        log=print,
+    )
+    print(
+        f'{summary["frames_published"]} frame(s) published, {summary["searches"]} search(es), '
+        f'{summary["evaluations"]} evaluations ({summary["failed"]} failed), '
+        f'{summary["violations"]} violation(s), {summary["frames_dropped"]} frame(s) dropped, '
+        f'{summary["seconds"]:.1f} s; results in {summary["results_dir"]}/'
+    )
+    return 0
+
+
+def load_parameter_file(params: str | Path | Mapping | None) -> dict[str, dict[str, Any]]:
+    """Read a ROS parameter file (or a ready dict) into node name -> parameters.
+
+    Blocks may be written `node: {ros__parameters: {...}}` (ROS form) or `node: {...}`; nested
+    dictionaries (like `ranges: {rotation: [...]}`) are kept as they are.
+
+    Raises:
+        InputError: the file is missing or is not YAML.
+        ParameterError: the content is not a mapping of node blocks.
+    """
+    if params is None:
+        return {}
+    if isinstance(params, Mapping):
+        data: Any = dict(params)
+        where = 'parameters'
+    else:
+        path = Path(params)
+        if not path.is_file():
+            raise InputError(f'{path}: no such parameter file')
+        try:
+            data = yaml.safe_load(path.read_text(encoding='utf-8'))
+        except yaml.YAMLError as exc:
+            raise InputError(f'{path}: not valid YAML ({str(exc).splitlines()[0]})') from None
+        where = str(path)
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ParameterError(f'{where}: expected node blocks like "{TESTER}: ros__parameters: ..."')
+    nodes: dict[str, dict[str, Any]] = {}
+    for node, block in data.items():
+        if not isinstance(block, Mapping):
+            raise ParameterError(f'{where}: block {node!r} must be a mapping of parameters')
+        inner = block.get('ros__parameters', block)
+        if not isinstance(inner, Mapping):
+            raise ParameterError(f'{where}: {node}.ros__parameters must be a mapping')
+        nodes[str(node).lstrip('/')] = dict(inner)
+    return nodes
+
+
+def _flatten(values: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f'{prefix}{key}'
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name + '.'))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _write_ros_file(nodes: Mapping[str, Mapping[str, Any]], directory: Path) -> Path:
+    """Write node blocks as a ROS parameter file that rcl's parser accepts."""
+    from metavlm_ros.ros.tester_node import coerce_parameters
+
+    blocks = {}
+    for node, values in nodes.items():
+        flat = _flatten(values)
+        if node == TESTER:
+            flat = coerce_parameters(flat)
+        # rcl cannot type an empty list, nor a list mixing integers and floats.
+        clean = {}
+        for name, value in flat.items():
+            if isinstance(value, list):
+                if not value:
+                    continue
+                if any(isinstance(v, float) for v in value):
+                    value = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+            clean[name] = value
+        blocks[node] = {'ros__parameters': clean}
+    path = directory / 'params.yaml'
+    path.write_text(yaml.safe_dump(blocks, sort_keys=False), encoding='utf-8')
+    return path
+
+
+def _footage(
+    source: str | None, topic: str | None, rate: float | None, loop: bool
+) -> Iterator[tuple[Any, float]]:
+    """Yield (frame, seconds to wait before publishing it) from a bag or folder, looping when asked."""
+    from metavlm_ros.core.frames import is_bag_path, iter_frames
+
+    if source is None:
+        return
+    bag = is_bag_path(source)
+    if rate is not None and not rate > 0:
+        raise ParameterError(f'--rate must be positive, got {rate:g}')
+    period = 1.0 / rate if rate else (None if bag else 1.0 / DEFAULT_FOLDER_RATE_HZ)
+    first = True
+    while True:
+        previous = None
+        count = 0
+        for frame in iter_frames([source], topic=topic):
+            if first:
+                wait = 0.0
+            elif period is not None:
+                wait = period
+            else:
+                # A bag's own spacing, bounded so a gap in the recording does not stall the run.
+                wait = min(max((frame.stamp_ns - previous) / 1e9, 0.0), 5.0) if previous is not None else 0.0
+            previous = frame.stamp_ns
+            first = False
+            count += 1
+            yield frame, wait
+        if count == 0:
+            raise InputError(f'{source}: no frames')
+        if not loop:
+            return
+
+
+def run_nodes(
+    params: str | Path | Mapping | None = None,
+    *,
+    source: str | Path | None = None,
+    topic: str | None = None,
+    duration: float | None = None,
+    rate: float | None = None,
+    loop: bool = False,
+    results_dir: str | Path | None = None,
+    tester_overrides: Mapping[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Run the perception node and the tester node in this process, optionally publishing footage.
+
+    Both nodes take their parameters from one ROS parameter file (or dict of node blocks), applied
+    through rcl exactly as `--ros-args --params-file` would on a robot. The perception node is only
+    started for the `ros` endpoint. Footage is published as sensor_msgs/Image on the camera topic
+    `image` at `rate` Hz (a bag's own spacing by default); without footage the tester listens to the
+    camera topic of the ROS graph.
+
+    Args:
+        params: the parameter file, a dict of node blocks, or None for the defaults.
+        source: a bag or a folder of images to replay on the camera topic.
+        topic: the image topic to read from the bag.
+        duration: seconds to run; None ends after the footage and the last search.
+        rate: camera rate in Hz; None uses the bag's spacing (folders: 2 Hz).
+        loop: replay the footage until `duration` ends.
+        results_dir: overrides the tester's results_dir.
+        tester_overrides: more tester parameters, applied over the file's.
+        log: where progress lines go (None: nowhere).
+        should_stop: polled; True ends the run early.
+
+    Returns:
+        A summary: frames_published, frames_received, frames_dropped, searches, evaluations, failed,
+        violations, violation_rate, last_hypervolume, results_dir, endpoint, seconds.
+
+    Raises:
+        InputError, ParameterError, ModelError: bad footage, parameters or model (nothing is left running).
+    """
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CompressedImage, Image
+
+    say = log or (lambda _line: None)
+    if duration is not None and not duration > 0:
+        raise ParameterError(f'duration must be positive, got {duration:g}')
+    if source is not None and not Path(source).exists():
+        raise InputError(f'{source}: no such file or directory')
+    nodes = load_parameter_file(params)
+    tester_values = dict(nodes.get(TESTER, {}))
+    tester_values.update(tester_overrides or {})
+    if results_dir is not None:
+        tester_values['results_dir'] = str(results_dir)
+    nodes[TESTER] = tester_values
+    footage = _footage(str(source) if source is not None else None, topic, rate, loop)
+
+    started = time.monotonic()
+    published = 0
+    with tempfile.TemporaryDirectory(prefix='metavlm-run-') as tmp:
+        path = _write_ros_file(nodes, Path(tmp))
+        context = Context()
+        try:
+            rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
+        except Exception as exc:  # rcl's parser reports a bad file as RCLError, with a long text
+            raise ParameterError(f'parameter file refused: {str(exc).splitlines()[0]}') from None
+        created: list[Any] = []
+        executor = None
+        try:
+            from metavlm_ros.ros.tester_node import TesterNode
+
+            tester = TesterNode(context=context)
+            created.append(tester)
+            if tester.settings.endpoint == 'ros':
+                from metavlm_ros.ros.perception_node import PerceptionNode
+
+                created.append(PerceptionNode(context=context))
+            camera = rclpy.create_node('metavlm_camera', context=context)
+            created.append(camera)
+            compressed = tester.settings.image_transport == 'compressed'
+            publisher = camera.create_publisher(
+                CompressedImage if compressed else Image,
+                'image/compressed' if compressed else 'image',
+                qos_profile_sensor_data,
+            )
+            executor = MultiThreadedExecutor(num_threads=4, context=context)
+            for node in created:
+                executor.add_node(node)
+            spinner = threading.Thread(target=executor.spin, name='metavlm-run-executor', daemon=True)
+            spinner.start()
+            say(
+                f'nodes running ({tester.settings.endpoint} endpoint); '
+                f'results in {tester.settings.results_dir}'
+            )
+
+            # Frames published before the subscriptions are matched would be lost (sensor-data QoS).
+            wanted = 1 + int(tester.settings.endpoint == 'ros')
+            deadline = time.monotonic() + 5.0
+            while publisher.get_subscription_count() < wanted and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+            end = started + duration if duration is not None else math.inf
+            next_at = time.monotonic()
+            exhausted = source is None
+            exhausted_at = None
+
+            def stop_now() -> bool:
+                return time.monotonic() >= end or (should_stop is not None and should_stop())
+
+            while not stop_now():
+                if not exhausted:
+                    item = next(footage, None)
+                    if item is None:
+                        exhausted, exhausted_at = True, time.monotonic()
+                        say(f'footage ended after {published} frame(s)')
+                        continue
+                    frame, wait = item
+                    next_at += wait
+                    while time.monotonic() < next_at and not stop_now():
+                        time.sleep(min(0.01, max(0.0, next_at - time.monotonic())))
+                    if stop_now():
+                        break
+                    stamp = frame.stamp_ns or time.time_ns()
+                    publisher.publish(_camera_message(frame.rgb, stamp, compressed))
+                    published += 1
+                    continue
+                if duration is None and source is not None:
+                    # The run ends with the footage, once the tester has searched what it kept.
+                    pending = tester.has_pending_frame
+                    # Sensor-data QoS may lose a frame: wait for the last ones only a little.
+                    arrived = tester.frames_received >= published or time.monotonic() - exhausted_at > 2.0
+                    if arrived and not tester.busy and not pending:
+                        break
+                    if pending and not tester.busy and time.monotonic() - exhausted_at > STALLED_END_S:
+                        say(f'the last frame was not searched within {STALLED_END_S:g} s ({tester.state})')
+                        break
+                time.sleep(0.05)
+        finally:
+            if created:
+                created[0].stop()  # the search worker first: it may be waiting on probe replies
+            if executor is not None:
+                executor.shutdown(timeout_sec=5.0)
+            summary = _summary(created[0], published, started) if created else None
+            for node in reversed(created):
+                node.destroy_node()
+            rclpy.try_shutdown(context=context)
+    return summary
+
+
+def _camera_message(rgb: Any, stamp_ns: int, compressed: bool) -> Any:
+    """A camera message for a frame: raw rgb8, or JPEG like a compressed image transport."""
+    from metavlm_ros.ros.conversions import ns_to_stamp, rgb_to_image_msg
+
+    if not compressed:
+        return rgb_to_image_msg(rgb, stamp_ns, frame_id='camera')
+    import cv2
+    from sensor_msgs.msg import CompressedImage
+
+    ok, data = cv2.imencode('.jpg', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
+    if not ok:
+        raise InputError('could not encode a frame as JPEG')
+    msg = CompressedImage(format='jpeg')
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.header.frame_id = 'camera'
+    msg.data = data.tobytes()
+    return msg
+
+
+def _summary(tester: Any, published: int, started: float) -> dict[str, Any]:
+    judged = tester.judged
+    return {
+        'frames_published': published,
+        'frames_received': tester.frames_received,
+        'frames_dropped': tester.frames_dropped,
+        'searches': tester.searches_done,
+        'evaluations': tester.evaluations,
+        'failed': tester.evaluations_failed,
+        'violations': tester.violations,
+        'violation_rate': tester.violations / judged if judged else float('nan'),
+        'last_hypervolume': tester.last_hypervolume,
+        'results_dir': str(tester.settings.results_dir),
+        'endpoint': tester.settings.endpoint,
+        'seconds': time.monotonic() - started,
+    }
