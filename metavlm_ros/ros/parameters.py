@@ -16,6 +16,7 @@ from rclpy.exceptions import (
     InvalidParameterTypeException,
     InvalidParameterValueException,
     ParameterException,
+    ParameterUninitializedException,
 )
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -35,7 +36,9 @@ _TYPES = {
 }
 
 
-def _type_of(default: Any) -> int:
+def _type_of(default: Any, array_type: Parameter.Type | None = None) -> int:
+    if array_type is not None:
+        return int(array_type)
     if isinstance(default, list | tuple):
         if default and all(isinstance(v, str) for v in default):
             return ParameterType.PARAMETER_STRING_ARRAY
@@ -45,7 +48,7 @@ def _type_of(default: Any) -> int:
             return ParameterType.PARAMETER_INTEGER_ARRAY
         if default and all(isinstance(v, float | int) for v in default):
             return ParameterType.PARAMETER_DOUBLE_ARRAY
-        raise ParameterError('list parameters need a non-empty default of one element type')
+        raise ParameterError('list parameters need a non-empty default of one element type, or array_type')
     return _TYPES[type(default)]
 
 
@@ -123,6 +126,7 @@ class ParameterRules:
         self._node = node
         self._checks: dict[str, list[Check]] = {}
         self._listeners: dict[str, Callable[[Any], None]] = {}
+        self._empty_arrays: set[str] = set()
         node.add_on_set_parameters_callback(self._on_set)
 
     def declare(
@@ -137,13 +141,17 @@ class ParameterRules:
         choices: Sequence[str] | None = None,
         check: Check | None = None,
         on_change: Callable[[Any], None] | None = None,
+        array_type: Parameter.Type | None = None,
     ) -> Any:
         """Declare a parameter and return its start value, validated.
+
+        An empty list default needs `array_type` (e.g. Parameter.Type.STRING_ARRAY): rclpy would
+        otherwise type it as a byte array and refuse every override.
 
         Raises:
             ParameterError: the start value (default or override) has the wrong type or fails a check.
         """
-        type_ = _type_of(default)
+        type_ = _type_of(default, array_type)
         checks: list[Check] = []
         constraints = ''
         if choices is not None:
@@ -157,7 +165,17 @@ class ParameterRules:
             description, type_=type_, read_only=read_only, low=low, high=high, constraints=constraints
         )
         try:
-            value = self._node.declare_parameter(name, default, desc).value
+            if array_type is not None and not default:
+                # Declared by type only, the parameter takes an override; without one it is set to a
+                # typed empty list (read-only ones cannot be set, so they stay unset and read as []).
+                value = self._node.declare_parameter(name, array_type, desc).value
+                if value is None:
+                    (result,) = self._node.set_parameters([Parameter(name, array_type, [])])
+                    if not result.successful:
+                        self._empty_arrays.add(name)
+                    value = []
+            else:
+                value = self._node.declare_parameter(name, default, desc).value
         except (InvalidParameterValueException, InvalidParameterTypeException, ParameterException) as exc:
             raise ParameterError(f'parameter {name}: {_first_line(exc)}') from None
         self._checks[name] = checks
@@ -170,6 +188,11 @@ class ParameterRules:
 
     def value(self, name: str) -> Any:
         """The current value of a declared parameter."""
+        if name in self._empty_arrays:
+            try:
+                return self._node.get_parameter(name).value
+            except ParameterUninitializedException:
+                return []
         return self._node.get_parameter(name).value
 
     def _reason(self, name: str, value: Any) -> str | None:

@@ -1,0 +1,347 @@
+"""The perception node (`metavlm_perception`): runs the VLM on camera frames and on the tester's probes."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image
+
+from metavlm_ros.core.errors import InputError, MetaVLMError, ParameterError
+from metavlm_ros.core.vlm import BACKENDS, CLASSES, VLMBackend, create_backend
+from metavlm_ros.ros.conversions import convert_image_msg, prediction_to_array
+from metavlm_ros.ros.parameters import ParameterRules
+
+__all__ = ['PROBE_QOS', 'RESULT_QOS', 'PerceptionNode', 'main']
+
+NODE_NAME = 'metavlm_perception'
+# Probes are requests the tester waits for: none may be lost to a shallow queue.
+PROBE_QOS = QoSProfile(
+    history=QoSHistoryPolicy.KEEP_LAST, depth=256, reliability=QoSReliabilityPolicy.RELIABLE
+)
+RESULT_QOS = QoSProfile(
+    history=QoSHistoryPolicy.KEEP_LAST, depth=10, reliability=QoSReliabilityPolicy.RELIABLE
+)
+# Bound on probes waiting for the model; beyond it the oldest (already timed out at the tester) go.
+MAX_PENDING_PROBES = 4096
+WARN_PERIOD_S = 5.0
+
+
+@dataclass
+class _Pending:
+    msg: Any
+    arrived: float  # time.monotonic() at arrival: latency_ms counts queueing as well as inference
+
+
+@dataclass
+class PerceptionCounters:
+    """What the node has done so far (read by tests and by `metavlm run`)."""
+
+    camera_frames: int = 0
+    camera_frames_replaced: int = 0  # latest frame wins: frames overwritten before inference
+    predictions: int = 0
+    probes: int = 0
+    probes_answered: int = 0
+    probes_dropped: int = 0
+    predict_calls: int = 0
+    conversion_failures: int = 0
+    inference_failures: int = 0
+    downscaled: int = 0
+
+
+class PerceptionNode(Node):
+    """Judges camera frames (latest wins) and micro-batched probe frames with one VLM backend.
+
+    Inference runs on a worker thread, never in a callback, so parameter services and subscriptions
+    stay responsive while the model works.
+    """
+
+    def __init__(self, *, backend: VLMBackend | None = None, **node_kwargs: Any) -> None:
+        """Declare parameters, build the backend (unless one is given), then topics and the worker.
+
+        Args:
+            backend: an already loaded backend to use instead of building one from the parameters
+                (one model shared by nodes in one process, or tests).
+            **node_kwargs: passed to rclpy.node.Node (context, namespace, parameter_overrides, ...).
+
+        Raises:
+            ParameterError: an invalid parameter value at start.
+            ModelError: the model cannot be loaded.
+        """
+        super().__init__(NODE_NAME, **node_kwargs)
+        self.counters = PerceptionCounters()
+        self._cond = threading.Condition()
+        self._camera: _Pending | None = None
+        self._probes: deque[_Pending] = deque()
+        self._stopping = False
+        self._worker: threading.Thread | None = None
+        try:
+            self._declare_parameters()
+            self.backend = backend if backend is not None else self._create_backend()
+        except BaseException:
+            super().destroy_node()  # a node that failed to start must not linger in its context
+            raise
+
+        self.prediction_pub = self.create_publisher(DiagnosticArray, 'prediction', RESULT_QOS)
+        self.probe_prediction_pub = self.create_publisher(DiagnosticArray, 'probe/prediction', PROBE_QOS)
+        if self._rules.value('image_transport') == 'compressed':
+            self.create_subscription(
+                CompressedImage, 'image/compressed', self._on_camera, qos_profile_sensor_data
+            )
+        else:
+            self.create_subscription(Image, 'image', self._on_camera, qos_profile_sensor_data)
+        self.create_subscription(Image, 'probe', self._on_probe, PROBE_QOS)
+
+        self._worker = threading.Thread(target=self._work, name='metavlm-perception', daemon=True)
+        self._worker.start()
+        self.get_logger().info(
+            f'{self.backend.name or "model"} {self.backend.model_id!r} ready ({self.backend.kind}); '
+            f'classes {", ".join(self.backend.classes)}'
+        )
+
+    # -- parameters --------------------------------------------------------------------------------
+
+    def _declare_parameters(self) -> None:
+        rules = ParameterRules(self)
+        self._rules = rules
+        rules.declare('backend', 'clip', 'VLM family', read_only=True, choices=BACKENDS)
+        rules.declare(
+            'model', 'demo', "Hugging Face id in the local cache, a directory, or 'demo'", read_only=True
+        )
+        rules.declare('device', 'auto', "torch device: 'auto', 'cpu', 'cuda', 'cuda:N'", read_only=True)
+        rules.declare(
+            'dtype', 'auto', 'torch dtype', read_only=True, choices=('auto', 'float32', 'float16', 'bfloat16')
+        )
+        rules.declare(
+            'prompt', '', 'count-type models: the question; empty for the Table 1 prompt', read_only=True
+        )
+        rules.declare('classes', list(CLASSES), 'classes judged, in order', read_only=True, check=_distinct)
+        rules.declare(
+            'class_prompts',
+            [],
+            "CLIP: one text prompt per class, in the order of classes; '' or none for the default",
+            read_only=True,
+            array_type=Parameter.Type.STRING_ARRAY,
+        )
+        rules.declare(
+            'confidence',
+            'cosine',
+            'CLIP confidence: cosine (the paper) or softmax',
+            read_only=True,
+            choices=('cosine', 'softmax'),
+        )
+        self._max_batch = rules.declare(
+            'max_batch',
+            16,
+            'most probe frames per model call',
+            low=1,
+            high=256,
+            on_change=self._set_max_batch,
+        )
+        self._batch_wait_s = (
+            rules.declare(
+                'batch_wait_ms',
+                5,
+                'longest wait for more probes before a model call, in ms',
+                low=0,
+                high=1000,
+                on_change=self._set_batch_wait,
+            )
+            / 1000.0
+        )
+        rules.declare(
+            'image_transport',
+            'raw',
+            "camera topic: 'raw' (image) or 'compressed' (image/compressed)",
+            read_only=True,
+            choices=('raw', 'compressed'),
+        )
+        prompts = rules.value('class_prompts')
+        classes = rules.value('classes')
+        if any(prompts) and len(prompts) != len(classes):
+            raise ParameterError(
+                f'parameter class_prompts: {len(prompts)} prompts for {len(classes)} classes; '
+                'give one per class'
+            )
+
+    def _set_max_batch(self, value: int) -> None:
+        with self._cond:
+            self._max_batch = int(value)
+            self._cond.notify_all()
+
+    def _set_batch_wait(self, value: int) -> None:
+        with self._cond:
+            self._batch_wait_s = int(value) / 1000.0
+            self._cond.notify_all()
+
+    def _create_backend(self) -> VLMBackend:
+        value = self._rules.value
+        classes = list(value('classes'))
+        prompts = {c: p for c, p in zip(classes, value('class_prompts'), strict=False) if p}
+        return create_backend(
+            value('backend'),
+            value('model'),
+            classes=classes,
+            class_prompts=prompts or None,
+            prompt=value('prompt') or None,
+            device=value('device'),
+            dtype=value('dtype'),
+            confidence=value('confidence'),
+            batch_size=self._max_batch,
+        )
+
+    # -- callbacks: store and notify only ---------------------------------------------------------
+
+    def _on_camera(self, msg: Image | CompressedImage) -> None:
+        with self._cond:
+            self.counters.camera_frames += 1
+            if self._camera is not None:
+                self.counters.camera_frames_replaced += 1
+            self._camera = _Pending(msg, time.monotonic())
+            self._cond.notify()
+
+    def _on_probe(self, msg: Image) -> None:
+        with self._cond:
+            self.counters.probes += 1
+            self._probes.append(_Pending(msg, time.monotonic()))
+            if len(self._probes) > MAX_PENDING_PROBES:
+                self._probes.popleft()
+                self.counters.probes_dropped += 1
+            self._cond.notify()
+
+    # -- the worker ---------------------------------------------------------------------------------
+
+    def _next_batch(self, camera_turn: bool) -> tuple[list[_Pending], bool] | None:
+        """Wait for work; returns (batch, is_probe_batch), or None when stopping. Holds no lock after."""
+        with self._cond:
+            while not (self._stopping or self._probes or self._camera is not None):
+                self._cond.wait()
+            if self._stopping:
+                return None
+            # Probes come first (the tester waits for them), but a waiting camera frame gets every
+            # other turn so `prediction` keeps flowing during a search.
+            if self._probes and not (camera_turn and self._camera is not None):
+                deadline = self._probes[0].arrived + self._batch_wait_s
+                while len(self._probes) < self._max_batch and not self._stopping:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                count = min(self._max_batch, len(self._probes))
+                return [self._probes.popleft() for _ in range(count)], True
+            pending, self._camera = self._camera, None
+            return [pending], False
+
+    def _work(self) -> None:
+        camera_turn = False
+        while True:
+            work = self._next_batch(camera_turn)
+            if work is None:
+                return
+            batch, is_probe = work
+            camera_turn = is_probe
+            try:
+                self._judge(batch, self.probe_prediction_pub if is_probe else self.prediction_pub, is_probe)
+            except Exception as exc:  # the worker must outlive any one batch; shutdown ends it cleanly
+                if self._stopping or not self.context.ok():
+                    return
+                self.get_logger().error(f'perception worker: {type(exc).__name__}: {exc}')
+
+    def _judge(self, batch: list[_Pending], publisher: Any, is_probe: bool) -> None:
+        frames, kept = [], []
+        for item in batch:
+            try:
+                rgb, reduced = convert_image_msg(item.msg)
+            except InputError as exc:
+                self.counters.conversion_failures += 1
+                self.get_logger().warning(
+                    f'frame skipped ({self.counters.conversion_failures} so far): {exc}',
+                    throttle_duration_sec=WARN_PERIOD_S,
+                )
+                continue
+            self.counters.downscaled += int(reduced)
+            frames.append(rgb)
+            kept.append(item)
+        if not frames:
+            return
+        try:
+            predictions = self.backend.predict(frames)
+        except MetaVLMError as exc:
+            self.counters.inference_failures += len(frames)
+            self.get_logger().error(
+                f'model failed on {len(frames)} frame(s): {exc}', throttle_duration_sec=WARN_PERIOD_S
+            )
+            return
+        finally:
+            self.counters.predict_calls += 1
+        done = time.monotonic()
+        for item, prediction in zip(kept, predictions, strict=True):
+            if prediction is None:
+                continue
+            latency_ms = (done - item.arrived) * 1000.0
+            publisher.publish(
+                prediction_to_array(prediction, item.msg.header, self.backend.model_id, latency_ms)
+            )
+            if is_probe:
+                self.counters.probes_answered += 1
+            else:
+                self.counters.predictions += 1
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def pending(self) -> int:
+        """Frames waiting for the model (probes plus the camera slot)."""
+        with self._cond:
+            return len(self._probes) + int(self._camera is not None)
+
+    def destroy_node(self) -> None:
+        """Stop the worker (after the model call in progress, if any) and destroy the node."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        worker = self._worker
+        if worker is not None and worker.is_alive() and threading.current_thread() is not worker:
+            worker.join()
+        super().destroy_node()
+
+
+def _distinct(classes: Any) -> str | None:
+    names = list(classes)
+    if not names:
+        return 'at least one class is needed'
+    if len(set(names)) != len(names) or not all(names):
+        return f'class names must be non-empty and distinct, got {names}'
+    return None
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the perception node until interrupted; returns 1 on a bad parameter or model."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = PerceptionNode()
+        rclpy.spin(node)
+    except MetaVLMError as exc:
+        print(f'{NODE_NAME}: error: {exc}', file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

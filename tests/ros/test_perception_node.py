@@ -1,0 +1,269 @@
+"""The perception node with a tiny CLIP in this process: camera predictions, micro-batched probes,
+parameters refused at run time, garbage frames survived, clean shutdown."""
+
+import threading
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.srv import SetParameters
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Image
+
+from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.core.vlm import VLMBackend, create_backend
+from metavlm_ros.ros.conversions import array_to_prediction, image_msg_to_rgb, latency_of, stamp_to_ns
+from metavlm_ros.ros.perception_node import PROBE_QOS, PerceptionNode, main
+from tests.conftest import make_frame
+from tests.ros.helpers import CameraPublisher, TopicCollector, ros_context, wait_for
+
+CLASSES = ['animal', 'vegetation', 'object', 'trash']
+
+
+class CountingBackend(VLMBackend):
+    """Delegates to a real backend and records every batch it is given (optionally blocking)."""
+
+    def __init__(self, inner: VLMBackend, gate: threading.Event | None = None) -> None:
+        self.inner = inner
+        self.kind, self.classes, self.model_id, self.name = (
+            inner.kind,
+            inner.classes,
+            inner.model_id,
+            inner.name,
+        )
+        self.batches: list[int] = []
+        self.entered = threading.Event()
+        self.gate = gate
+
+    def predict(self, frames):
+        self.batches.append(len(frames))
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        return self.inner.predict(frames)
+
+
+@pytest.fixture(scope='module')
+def clip(tiny_clip_dir):
+    return create_backend('clip', str(tiny_clip_dir), device='cpu')
+
+
+def overrides(tiny_clip_dir, **extra):
+    values = {'model': str(tiny_clip_dir), 'device': 'cpu', **extra}
+    return [Parameter(name, value=value) for name, value in values.items()]
+
+
+def test_camera_frames_get_predictions_with_the_design_fields(tiny_clip_dir, clip):
+    frame = make_frame(64, 48, seed=3)
+    expected = clip.predict([frame])[0]
+    with ros_context() as context:
+        node = PerceptionNode(context=context, parameter_overrides=overrides(tiny_clip_dir))
+        camera = CameraPublisher(context)
+        results = TopicCollector(context, 'prediction', DiagnosticArray)
+        nodes = [node, camera, results]
+        try:
+            wait_for(lambda: node.count_publishers('image') > 0, 5, nodes, 'camera discovery')
+            wait_for(lambda: node.prediction_pub.get_subscription_count() > 0, 5, nodes, 'the collector')
+            stamp = None
+
+            # Sensor-data QoS is best effort: keep publishing the same frame until one is judged.
+            def judged() -> bool:
+                nonlocal stamp
+                if not results.messages:
+                    stamp = camera.publish(frame, 7_000_000_123)
+                return bool(results.messages)
+
+            wait_for(judged, 20, nodes, 'a prediction for the camera frame')
+            msg = results.messages[0]
+            assert stamp_to_ns(msg.header.stamp) == 7_000_000_123
+            assert msg.header.frame_id == 'camera'
+            (status,) = msg.status
+            assert status.name == 'metavlm/prediction'
+            assert status.hardware_id == str(tiny_clip_dir)
+            assert [kv.key for kv in status.values] == [*CLASSES, 'latency_ms', 'kind']
+            assert latency_of(msg) >= 0.0
+            prediction = array_to_prediction(msg)
+            assert prediction.kind == 'confidence'
+            for cls in CLASSES:
+                assert prediction.values[cls] == pytest.approx(expected.values[cls], abs=1e-5)
+            assert status.message.startswith('animal ')
+            assert node.counters.predictions >= 1
+        finally:
+            for n in nodes:
+                n.destroy_node()
+        assert not node._worker.is_alive()
+
+
+def test_probes_are_micro_batched_and_answered_with_their_stamps(tiny_clip_dir, clip):
+    frames = [make_frame(40, 30, seed=s) for s in range(8)]
+    expected = clip.predict(frames)
+    with ros_context() as context:
+        counting = CountingBackend(clip)
+        node = PerceptionNode(
+            context=context,
+            backend=counting,
+            parameter_overrides=overrides(tiny_clip_dir, max_batch=16, batch_wait_ms=300),
+        )
+        tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
+        replies = TopicCollector(context, 'probe/prediction', DiagnosticArray, PROBE_QOS)
+        nodes = [node, tester, replies]
+        try:
+            wait_for(lambda: tester.publisher.get_subscription_count() > 0, 5, nodes, 'probe subscriber')
+            wait_for(lambda: node.probe_prediction_pub.get_subscription_count() > 0, 5, nodes)
+            stamps = [tester.publish(f, 1_000 + i) for i, f in enumerate(frames)]
+            wait_for(lambda: len(replies.messages) == len(frames), 20, nodes, 'all probe replies')
+            by_stamp = {stamp_to_ns(m.header.stamp): array_to_prediction(m) for m in replies.messages}
+            assert sorted(by_stamp) == stamps
+            for stamp, want in zip(stamps, expected, strict=True):
+                for cls in CLASSES:
+                    assert by_stamp[stamp].values[cls] == pytest.approx(want.values[cls], abs=1e-5)
+            assert sum(counting.batches) == len(frames)
+            assert len(counting.batches) < len(frames)  # fewer model calls than probes
+            assert node.counters.probes_answered == len(frames)
+
+            # A smaller max_batch, set at run time, caps the batches.
+            assert node.set_parameters([Parameter('max_batch', value=3)])[0].successful
+            counting.batches.clear()
+            replies.messages.clear()
+            for i, f in enumerate(frames):
+                tester.publish(f, 5_000 + i)
+            wait_for(lambda: len(replies.messages) == len(frames), 20, nodes, 'replies after max_batch=3')
+            assert max(counting.batches) <= 3 and sum(counting.batches) == len(frames)
+        finally:
+            for n in nodes:
+                n.destroy_node()
+
+
+def test_parameters_are_refused_at_run_time_with_a_reason(tiny_clip_dir, clip):
+    with ros_context() as context:
+        node = PerceptionNode(context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir))
+        try:
+            (result,) = node.set_parameters([Parameter('max_batch', value=0)])
+            assert not result.successful and 'max_batch' in result.reason
+            (result,) = node.set_parameters([Parameter('batch_wait_ms', value=1001)])
+            assert not result.successful and 'batch_wait_ms' in result.reason
+            (result,) = node.set_parameters([Parameter('backend', value='blip')])
+            assert not result.successful and 'read-only' in result.reason
+            assert node.get_parameter('max_batch').value == 16
+            (result,) = node.set_parameters([Parameter('batch_wait_ms', value=40)])
+            assert result.successful and node._batch_wait_s == pytest.approx(0.040)
+        finally:
+            node.destroy_node()
+
+
+def test_parameter_service_answers_while_the_model_is_busy(tiny_clip_dir, clip):
+    gate = threading.Event()
+    blocking = CountingBackend(clip, gate)
+    with ros_context() as context:
+        node = PerceptionNode(context=context, backend=blocking, parameter_overrides=overrides(tiny_clip_dir))
+        tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
+        client = tester.create_client(SetParameters, '/metavlm_perception/set_parameters')
+        nodes = [node, tester]
+        try:
+            wait_for(lambda: tester.publisher.get_subscription_count() > 0, 5, nodes, 'probe subscriber')
+            tester.publish(make_frame(32, 24))
+            wait_for(blocking.entered.is_set, 10, nodes, 'the model call to start')
+            wait_for(client.service_is_ready, 5, nodes, 'the parameter service')
+            request = SetParameters.Request(parameters=[Parameter('max_batch', value=0).to_parameter_msg()])
+            future = client.call_async(request)
+            wait_for(future.done, 5, nodes, 'the parameter service reply while the model is busy')
+            (result,) = future.result().results
+            assert not result.successful and 'max_batch' in result.reason
+            assert not gate.is_set()  # the model was still busy when the service answered
+        finally:
+            gate.set()
+            for n in nodes:
+                n.destroy_node()
+
+
+def test_garbage_frames_are_counted_and_the_node_goes_on(tiny_clip_dir, clip):
+    with ros_context() as context:
+        node = PerceptionNode(
+            context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir, batch_wait_ms=0)
+        )
+        tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
+        replies = TopicCollector(context, 'probe/prediction', DiagnosticArray, PROBE_QOS)
+        nodes = [node, tester, replies]
+        try:
+            wait_for(lambda: tester.publisher.get_subscription_count() > 0, 5, nodes, 'probe subscriber')
+            wait_for(lambda: node.probe_prediction_pub.get_subscription_count() > 0, 5, nodes)
+            garbage = Image(height=10, width=10, encoding='rgb8', step=30)
+            garbage.data = bytes(7)  # step*height is 300
+            tester.publish_msg(garbage)
+            odd = Image(height=2, width=2, encoding='weird', step=6)
+            odd.data = bytes(12)
+            tester.publish_msg(odd)
+            good = tester.publish(make_frame(32, 24), 42)
+            wait_for(lambda: len(replies.messages) == 1, 20, nodes, 'the reply to the good probe')
+            assert stamp_to_ns(replies.messages[0].header.stamp) == good
+            assert node.counters.conversion_failures == 2
+            assert node._worker.is_alive()
+        finally:
+            for n in nodes:
+                n.destroy_node()
+
+
+def test_compressed_transport_subscribes_image_compressed(tiny_clip_dir, clip):
+    with ros_context() as context:
+        node = PerceptionNode(
+            context=context,
+            backend=clip,
+            parameter_overrides=overrides(tiny_clip_dir, image_transport='compressed'),
+        )
+        camera = CameraPublisher(context, compressed=True)
+        results = TopicCollector(context, 'prediction', DiagnosticArray)
+        nodes = [node, camera, results]
+        try:
+            assert camera.topic == 'image/compressed'
+            frame = make_frame(32, 24, seed=5)
+
+            def judged() -> bool:
+                if not results.messages:
+                    camera.publish(frame, 99)
+                return bool(results.messages)
+
+            wait_for(judged, 20, nodes, 'a prediction for the compressed frame')
+            assert stamp_to_ns(results.messages[0].header.stamp) == 99
+            assert array_to_prediction(results.messages[0]).kind == 'confidence'
+            # the PNG round trip is lossless
+            np.testing.assert_array_equal(image_msg_to_rgb(camera.message(frame, 0)), frame)
+        finally:
+            for n in nodes:
+                n.destroy_node()
+
+
+@pytest.mark.parametrize(
+    ('extra', 'reason'),
+    [
+        ({'max_batch': 0}, 'max_batch'),
+        ({'backend': 'yolo'}, 'backend'),
+        ({'confidence': 'logits'}, 'confidence'),
+        ({'classes': ['fish', 'fish']}, 'distinct'),
+        ({'class_prompts': ['a fish', 'a plant']}, '2 prompts for 4 classes'),
+        ({'max_batch': 'many'}, 'max_batch'),
+    ],
+)
+def test_bad_start_parameters_raise_parameter_error(tiny_clip_dir, extra, reason):
+    with ros_context() as context:
+        with pytest.raises(ParameterError, match=reason):
+            PerceptionNode(context=context, parameter_overrides=overrides(tiny_clip_dir, **extra))
+
+
+def test_class_prompts_reach_the_backend(tiny_clip_dir):
+    prompts = ['a fish', '', 'a pipe', '']
+    with ros_context() as context:
+        node = PerceptionNode(
+            context=context, parameter_overrides=overrides(tiny_clip_dir, class_prompts=prompts)
+        )
+        try:
+            assert node.backend.class_prompts['animal'] == 'a fish'
+            assert node.backend.class_prompts['object'] == 'a pipe'
+            assert node.backend.class_prompts['trash'] == 'a photo of trash underwater'
+        finally:
+            node.destroy_node()
+
+
+def test_main_exits_1_with_a_one_line_error(capsys):
+    assert main(['--ros-args', '-p', 'max_batch:=0']) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('metavlm_perception: error: parameter max_batch') and '\n' not in err
