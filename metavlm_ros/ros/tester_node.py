@@ -360,8 +360,12 @@ class TesterNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         self._given_backend = backend
         self._lock = threading.Lock()
-        self._declare_parameters()
-        self.settings = settings_from_parameters(self._parameter_values())
+        try:
+            self._declare_parameters()
+            self.settings = settings_from_parameters(self._parameter_values())
+        except BaseException:
+            super().destroy_node()  # a node that failed to start must not linger in its context
+            raise
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
         # Counters, read by /diagnostics and by `metavlm run`.
@@ -390,7 +394,11 @@ class TesterNode(Node):
         self._store: ResultsStore | None = None
         self._violations_file: Any = None
 
-        self.backend = self._make_backend(self.settings)
+        try:
+            self.backend = self._make_backend(self.settings)
+        except BaseException:
+            super().destroy_node()
+            raise
         self._camera_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
         if self.settings.image_transport == 'compressed':
