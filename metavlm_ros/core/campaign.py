@@ -884,6 +884,7 @@ def run_campaign(
     workers: int = 1,
     scheduler: str | None = None,
     force: bool = False,
+    threads: int | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> CampaignRun:
@@ -896,6 +897,9 @@ def run_campaign(
         workers: Worker processes (local executor, or the local Dask cluster).
         scheduler: Address of a running Dask scheduler; None starts a loopback-only local cluster.
         force: Continue a results directory made with a different configuration.
+        threads: Torch threads per worker; default the machine's cores divided by `workers` (none
+            set for a remote scheduler). Floating-point sums depend on it, and NSGA-II follows them:
+            bit-identical reruns need the same value.
         progress: Show a progress bar with an ETA on stderr.
         log: Receives one-line status messages.
 
@@ -912,6 +916,8 @@ def run_campaign(
         raise ParameterError(f'unknown executor "{executor}" (choose from local, dask)')
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ParameterError(f'--workers must be an integer >= 1, got {workers!r}')
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ParameterError(f'--threads must be an integer >= 1, got {threads!r}')
     if scheduler is not None and executor != 'dask':
         raise ParameterError('--scheduler needs --executor dask')
     out = Path(out)
@@ -936,6 +942,7 @@ def run_campaign(
             'executor': executor,
             'workers': workers,
             'scheduler': scheduler,
+            'threads': threads,
             'host': socket.gethostname(),
             'pending': len(pending),
         }
@@ -943,7 +950,8 @@ def run_campaign(
         _write_json_atomic(out / CAMPAIGN_FILE, record)
 
         frames = {im.index: im.rgb for im in images}
-        threads = max(1, (os.cpu_count() or 1) // workers) if scheduler is None else None
+        if threads is None and scheduler is None:
+            threads = max(1, (os.cpu_count() or 1) // workers)
         models = config.models
         tasks = [CellTask(c, models[c.model_index], _search_for(config, c), threads) for c in pending]
         started = time.perf_counter()

@@ -1,0 +1,40 @@
+"""`metavlm report`: the paper's RQ1-RQ3 tables and plots from a campaign results directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "write a campaign's report: RQ1-RQ3 tables (Tables 4-7) and plots"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `metavlm report`."""
+    parser = subparsers.add_parser('report', help=HELP, description=HELP + '.')
+    parser.add_argument('results', metavar='DIR', help='a directory written by `metavlm campaign --out`')
+    parser.add_argument(
+        '--format', default='md', choices=('md', 'html', 'csv'), help='md (also printed), html or csv'
+    )
+    parser.add_argument('--out', default=None, metavar='DIR', help='where to write (default: DIR/report)')
+    parser.add_argument(
+        '--solutions',
+        default='all',
+        choices=('all', 'final', 'pareto'),
+        help='solution set of the RQ2/RQ3 tables: all evaluations (default), final generation, or pareto',
+    )
+    parser.add_argument('--no-plots', action='store_true', help='tables only')
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build and write the report; returns the exit code."""
+    from metavlm_ros.core.report import build_report, render_markdown, write_report
+
+    report = build_report(args.results, solutions=args.solutions)
+    out = Path(args.out) if args.out else Path(args.results) / 'report'
+    written = write_report(report, out, fmt=args.format, plots=not args.no_plots)
+    if args.format == 'md':
+        print(render_markdown(report))
+    print(f'report: {len(written)} files in {out} (main: {written[0].name})', file=sys.stderr)
+    return 0
