@@ -1,0 +1,295 @@
+"""Tests of the VLM backends on tiny random-initialised models, loaded offline through the real code path."""
+
+import hashlib
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+from metavlm_ros.core import vlm
+from metavlm_ros.core.counts import parse_counts
+from metavlm_ros.core.errors import InputError, ModelError, ParameterError
+from metavlm_ros.core.tiny import build_tiny_model
+from metavlm_ros.core.vlm import (
+    CLASSES,
+    TABLE1_PROMPT,
+    Prediction,
+    create_backend,
+    resolve_model,
+    weights_hash,
+)
+from tests.conftest import make_frame
+
+FRAMES = [make_frame(64 + 8 * i, 48 + 4 * i, seed=i) for i in range(5)]
+
+
+@pytest.fixture(scope='module')
+def clip(tiny_clip_dir):
+    return create_backend('clip', str(tiny_clip_dir), device='cpu', batch_size=2)
+
+
+@pytest.fixture(scope='module')
+def blip(tiny_blip_dir):
+    return create_backend('blip', str(tiny_blip_dir), device='cpu', batch_size=2, max_new_tokens=8)
+
+
+@pytest.fixture(scope='module')
+def instructblip(tiny_instructblip_dir):
+    directory = str(tiny_instructblip_dir)
+    return create_backend('instructblip', directory, device='cpu', batch_size=2, max_new_tokens=8)
+
+
+def _check(predictions, kind, n):
+    assert len(predictions) == n
+    for prediction in predictions:
+        assert isinstance(prediction, Prediction)
+        assert prediction.kind == kind
+        assert tuple(prediction.values) == CLASSES
+        assert all(isinstance(v, float) for v in prediction.values.values())
+
+
+@pytest.mark.parametrize('n', [1, 5])
+def test_clip_predicts_one_confidence_per_class(clip, n):
+    predictions = clip.predict(FRAMES[:n])
+    _check(predictions, 'confidence', n)
+    for prediction in predictions:
+        assert prediction.text == ''
+        assert all(-1.0 <= v <= 1.0 for v in prediction.values.values())
+    assert (clip.kind, clip.name, clip.classes) == ('confidence', 'clip', CLASSES)
+
+
+@pytest.mark.parametrize('backend', ['blip', 'instructblip'])
+@pytest.mark.parametrize('n', [1, 5])
+def test_count_backends_predict_parsed_counts(request, backend, n):
+    model = request.getfixturevalue(backend)
+    predictions = model.predict(FRAMES[:n])
+    _check(predictions, 'count', n)
+    for prediction in predictions:
+        assert prediction.values == {c: float(v) for c, v in parse_counts(prediction.text).items()}
+        # The answer alone is parsed: the captioner's and the language model's echo of the prompt is cut.
+        assert 'how many animals' not in prediction.text.lower()
+    assert (model.kind, model.name, model.prompt) == ('count', backend, TABLE1_PROMPT)
+
+
+def test_clip_batched_and_one_by_one_agree(clip, tiny_clip_dir):
+    single = create_backend('clip', str(tiny_clip_dir), device='cpu', batch_size=1)
+    batched = clip.predict(FRAMES)
+    one_by_one = [single.predict([frame])[0] for frame in FRAMES]
+    for a, b in zip(batched, one_by_one, strict=True):
+        np.testing.assert_allclose(list(a.values.values()), list(b.values.values()), atol=1e-4)
+
+
+@pytest.mark.parametrize('backend', ['blip', 'instructblip'])
+def test_count_batched_and_one_by_one_agree(request, backend):
+    model = request.getfixturevalue(backend)
+    batched = model.predict(FRAMES)
+    one_by_one = [model.predict([frame])[0] for frame in FRAMES]
+    assert [p.text for p in batched] == [p.text for p in one_by_one]
+
+
+def test_clip_cosine_matches_the_model_forward(clip):
+    import torch
+
+    predictions = clip.predict(FRAMES[:3])
+    prompts = [clip.class_prompts[c] for c in CLASSES]
+    inputs = clip.processor(text=prompts, images=[f for f in FRAMES[:3]], return_tensors='pt', padding=True)
+    with torch.inference_mode():
+        out = clip.model(**inputs)
+        # CLIP's forward returns logit_scale * cosine; dividing the scale out gives the paper's confidence.
+        expected = (out.logits_per_image / clip.model.logit_scale.exp()).numpy()
+    got = np.array([list(p.values.values()) for p in predictions])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_clip_softmax_is_softmax_of_scaled_cosine(clip, tiny_clip_dir):
+    soft = create_backend('clip', str(tiny_clip_dir), device='cpu', confidence='softmax')
+    cosine = np.array([list(p.values.values()) for p in clip.predict(FRAMES)])
+    probabilities = np.array([list(p.values.values()) for p in soft.predict(FRAMES)])
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-6)
+    logits = float(clip.model.logit_scale.detach().exp()) * cosine
+    expected = np.exp(logits - logits.max(axis=1, keepdims=True))
+    expected /= expected.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+
+
+def test_clip_text_embeddings_are_computed_once(clip, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError('text embeddings recomputed')
+
+    monkeypatch.setattr(clip.model, 'get_text_features', fail)
+    _check(clip.predict(FRAMES[:2]), 'confidence', 2)
+
+
+def test_clip_custom_classes_and_prompts(tiny_clip_dir, clip):
+    custom = create_backend(
+        'clip',
+        str(tiny_clip_dir),
+        device='cpu',
+        classes=('animal', 'rock'),
+        class_prompts={'animal': 'a fish'},
+    )
+    assert custom.class_prompts == {'animal': 'a fish', 'rock': 'a photo of rock underwater'}
+    prediction = custom.predict(FRAMES[:1])[0]
+    assert tuple(prediction.values) == ('animal', 'rock')
+    # Another prompt, another text embedding: the animal confidence changes.
+    default = clip.predict(FRAMES[:1])[0].values['animal']
+    assert prediction.values['animal'] != pytest.approx(default, abs=1e-6)
+
+
+def test_blip_question_answering_checkpoint_is_detected(tiny_blip_dir, tmp_path):
+    from transformers import BlipConfig, BlipForQuestionAnswering
+
+    target = tmp_path / 'vqa'
+    shutil.copytree(tiny_blip_dir, target)
+    (target / 'model.safetensors').unlink()
+    BlipForQuestionAnswering(BlipConfig.from_pretrained(target)).save_pretrained(target)
+    backend = create_backend('blip', str(target), device='cpu', max_new_tokens=4)
+    assert type(backend.model).__name__ == 'BlipForQuestionAnswering'
+    _check(backend.predict(FRAMES[:3]), 'count', 3)
+
+
+def test_tiny_models_are_deterministic_per_seed(tmp_path, tiny_clip_dir):
+    again = build_tiny_model('clip', tmp_path / 'again', seed=0)
+    other = build_tiny_model('clip', tmp_path / 'other', seed=1)
+    assert weights_hash(again) == weights_hash(tiny_clip_dir)
+    assert weights_hash(other) != weights_hash(tiny_clip_dir)
+    assert (again / 'tokenizer.json').read_bytes() == (tiny_clip_dir / 'tokenizer.json').read_bytes()
+    a = create_backend('clip', str(again), device='cpu').predict(FRAMES[:2])
+    b = create_backend('clip', str(tiny_clip_dir), device='cpu').predict(FRAMES[:2])
+    assert a == b
+
+
+def test_weights_hash_is_sha256_of_the_safetensors(tiny_clip_dir, clip):
+    path = tiny_clip_dir / 'model.safetensors'
+    expected = hashlib.sha256(b'model.safetensors' + path.read_bytes()).hexdigest()[:12]
+    assert weights_hash(tiny_clip_dir) == expected
+    assert clip.weights_hash() == expected
+    assert len(expected) == 12
+
+
+def test_model_id_and_path(clip, tiny_clip_dir):
+    assert clip.model_id == str(tiny_clip_dir)
+    assert resolve_model('clip', str(tiny_clip_dir)) == str(tiny_clip_dir.resolve())
+
+
+def test_hugging_face_id_resolves_from_the_local_cache(tmp_path, tiny_clip_dir, monkeypatch):
+    import huggingface_hub.constants
+
+    commit = 'a' * 40
+    repo = tmp_path / 'hub' / 'models--metavlm--tiny-clip'
+    shutil.copytree(tiny_clip_dir, repo / 'snapshots' / commit)
+    (repo / 'refs').mkdir()
+    (repo / 'refs' / 'main').write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path / 'hub'))
+    backend = create_backend('clip', 'metavlm/tiny-clip', device='cpu')
+    assert backend.model_id == 'metavlm/tiny-clip'
+    local = create_backend('clip', str(tiny_clip_dir), device='cpu')
+    assert backend.predict(FRAMES[:1]) == local.predict(FRAMES[:1])
+
+
+@pytest.mark.parametrize(
+    ('backend', 'model', 'message'),
+    [
+        ('clip', '/nonexistent/metavlm/model-dir', 'does not exist'),
+        ('blip', './no-such-dir/', 'does not exist'),
+        ('clip', 'metavlm-test/no-such-model', 'hf download metavlm-test/no-such-model'),
+        ('instructblip', 'Salesforce/instructblip-not-cached', 'local directory'),
+        ('llava', 'whatever', 'valid backends: clip, blip, instructblip'),
+    ],
+)
+def test_missing_models_fail_fast_with_one_line(backend, model, message):
+    start = time.monotonic()
+    with pytest.raises(ModelError, match=message) as info:
+        create_backend(backend, model)
+    assert time.monotonic() - start < 5.0
+    assert '\n' not in str(info.value)
+
+
+def test_directory_without_config_is_refused(tmp_path):
+    with pytest.raises(ModelError, match='no config.json'):
+        resolve_model('clip', str(tmp_path))
+    (tmp_path / 'weights.bin').write_bytes(b'')
+    with pytest.raises(ModelError, match='is a file'):
+        resolve_model('clip', str(tmp_path / 'weights.bin'))
+
+
+def test_wrong_model_family_is_a_model_error(tiny_clip_dir):
+    with pytest.raises(ModelError, match='cannot load blip model'):
+        create_backend('blip', str(tiny_clip_dir), device='cpu')
+
+
+def test_demo_model_missing_says_how_to_build(tmp_path, monkeypatch):
+    monkeypatch.setattr(vlm, '_DEMO_ROOT', tmp_path)
+    with pytest.raises(ModelError, match='demo model for clip is not built; run metavlm train-demo-models'):
+        resolve_model('clip', 'demo')
+
+
+def test_demo_model_resolves_inside_the_package(tmp_path, monkeypatch, tiny_clip_dir):
+    shutil.copytree(tiny_clip_dir, tmp_path / 'demo-clip')
+    monkeypatch.setattr(vlm, '_DEMO_ROOT', tmp_path)
+    assert resolve_model('clip', 'demo') == str(tmp_path / 'demo-clip')
+    assert create_backend('clip', 'demo', device='cpu').model_id == 'demo'
+
+
+@pytest.mark.parametrize(
+    ('options', 'message'),
+    [
+        ({'confidence': 'logits'}, 'confidence'),
+        ({'dtype': 'int8'}, 'dtype'),
+        ({'batch_size': 0}, 'batch_size'),
+        ({'device': 'tpu'}, 'device'),
+        ({'classes': ()}, 'classes'),
+        ({'class_prompts': {'mammal': 'a seal'}}, 'unknown class'),
+    ],
+)
+def test_bad_options_are_parameter_errors(tiny_clip_dir, options, message):
+    with pytest.raises(ParameterError, match=message):
+        create_backend('clip', str(tiny_clip_dir), **options)
+
+
+def test_bad_count_options_are_parameter_errors(tiny_blip_dir):
+    with pytest.raises(ParameterError, match='unknown class'):
+        create_backend('blip', str(tiny_blip_dir), vocabularies={'mammal': ['seal']})
+    with pytest.raises(ParameterError, match='max_new_tokens'):
+        create_backend('blip', str(tiny_blip_dir), max_new_tokens=0)
+
+
+@pytest.mark.parametrize(
+    'bad',
+    [
+        np.zeros((8, 8), np.uint8),
+        np.zeros((8, 8, 4), np.uint8),
+        np.zeros((8, 8, 3), np.float32),
+        np.zeros((0, 8, 3), np.uint8),
+        'frame.png',
+    ],
+)
+def test_bad_frames_are_input_errors(clip, bad):
+    with pytest.raises(InputError, match='frame 1'):
+        clip.predict([FRAMES[0], bad])
+
+
+def test_empty_input_gives_no_predictions(clip):
+    assert clip.predict([]) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('backend', ['clip', 'blip', 'instructblip'])
+def test_cuda_matches_cpu(tiny_model_dirs, backend):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip('no CUDA device')
+    directory = str(tiny_model_dirs(backend))
+    gpu = create_backend(backend, directory, device='auto', dtype='float32', max_new_tokens=8)
+    cpu = create_backend(backend, directory, device='cpu', max_new_tokens=8)
+    assert gpu.device.type == 'cuda'
+    a, b = gpu.predict(FRAMES), cpu.predict(FRAMES)
+    if backend == 'clip':
+        values = [[list(p.values.values()) for p in predictions] for predictions in (a, b)]
+        np.testing.assert_allclose(values[0], values[1], atol=1e-3)
+    else:
+        assert all(p.kind == 'count' for p in a)
+    half = create_backend(backend, directory, device='cuda', dtype='float16', max_new_tokens=8)
+    assert len(half.predict(FRAMES)) == len(FRAMES)
