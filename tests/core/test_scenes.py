@@ -1,0 +1,170 @@
+"""Tests of metavlm_ros.core.scenes: determinism, ground truth consistency, motion and captions."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.core.scenes import (
+    CLASSES,
+    ENVIRONMENTS,
+    KIND_CLASS,
+    KINDS,
+    MIN_VISIBLE_FRACTION,
+    GroundTruth,
+    SceneGenerator,
+    caption,
+)
+
+
+def digest(rgb: np.ndarray) -> str:
+    return hashlib.sha256(rgb.tobytes()).hexdigest()
+
+
+@pytest.mark.parametrize('environment', ENVIRONMENTS)
+def test_same_seed_same_frames(environment):
+    a = SceneGenerator(64, 48, 5, seed=7, environment=environment)
+    b = SceneGenerator(64, 48, 5, seed=7, environment=environment)
+    for i in (0, 3):
+        ra, ga = a.frame(i)
+        rb, gb = b.frame(i)
+        assert digest(ra) == digest(rb)
+        assert ga.to_dict() == gb.to_dict()
+
+
+def test_random_access_matches_sequential():
+    gen = SceneGenerator(64, 48, 5, seed=3, environment='shallow', frames=4)
+    sequential = [digest(rgb) for rgb, _ in gen]
+    assert len(sequential) == 4 == len(gen)
+    assert digest(gen.frame(2)[0]) == sequential[2]
+    assert len(set(sequential)) == 4  # the scene moves
+
+
+def test_different_seed_or_environment_differs():
+    base = SceneGenerator(64, 48, 5, seed=1, environment='shallow').frame(0)[0]
+    assert digest(SceneGenerator(64, 48, 5, seed=2, environment='shallow').frame(0)[0]) != digest(base)
+    assert digest(SceneGenerator(64, 48, 5, seed=1, environment='deep').frame(0)[0]) != digest(base)
+
+
+def test_environment_from_seed_is_deterministic():
+    envs = {SceneGenerator(32, 32, 5, seed=s).environment for s in range(12)}
+    assert envs == set(ENVIRONMENTS)
+    assert SceneGenerator(32, 32, 5, seed=5).environment == SceneGenerator(32, 32, 5, seed=5).environment
+
+
+def test_frame_format():
+    rgb, gt = SceneGenerator(96, 54, 5, seed=0, environment='pool').frame(0)
+    assert rgb.shape == (54, 96, 3) and rgb.dtype == np.uint8 and rgb.flags['C_CONTIGUOUS']
+    assert set(gt.counts) == set(CLASSES)
+    assert set(gt.kind_counts) == set(KIND_CLASS)
+
+
+@pytest.mark.parametrize(('width', 'height', 'environment'), [(160, 120, 'shallow'), (1200, 675, 'pool')])
+def test_ground_truth_matches_what_was_drawn(width, height, environment):
+    gen = SceneGenerator(width, height, 5, seed=11, environment=environment)
+    iw, ih = gen.internal_size
+    sx, sy = width / iw, height / ih
+    checked = 0
+    for index in (0, 40, 80):
+        rgb, gt, labels = gen.render(index)
+        assert rgb.shape == (height, width, 3) and labels.shape == (ih, iw)
+        for cls in CLASSES:
+            assert gt.counts[cls] == sum(1 for b in gt.boxes if b['class'] == cls)
+            assert gt.counts[cls] == sum(gt.kind_counts[k] for k in KINDS[cls])
+        ids = [b['id'] for b in gt.boxes]
+        assert len(ids) == len(set(ids))
+        for b in gt.boxes:
+            assert KIND_CLASS[b['kind']] == b['class']
+            assert MIN_VISIBLE_FRACTION <= b['visible'] <= 1.0
+            ys, xs = np.nonzero(labels == b['id'])
+            assert xs.size > 0
+            # The box is exactly the scaled bounding box of the object's visible pixels.
+            expected = [
+                int(np.floor(xs.min() * sx)),
+                int(np.floor(ys.min() * sy)),
+                min(width, int(np.ceil((xs.max() + 1) * sx))),
+                min(height, int(np.ceil((ys.max() + 1) * sy))),
+            ]
+            assert b['box'] == expected
+            x0, y0, x1, y1 = b['box']
+            assert 0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height
+            checked += 1
+    assert checked >= 3
+
+
+def test_objects_move_consistently_between_frames():
+    gen = SceneGenerator(320, 180, 10, seed=4, environment='shallow')
+    prev = {b['id']: b['box'] for b in gen.frame(0)[1].boxes}
+    moved = 0
+    for index in range(1, 6):
+        boxes = {b['id']: b['box'] for b in gen.frame(index)[1].boxes}
+        for obj_id in set(prev) & set(boxes):
+            (a0, b0, a1, b1), (c0, d0, c1, d1) = prev[obj_id], boxes[obj_id]
+            # At 10 fps nothing jumps: centres move a few pixels at most between frames.
+            assert abs((a0 + a1) - (c0 + c1)) / 2 <= 12 and abs((b0 + b1) - (d0 + d1)) / 2 <= 12
+            moved += (a0, b0, a1, b1) != (c0, d0, c1, d1)
+        prev = boxes
+    assert moved > 0
+
+
+def test_every_class_appears_across_scenes():
+    seen = {cls: 0 for cls in CLASSES}
+    for seed in range(4):
+        gen = SceneGenerator(128, 72, 1, seed=seed)
+        for index in range(0, 60, 6):
+            for cls, n in gen.frame(index)[1].counts.items():
+                seen[cls] += n
+    assert all(n > 0 for n in seen.values()), seen
+
+
+def test_environments_look_different():
+    means = {
+        env: SceneGenerator(96, 54, 5, seed=2, environment=env).frame(0)[0].reshape(-1, 3).mean(0)
+        for env in ENVIRONMENTS
+    }
+    # The deep sea is dark, the pool bright; underwater, red is attenuated most.
+    assert means['deep'].sum() < means['shallow'].sum() < means['pool'].sum()
+    for env in ('shallow', 'pool'):
+        r, g, b = means[env]
+        assert r < g and r < b
+
+
+def test_caption_format():
+    kinds = {k: 0 for k in KIND_CLASS}
+    kinds.update(fish=2, crab=1, seaweed=1, bottle=1)
+    gt = GroundTruth(counts={'animal': 3, 'vegetation': 1, 'object': 0, 'trash': 1}, kind_counts=kinds)
+    assert caption(gt) == 'Animals: 2 fish, 1 crab Vegetation: 1 seaweed Objects: None Trash: 1 bottle'
+    kinds.update(fish=0, crab=3, rov=1, box=2, tyre=2)
+    gt = GroundTruth(counts={'animal': 3, 'vegetation': 1, 'object': 3, 'trash': 3}, kind_counts=kinds)
+    assert (
+        caption(gt)
+        == 'Animals: 3 crabs Vegetation: 1 seaweed Objects: 2 boxes, 1 rov Trash: 1 bottle, 2 tyres'
+    )
+
+
+def test_ground_truth_dict_round_trip():
+    gt = SceneGenerator(128, 72, 5, seed=9, environment='pool').frame(3)[1]
+    data = json.loads(json.dumps(gt.to_dict()))
+    assert data['frame_index'] == 3 and data['environment'] == 'pool'
+    assert GroundTruth.from_dict(data).to_dict() == gt.to_dict()
+
+
+@pytest.mark.parametrize(
+    'kwargs',
+    [
+        {'width': 8, 'height': 48},
+        {'width': 64, 'height': 48, 'fps': 0},
+        {'width': 64, 'height': 48, 'environment': 'lake'},
+        {'width': 64, 'height': 48, 'frames': -1},
+    ],
+)
+def test_bad_parameters(kwargs):
+    with pytest.raises(ParameterError):
+        SceneGenerator(**kwargs)
+
+
+def test_negative_index_rejected():
+    with pytest.raises(ParameterError):
+        SceneGenerator(32, 32, 5, seed=0).frame(-1)
