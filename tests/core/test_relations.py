@@ -90,6 +90,13 @@ def test_zoom_out_pads_black_and_zoom_in_matches_resize_then_centre_crop():
     reference = cv2.resize(frame, (120, 96), interpolation=cv2.INTER_LINEAR)[8:88, 10:110]
     diff = np.abs(apply_relation(frame, 'scaling', 1.2).astype(int) - reference.astype(int))
     assert diff.max() <= 2
+    # Zooming by 0.8 equals cv2.resize to (80, 64) pasted at (10, 8) on black (inside the pasted
+    # area; on its one-pixel rim the warp blends in the black border).
+    padded = np.zeros_like(frame)
+    padded[8:72, 10:90] = cv2.resize(frame, (80, 64), interpolation=cv2.INTER_LINEAR)
+    out = apply_relation(frame, 'scaling', 0.8)
+    assert np.abs(out[9:71, 11:89].astype(int) - padded[9:71, 11:89].astype(int)).max() <= 2
+    assert not out[:, :9].any() and not out[:7].any()
 
 
 def test_clahe_at_clip_one_still_changes_a_low_contrast_frame():
