@@ -1,5 +1,7 @@
 """Tests of f_trans (Eq. 1) and f_pred (Eqs. 2, 3) on hand-computed cases."""
 
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -96,3 +98,14 @@ def test_objectives_accept_the_vlm_prediction_type():
     source = Prediction('count', {'animal': 1.0, 'trash': 0.0}, 'Animals: 1 fish')
     followup = Prediction('count', {'animal': 3.0, 'trash': 0.0}, 'Animals: 3 fish')
     assert f_pred(source, followup) == pytest.approx(2 / 3)
+
+
+def test_the_method_modules_import_neither_torch_nor_rclpy():
+    code = (
+        'import sys\n'
+        'import metavlm_ros.core.relations, metavlm_ros.core.encoding, metavlm_ros.core.objectives\n'
+        'import metavlm_ros.core.metrics, metavlm_ros.core.stats\n'
+        "print(sorted(m for m in ('torch', 'rclpy', 'transformers') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == '[]'
