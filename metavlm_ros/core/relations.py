@@ -159,6 +159,13 @@ def _warp(frame: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     )
 
 
+def _flush(frame: np.ndarray, matrix: np.ndarray | None) -> np.ndarray:
+    """Apply accumulated geometry, skipping a product that came out as the identity."""
+    if matrix is None or np.allclose(matrix, _IDENTITY, rtol=0.0, atol=1e-12):
+        return frame
+    return _warp(frame, matrix)
+
+
 def _clahe(frame: np.ndarray, clip_limit: float) -> np.ndarray:
     lab = cv2.cvtColor(frame, cv2.COLOR_RGB2LAB)
     clahe = cv2.createCLAHE(clipLimit=float(clip_limit), tileGridSize=CLAHE_TILES)
@@ -241,10 +248,8 @@ def apply_composition(frame: np.ndarray, composition: Composition, fuse: bool = 
                 matrix = relation_matrix(relation.id, value, width, height)
                 pending = matrix if pending is None else _then(pending, matrix)
             continue
-        if pending is not None:
-            out = _warp(out, pending)
-            pending = None
+        out = _flush(out, pending)
+        pending = None
         out = _apply_checked(out, relation, value)
-    if pending is not None and not np.allclose(pending, _IDENTITY, rtol=0.0, atol=1e-12):
-        out = _warp(out, pending)
+    out = _flush(out, pending)
     return out.copy() if out is frame else out
