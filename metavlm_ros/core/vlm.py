@@ -125,7 +125,9 @@ def resolve_model(backend: str, model: str) -> str:
         ModelError: unknown backend, or a model that is not on disk (the message says how to fetch it).
     """
     _check_backend(backend)
-    model = str(model)
+    model = str(model).strip()
+    if not model:
+        raise ModelError('no model given; pass a local model directory, a Hugging Face id or demo')
     if model == 'demo':
         path = _DEMO_ROOT / f'demo-{backend}'
         if not (path / 'config.json').is_file():
@@ -349,7 +351,7 @@ class _ClipBackend(_HFBackend):
 
     def _prepare(self) -> None:
         prompts = [self.class_prompts[c] for c in self.classes]
-        text = self._inputs(text=prompts, padding=True)
+        text = self._inputs(text=prompts, padding=True, truncation=True)
         embeds = self._embedding(self.model.get_text_features(**text)).float()
         self._text = embeds / embeds.norm(dim=-1, keepdim=True)
         self._scale = float(self.model.logit_scale.exp())

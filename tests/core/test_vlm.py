@@ -196,6 +196,7 @@ def test_hugging_face_id_resolves_from_the_local_cache(tmp_path, tiny_clip_dir, 
         ('clip', 'metavlm-test/no-such-model', 'hf download metavlm-test/no-such-model'),
         ('instructblip', 'Salesforce/instructblip-not-cached', 'local directory'),
         ('llava', 'whatever', 'valid backends: clip, blip, instructblip'),
+        ('clip', '  ', 'no model given'),
     ],
 )
 def test_missing_models_fail_fast_with_one_line(backend, model, message):
