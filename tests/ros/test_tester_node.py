@@ -1,0 +1,350 @@
+"""The tester node with an in-process stand-in model: violations, images, diagnostics, drops, parameters."""
+
+import threading
+
+import cv2
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Image
+
+from metavlm_ros.core.encoding import Composition
+from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.core.search import Evaluation
+from metavlm_ros.core.vlm import Prediction, VLMBackend
+from metavlm_ros.ros.conversions import image_msg_to_rgb
+from metavlm_ros.ros.tester_node import (
+    PARAMETERS,
+    coerce_parameters,
+    main,
+    settings_from_parameters,
+    violation_status,
+)
+from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
+from metavlm_ros.ros.visualisation import format_change, violation_image
+from tests.conftest import make_frame
+from tests.ros.helpers import CameraPublisher, TopicCollector, ros_context, wait_for
+
+# Table 2 of the paper, written out here so the test does not trust the code it checks:
+# relation id -> (nominal, max deviation).
+TABLE2 = {
+    'rotation': (0.0, 5.0),
+    'scaling': (1.0, 0.3),
+    'histogram_equalization': (1.0, 1.0),
+    'downsampling': (1.0, 0.1),
+    'shear': (0.0, 0.15),
+    'translation': (0.0, 0.03),
+}
+
+
+class StatsBackend(VLMBackend):
+    """A cheap confidence-type stand-in: black fraction, mean green, mean red, grey contrast."""
+
+    kind = 'confidence'
+    classes = ('animal', 'vegetation', 'object', 'trash')
+    model_id = 'stats'
+    name = 'stats'
+
+    def __init__(self, gate: threading.Event | None = None):
+        self.gate = gate
+        self.entered = threading.Event()
+        self.calls = 0
+
+    def predict(self, frames):
+        self.calls += 1
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(20)
+        out = []
+        for frame in frames:
+            f = frame.astype(np.float64) / 255.0
+            out.append(
+                Prediction(
+                    'confidence',
+                    {
+                        'animal': float(np.mean(np.all(frame == 0, axis=2))),
+                        'vegetation': float(f[..., 1].mean()),
+                        'object': float(f[..., 0].mean()),
+                        'trash': float(f.mean(axis=2).std()),
+                    },
+                )
+            )
+        return out
+
+
+def params(**values):
+    base = {
+        'vlm_endpoint': 'inprocess',
+        'population': 6,
+        'evaluations': 18,
+        'frame_period_s': 0.0,
+        'transport_size': 0,
+        'report_threshold': 0.01,
+    }
+    base.update(values)
+    return [Parameter(k, value=v) for k, v in base.items()]
+
+
+class Graph:
+    """A tester (stand-in model), a test camera and collectors of its three output topics."""
+
+    def __init__(self, context, tmp_path, backend=None, **values):
+        self.backend = backend or StatsBackend()
+        self.tester = MetaVLMTester(
+            context=context,
+            backend=self.backend,
+            parameter_overrides=params(results_dir=str(tmp_path / 'results'), **values),
+        )
+        compressed = values.get('image_transport') == 'compressed'
+        self.camera = CameraPublisher(context, compressed=compressed)
+        self.violations = TopicCollector(context, 'violations', DiagnosticArray, name='violations_sink')
+        self.images = TopicCollector(context, 'violation_image', Image, name='images_sink')
+        self.diagnostics = TopicCollector(context, '/diagnostics', DiagnosticArray, name='diagnostics_sink')
+        self.nodes = [self.tester, self.camera, self.violations, self.images, self.diagnostics]
+        self.executor = MultiThreadedExecutor(num_threads=4, context=context)
+        for node in self.nodes:
+            self.executor.add_node(node)
+        self.results = tmp_path / 'results'
+
+    def wait(self, predicate, timeout=20.0, message=''):
+        wait_for(predicate, timeout, self.executor, message)
+
+    def close(self):
+        self.executor.shutdown(timeout_sec=2)
+        for node in self.nodes:
+            node.destroy_node()
+
+
+@pytest.fixture
+def graph(tmp_path):
+    made = []
+    with ros_context() as context:
+
+        def make(**kwargs):
+            g = Graph(context, tmp_path, **kwargs)
+            made.append(g)
+            g.wait(lambda: g.camera.publisher.get_subscription_count() > 0, 5, 'the tester to subscribe')
+            return g
+
+        yield make
+        for g in made:
+            g.close()
+
+
+def values_of(status: DiagnosticStatus) -> dict[str, str]:
+    return {kv.key: kv.value for kv in status.values}
+
+
+def test_violations_are_stored_then_published_with_their_fields(graph):
+    g = graph()
+    frame = make_frame(160, 120, seed=5)
+    stamp = g.camera.publish(frame, 7_000_000_123)
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+
+    records = read_jsonl(g.results / 'evaluations.jsonl')
+    assert len(records) == 18
+    assert all(r['source_stamp'] == stamp and r['image'] == 'camera@7000000123' for r in records)
+    published = [r for r in records if r['violation']['0.01'] and not r['cached'] and r['order'] > 0]
+    assert published, 'the stand-in model should see violations at Th=0.01'
+    g.wait(lambda: len(g.violations.messages) == len(published), 5, 'every violation on the topic')
+
+    stored = read_jsonl(g.results / 'violations.jsonl')
+    assert [s['index'] for s in stored] == [r['index'] for r in published]
+    source = records[0]['source']
+    for msg, record, saved in zip(g.violations.messages, published, stored, strict=True):
+        assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (7, 123)
+        assert len(msg.status) == 1
+        status = msg.status[0]
+        kv = values_of(status)
+        assert status.name == 'metavlm/violation'
+        assert status.message == record['composition'] == kv['composition']
+        assert int(kv['order']) == record['order']
+        assert int(kv['source_stamp']) == stamp
+        # f_trans from the published MR parameters and Table 2 (Eq. 1 of DESIGN 1.3).
+        params_ = {k: float(v) for k, v in kv.items() if k in TABLE2}
+        assert len(params_) == record['order']
+        f_trans = sum(abs(v - TABLE2[k][0]) / TABLE2[k][1] for k, v in params_.items())
+        assert float(kv['f_trans']) == pytest.approx(f_trans, abs=1e-9)
+        # f_pred for confidences (Eq. 3) from the published source and follow-up values.
+        f_pred = sum(abs(float(kv[f'followup/{c}']) - float(kv[f'source/{c}'])) for c in source)
+        assert float(kv['f_pred']) == pytest.approx(f_pred, abs=1e-12)
+        assert float(kv['f_pred']) == pytest.approx(record['f_pred'])
+        assert {c: float(kv[f'source/{c}']) for c in source} == pytest.approx(source)
+        severe = f_pred >= len(source) / 2
+        assert status.level == (DiagnosticStatus.ERROR if severe else DiagnosticStatus.WARN)
+        # The follow-up PNG is the composition applied to the source frame.
+        png = cv2.imread(str(g.results / saved['frame']))
+        assert png.shape == frame.shape
+        assert kv['frame'] == saved['frame']
+
+
+def test_violation_images_show_both_frames(graph):
+    g = graph(violation_image_height=120)
+    frame = make_frame(160, 120, seed=5)
+    g.camera.publish(frame)
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    g.wait(lambda: len(g.images.messages) == len(g.violations.messages) > 0, 5, 'the violation images')
+    picture = image_msg_to_rgb(g.images.messages[0])
+    # Two 160-pixel panels and a 4-pixel gap; panels 120 high plus a title and one line per class.
+    assert picture.shape[1] == 160 + 4 + 160
+    assert picture.shape[0] > 120
+    title_h = (picture.shape[0] - 120 - 4) // 5
+    panel = picture[title_h : title_h + 120]
+    # Below the caption, the left panel is the source frame, untouched.
+    assert np.array_equal(panel[40:, :160], frame[40:])
+
+
+def test_diagnostics_report_the_search(graph):
+    g = graph()
+    g.camera.publish(make_frame(96, 72, seed=1))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    count = len(g.diagnostics.messages)
+    g.wait(lambda: len(g.diagnostics.messages) > count, 3, 'a diagnostics message after the search')
+    status = g.diagnostics.messages[-1].status[0]
+    kv = values_of(status)
+    assert status.level == DiagnosticStatus.OK
+    assert status.name == 'metavlm_tester: search'
+    assert kv['searches_done'] == '1'
+    assert kv['evaluations'] == '18'
+    assert kv['frames_received'] == '1'
+    assert kv['frames_dropped'] == '0'
+    assert kv['perception_answering'] == 'n/a'
+    assert float(kv['evaluations_per_s']) > 0
+    assert 0 <= float(kv['last_hypervolume']) <= 1
+    violations = int(kv['violations'])
+    assert float(kv['violation_rate']) == pytest.approx(violations / g.tester.judged, abs=1e-5)
+
+
+def test_frames_arriving_during_a_search_are_dropped_and_counted(graph):
+    gate = threading.Event()
+    g = graph(backend=StatsBackend(gate))
+    frames = [make_frame(64, 48, seed=i) for i in range(5)]
+    g.camera.publish(frames[0])
+    g.wait(lambda: g.backend.entered.is_set(), 10, 'the first search to reach the model')
+    for frame in frames[1:]:
+        g.camera.publish(frame)
+    g.wait(lambda: g.tester.frames_received == 5, 5, 'the camera frames')
+    # One search runs (blocked in the model), one frame waits in the slot, the three before it went.
+    assert g.tester.busy
+    assert g.tester.frames_dropped == 3
+    assert g.tester.has_pending_frame
+    assert g.tester.camera_callback_max_s < 0.05
+    gate.set()
+    g.wait(lambda: g.tester.searches_done == 2, 20, 'the kept frame to be searched')
+    images = {r['image'] for r in read_jsonl(g.results / 'summary.jsonl')}
+    assert images == {f'camera@{g.camera.stamps[0]}', f'camera@{g.camera.stamps[4]}'}
+
+
+def test_compressed_camera_frames_are_searched(graph):
+    g = graph(image_transport='compressed')
+    frame = make_frame(64, 48, seed=2)
+    g.camera.publish(frame)
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    record = read_jsonl(g.results / 'summary.jsonl')[0]
+    expected = StatsBackend().predict([frame])[0].values  # PNG is lossless: same pixels, same answer
+    assert record['source'] == pytest.approx(expected)
+
+
+def test_run_time_changes_are_validated_with_a_reason(graph):
+    g = graph()
+    tester = g.tester
+    refused = tester.set_parameters([Parameter('report_threshold', value=0.02)])[0]
+    assert not refused.successful
+    assert 'report_threshold 0.02 must be one of the thresholds 0.01, 0.03, 0.05' in refused.reason
+    out_of_range = tester.set_parameters([Parameter('ranges.rotation', value=[-9.0, 5.0])])[0]
+    assert not out_of_range.successful
+    assert out_of_range.reason == 'MR1 rotation angle -9.0 is outside the allowed range [-5, 5]'
+    inverted = tester.set_parameters([Parameter('ranges.scaling', value=[1.2, 0.8])])[0]
+    assert not inverted.successful and 'scaling' in inverted.reason
+    fixed = tester.set_parameters([Parameter('vlm_endpoint', value='ros')])[0]
+    assert not fixed.successful
+    assert tester.settings.search.population == 6
+    accepted = tester.set_parameters(
+        [Parameter('population', value=8), Parameter('relations', value=['shear'])]
+    )
+    assert all(r.successful for r in accepted)
+    assert tester.settings.search.population == 8
+    assert tester.settings.search.space.enabled == (False, False, False, False, True, False)
+
+
+@pytest.mark.parametrize(
+    ('name', 'value', 'words'),
+    [
+        ('population', 1, 'population'),
+        ('relations', ['warp'], 'warp'),
+        ('ranges.translation', [-0.05, 0.03], 'ranges.translation'),
+        ('probe_timeout_s', 0.0, 'probe_timeout_s'),
+        ('algorithm', 'hill', 'algorithm'),
+    ],
+)
+def test_invalid_parameters_at_start_raise_a_parameter_error(tmp_path, name, value, words):
+    with ros_context() as context:
+        with pytest.raises(ParameterError, match=words):
+            MetaVLMTester(
+                context=context, backend=StatsBackend(), parameter_overrides=params(**{name: value})
+            )
+
+
+def test_main_exits_1_with_one_line_on_invalid_parameters(capsys):
+    code = main(['--ros-args', '-p', 'population:=1', '-p', 'vlm_endpoint:=inprocess'])
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith('metavlm_tester: error: parameter population')
+
+
+def test_settings_combine_generations_population_and_ranges():
+    settings = settings_from_parameters(
+        {'population': 5, 'generations': 3, 'evaluations': 999, 'ranges.rotation': [-2.0, 1.0], 'seed': 4}
+    )
+    assert settings.search.evaluations == 15
+    assert settings.search.seed == 4
+    assert settings.search.space.low[0] == -2.0 and settings.search.space.high[0] == 1.0
+    assert settings.endpoint == 'ros' and settings.transport_size == 384
+    with pytest.raises(ParameterError, match='class_prompts has 1 entries for 4 classes'):
+        settings_from_parameters({'class_prompts': ['a fish']})
+
+
+def test_coerce_turns_integers_into_floats_only_for_double_parameters():
+    out = coerce_parameters({'probe_timeout_s': 5, 'ranges.scaling': [1, 1.3], 'population': 30, 'other': 1})
+    assert out == {'probe_timeout_s': 5.0, 'ranges.scaling': [1.0, 1.3], 'population': 30, 'other': 1}
+    assert isinstance(out['probe_timeout_s'], float) and isinstance(out['population'], int)
+    assert {p.name for p in PARAMETERS} >= {'vlm_endpoint', 'transport_size', 'frame_period_s', 'results_dir'}
+
+
+def test_violation_status_levels_and_values():
+    source = Prediction('count', {'animal': 2.0, 'vegetation': 0.0, 'object': 1.0, 'trash': 0.0})
+    followup = Prediction('count', {'animal': 0.0, 'vegetation': 1.0, 'object': 1.0, 'trash': 0.0})
+    comp = Composition.from_parameters({'rotation': 2.5, 'translation': -0.03})
+
+    def evaluation(f_pred):
+        return Evaluation(0, 0, np.zeros(12), comp, 1.5, f_pred, followup, {'count': True}, {'count': 3.0})
+
+    # Eq. 2: 2/3 + 1/2 = 1.1667 < 4/2: a warning; 2.0 reaches half the classes: an error.
+    warn = violation_status(evaluation(2 / 3 + 1 / 2), source, 42)
+    error = violation_status(evaluation(2.0), source, 42)
+    assert warn.level == DiagnosticStatus.WARN and error.level == DiagnosticStatus.ERROR
+    kv = values_of(warn)
+    assert warn.message == '{1,6}'
+    assert kv['composition'] == '{1,6}' and kv['order'] == '2'
+    assert float(kv['rotation']) == 2.5 and float(kv['translation']) == -0.03
+    assert float(kv['f_trans']) == 1.5
+    assert (
+        kv['source/animal'] == '2.0' and kv['followup/animal'] == '0.0' and kv['followup/vegetation'] == '1.0'
+    )
+    assert kv['source_stamp'] == '42'
+
+
+def test_violation_image_layout_and_labels():
+    source = make_frame(80, 60, seed=1)
+    followup = np.zeros((30, 40, 3), np.uint8)
+    picture = violation_image(
+        source, followup, '{2}', {'animal': 0.2, 'trash': 0.1}, {'animal': 0.25, 'trash': 0.1}, height=60
+    )
+    assert picture.dtype == np.uint8 and picture.ndim == 3
+    assert picture.shape[1] == 80 + 4 + 80  # the follow-up is brought to the source's height
+    assert format_change('animal', 0.2, 0.25, 'confidence') == 'animal 0.200 -> 0.250 (+0.050)'
+    assert format_change('animal', 2, 0, 'count') == 'animal 2 -> 0 (-2)'
