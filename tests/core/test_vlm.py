@@ -294,3 +294,32 @@ def test_cuda_matches_cpu(tiny_model_dirs, backend):
         assert all(p.kind == 'count' for p in a)
     half = create_backend(backend, directory, device='cuda', dtype='float16', max_new_tokens=8)
     assert len(half.predict(FRAMES)) == len(FRAMES)
+
+
+def test_importing_vlm_loads_neither_torch_nor_transformers():
+    import subprocess
+    import sys
+
+    code = (
+        'import sys, metavlm_ros.core.vlm; '
+        "print('torch' in sys.modules, 'transformers' in sys.modules, 'huggingface_hub' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ['False', 'False', 'False']
+
+
+def test_strided_frames_give_the_same_prediction_as_contiguous_copies(clip):
+    views = [FRAMES[0][:, ::-1], FRAMES[1][::2, ::2]]
+    copies = [np.ascontiguousarray(v) for v in views]
+    assert clip.predict(views) == clip.predict(copies)
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
+def test_half_precision_follows_float32(tiny_clip_dir, clip, dtype):
+    import torch
+
+    half = create_backend('clip', str(tiny_clip_dir), device='cpu', dtype=dtype)
+    assert half.model.dtype == getattr(torch, dtype)
+    got = [list(p.values.values()) for p in half.predict(FRAMES[:2])]
+    want = [list(p.values.values()) for p in clip.predict(FRAMES[:2])]
+    np.testing.assert_allclose(got, want, atol=0.01)
