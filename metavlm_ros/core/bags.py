@@ -1,0 +1,596 @@
+"""ROS 2 bags (mcap, sqlite3) without a ROS installation: write scene footage, stream frames and messages."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from metavlm_ros.core.errors import BagError, InputError, ParameterError
+from metavlm_ros.core.frames import Frame, to_rgb8
+from metavlm_ros.core.scenes import CLASSES, KINDS, GroundTruth
+
+__all__ = [
+    'CAMERA_INFO_TOPIC',
+    'COMPRESSED_TOPIC',
+    'DEFAULT_START_NS',
+    'GROUND_TRUTH_TOPIC',
+    'IMAGE_ENCODINGS',
+    'IMAGE_TOPIC',
+    'STORAGES',
+    'bag_name',
+    'bag_typestore',
+    'camera_info_message',
+    'decode_image',
+    'ground_truth_message',
+    'image_message',
+    'iter_bag_frames',
+    'iter_bag_messages',
+    'list_image_topics',
+    'read_ground_truth',
+    'resolve_bag_output',
+    'write_bag',
+]
+
+IMAGE_TOPIC = '/camera/image_raw'
+COMPRESSED_TOPIC = '/camera/image_raw/compressed'
+CAMERA_INFO_TOPIC = '/camera/camera_info'
+GROUND_TRUTH_TOPIC = '/metavlm/ground_truth'
+STORAGES = ('mcap', 'sqlite3')
+# 2026-01-01T00:00:00Z: a fixed start keeps written bags byte-for-byte reproducible from a seed.
+DEFAULT_START_NS = 1_767_225_600_000_000_000
+# rosbag2 metadata version 8 is read by the rosbag2 of ROS 2 Jazzy and newer.
+BAG_VERSION = 8
+
+IMAGE_MSGTYPE = 'sensor_msgs/msg/Image'
+COMPRESSED_MSGTYPE = 'sensor_msgs/msg/CompressedImage'
+IMAGE_MSGTYPES = (IMAGE_MSGTYPE, COMPRESSED_MSGTYPE)
+# Encoding -> channel order of the decoded array (None: single channel).
+IMAGE_ENCODINGS = {
+    'rgb8': 'rgb',
+    'bgr8': 'bgr',
+    'rgba8': 'rgb',
+    'bgra8': 'bgr',
+    'mono8': None,
+    'mono16': None,
+}
+COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
+
+
+@lru_cache(maxsize=1)
+def bag_typestore() -> Any:
+    """The rosbags typestore used to write and read bags (ROS 2 Jazzy message definitions).
+
+    Image, CompressedImage, CameraInfo and DiagnosticArray are identical from Humble to Kilted, so
+    bags written with it replay on any of them.
+    """
+    from rosbags.typesys import Stores, get_typestore
+
+    return get_typestore(Stores.ROS2_JAZZY)
+
+
+def bag_name(path: str | Path) -> str:
+    """The name frames of a bag are labelled with: the bag directory name, or a storage file's stem."""
+    path = Path(path)
+    return path.name if path.is_dir() else path.stem
+
+
+def resolve_bag_output(out: str | Path, storage: str | None = None) -> tuple[Path, str]:
+    """Decide the bag directory and storage plugin for an output path given by a user.
+
+    rosbag2 bags are directories (metadata.yaml plus storage files named after the directory).
+    'demo.mcap' becomes the directory 'demo' holding 'demo.mcap' (mcap storage); 'demo.db3' the
+    directory 'demo' holding 'demo.db3' (sqlite3); any other path is the bag directory itself,
+    with `storage` (default mcap).
+
+    Returns:
+        (bag directory, storage plugin name).
+
+    Raises:
+        ParameterError: The storage is unknown or contradicts the file suffix.
+    """
+    out = Path(out)
+    if storage is not None and storage not in STORAGES:
+        raise ParameterError(f'unknown bag storage {storage!r}; choose one of {", ".join(STORAGES)}')
+    suffix = out.suffix.lower()
+    implied = {'.mcap': 'mcap', '.db3': 'sqlite3'}.get(suffix)
+    if implied:
+        if storage is not None and storage != implied:
+            raise ParameterError(f'{out}: a {suffix} output is {implied} storage, not {storage}')
+        return out.with_suffix(''), implied
+    return out, storage or 'mcap'
+
+
+def _offered_qos() -> list[Any]:
+    # What a default rclpy publisher offers (reliable, volatile, keep last 10, no deadline): ros2 bag
+    # play republishes with it, so default subscribers and sensor-data subscribers both connect.
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    infinite = QosTime(sec=2147483647, nsec=4294967295)
+    return [
+        Qos(
+            history=QosHistory.KEEP_LAST,
+            depth=10,
+            reliability=QosReliability.RELIABLE,
+            durability=QosDurability.VOLATILE,
+            deadline=infinite,
+            lifespan=infinite,
+            liveliness=QosLiveliness.AUTOMATIC,
+            liveliness_lease_duration=infinite,
+            avoid_ros_namespace_conventions=False,
+        )
+    ]
+
+
+def _stamp(ns: int) -> Any:
+    types = bag_typestore().types
+    return types['builtin_interfaces/msg/Time'](sec=int(ns // 1_000_000_000), nanosec=int(ns % 1_000_000_000))
+
+
+def _header(ns: int, frame_id: str) -> Any:
+    return bag_typestore().types['std_msgs/msg/Header'](stamp=_stamp(ns), frame_id=frame_id)
+
+
+def image_message(
+    rgb: np.ndarray, stamp_ns: int, *, compressed: bool = False, frame_id: str = 'camera', quality: int = 90
+) -> Any:
+    """An rgb8 sensor_msgs/Image, or a JPEG sensor_msgs/CompressedImage, of an RGB frame."""
+    types = bag_typestore().types
+    header = _header(stamp_ns, frame_id)
+    if compressed:
+        ok, buf = cv2.imencode(
+            '.jpg', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality]
+        )
+        if not ok:
+            raise InputError('frame could not be JPEG-encoded')
+        # The format string image_transport's compressed plugin writes and expects.
+        return types[COMPRESSED_MSGTYPE](header=header, format='rgb8; jpeg compressed bgr8', data=buf.ravel())
+    h, w = rgb.shape[:2]
+    return types[IMAGE_MSGTYPE](
+        header=header,
+        height=h,
+        width=w,
+        encoding='rgb8',
+        is_bigendian=0,
+        step=w * 3,
+        data=np.ascontiguousarray(rgb).reshape(-1),
+    )
+
+
+def camera_info_message(
+    width: int, height: int, stamp_ns: int, *, frame_id: str = 'camera', focal: float | None = None
+) -> Any:
+    """A pinhole sensor_msgs/CameraInfo: no distortion, focal length 0.72 * width (about 70 degrees).
+
+    The focal length matches the scene generator's camera.
+    """
+    types = bag_typestore().types
+    f = float(focal if focal is not None else 0.72 * width)
+    cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
+    return types['sensor_msgs/msg/CameraInfo'](
+        header=_header(stamp_ns, frame_id),
+        height=height,
+        width=width,
+        distortion_model='plumb_bob',
+        d=np.zeros(5, np.float64),
+        k=np.array([f, 0, cx, 0, f, cy, 0, 0, 1], np.float64),
+        r=np.eye(3).reshape(-1),
+        p=np.array([f, 0, cx, 0, 0, f, cy, 0, 0, 0, 1, 0], np.float64),
+        binning_x=0,
+        binning_y=0,
+        roi=types['sensor_msgs/msg/RegionOfInterest'](
+            x_offset=0, y_offset=0, height=0, width=0, do_rectify=False
+        ),
+    )
+
+
+def ground_truth_message(gt: GroundTruth, stamp_ns: int, *, frame_id: str = 'camera') -> Any:
+    """The ground truth of a frame as a diagnostic_msgs/DiagnosticArray (layout: docs/footage.md).
+
+    One status per class, level OK, name 'metavlm/ground_truth/<class>', hardware_id the scene
+    environment, message the number of visible objects; values: 'count', one per kind of the class,
+    'frame_index', and 'boxes' (a JSON list of the class's boxes, as in GroundTruth.boxes).
+    """
+    types = bag_typestore().types
+    kv = types['diagnostic_msgs/msg/KeyValue']
+    status_t = types['diagnostic_msgs/msg/DiagnosticStatus']
+    statuses = []
+    for cls in CLASSES:
+        boxes = [b for b in gt.boxes if b['class'] == cls]
+        values = [kv(key='count', value=str(gt.counts.get(cls, 0)))]
+        values += [kv(key=kind, value=str(gt.kind_counts.get(kind, 0))) for kind in KINDS[cls]]
+        values.append(kv(key='frame_index', value=str(gt.frame_index)))
+        values.append(kv(key='boxes', value=json.dumps(boxes, separators=(',', ':'))))
+        statuses.append(
+            status_t(
+                level=0,
+                name=f'metavlm/ground_truth/{cls}',
+                message=str(gt.counts.get(cls, 0)),
+                hardware_id=gt.environment,
+                values=values,
+            )
+        )
+    return types['diagnostic_msgs/msg/DiagnosticArray'](header=_header(stamp_ns, frame_id), status=statuses)
+
+
+def _ground_truth_from_message(msg: Any) -> GroundTruth:
+    counts: dict[str, int] = {}
+    kind_counts: dict[str, int] = {}
+    boxes: list[dict] = []
+    frame_index, environment = 0, ''
+    for status in msg.status:
+        cls = status.name.rsplit('/', 1)[-1]
+        environment = status.hardware_id
+        for item in status.values:
+            if item.key == 'count':
+                counts[cls] = int(item.value)
+            elif item.key == 'boxes':
+                boxes.extend(json.loads(item.value))
+            elif item.key == 'frame_index':
+                frame_index = int(item.value)
+            else:
+                kind_counts[item.key] = int(item.value)
+    boxes.sort(key=lambda b: b.get('id', 0))
+    return GroundTruth(counts, kind_counts, boxes, frame_index, environment)
+
+
+@contextmanager
+def _staging(bag_dir: Path, overwrite: bool) -> Iterator[Path]:
+    """A fresh bag directory path that replaces `bag_dir` only once the bag is complete."""
+    if bag_dir.exists():
+        if not overwrite:
+            raise InputError(f'{bag_dir}: already exists (use --overwrite to replace it)')
+        if bag_dir.is_dir() and any(bag_dir.iterdir()) and not (bag_dir / 'metadata.yaml').is_file():
+            raise InputError(f'{bag_dir}: exists and is not a bag; refusing to replace it')
+        if not bag_dir.is_dir():
+            raise InputError(f'{bag_dir}: exists and is not a directory; refusing to replace it')
+    bag_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f'.{bag_dir.name}.', dir=bag_dir.parent))
+    try:
+        # rosbags names storage files after the bag directory, so the staged bag has the final name.
+        yield tmp / bag_dir.name
+        if bag_dir.exists():
+            shutil.rmtree(bag_dir)
+        (tmp / bag_dir.name).rename(bag_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_bag(
+    bag_dir: str | Path,
+    frames: Iterable[tuple[np.ndarray, GroundTruth | None]],
+    *,
+    fps: float,
+    storage: str = 'mcap',
+    compressed: bool = False,
+    overwrite: bool = False,
+    start_ns: int = DEFAULT_START_NS,
+    frame_id: str = 'camera',
+    quality: int = 90,
+) -> Path:
+    """Write frames (and their ground truth) as a ROS 2 bag directory.
+
+    Topics: /camera/image_raw (sensor_msgs/Image, rgb8) or, when `compressed`,
+    /camera/image_raw/compressed (sensor_msgs/CompressedImage, JPEG); /camera/camera_info
+    (sensor_msgs/CameraInfo); /metavlm/ground_truth (diagnostic_msgs/DiagnosticArray) for frames
+    with ground truth. Message i is stamped start_ns + i / fps seconds, in the header and the bag.
+    The bag appears at `bag_dir` only when complete; an interrupted write leaves nothing behind.
+
+    Args:
+        bag_dir: The bag directory to create (see `resolve_bag_output`).
+        frames: (rgb, ground truth or None) pairs, consumed one at a time.
+        fps: Frame rate of the stamps.
+        storage: 'mcap' or 'sqlite3'.
+        compressed: Write JPEG CompressedImage instead of raw Image.
+        overwrite: Replace an existing bag at `bag_dir`.
+        start_ns: Stamp of the first frame.
+        frame_id: Header frame id.
+        quality: JPEG quality when compressed.
+
+    Returns:
+        The bag directory.
+
+    Raises:
+        InputError: The output exists (without overwrite) or a frame is not RGB uint8.
+        ParameterError: Unknown storage or invalid fps.
+    """
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    bag_dir = Path(bag_dir)
+    if storage not in STORAGES:
+        raise ParameterError(f'unknown bag storage {storage!r}; choose one of {", ".join(STORAGES)}')
+    if not fps or fps <= 0:
+        raise ParameterError(f'fps must be > 0, got {fps}')
+    typestore = bag_typestore()
+    plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
+    image_topic, image_type = (
+        (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
+    )
+    with _staging(bag_dir, overwrite) as staged:
+        with Writer(staged, version=BAG_VERSION, storage_plugin=plugin) as writer:
+            qos = _offered_qos()
+            image_conn = writer.add_connection(
+                image_topic, image_type, typestore=typestore, offered_qos_profiles=qos
+            )
+            info_type, gt_type = 'sensor_msgs/msg/CameraInfo', 'diagnostic_msgs/msg/DiagnosticArray'
+            info_conn = writer.add_connection(
+                CAMERA_INFO_TOPIC, info_type, typestore=typestore, offered_qos_profiles=qos
+            )
+            gt_conn = writer.add_connection(
+                GROUND_TRUTH_TOPIC, gt_type, typestore=typestore, offered_qos_profiles=qos
+            )
+            for index, (rgb, gt) in enumerate(frames):
+                if not (
+                    isinstance(rgb, np.ndarray)
+                    and rgb.dtype == np.uint8
+                    and rgb.ndim == 3
+                    and rgb.shape[2] == 3
+                ):
+                    raise InputError(f'frame {index}: expected an RGB uint8 (H, W, 3) array')
+                stamp = start_ns + round(index * 1e9 / fps)
+                msg = image_message(rgb, stamp, compressed=compressed, frame_id=frame_id, quality=quality)
+                writer.write(image_conn, stamp, typestore.serialize_cdr(msg, image_type))
+                info = camera_info_message(rgb.shape[1], rgb.shape[0], stamp, frame_id=frame_id)
+                writer.write(info_conn, stamp, typestore.serialize_cdr(info, 'sensor_msgs/msg/CameraInfo'))
+                if gt is not None:
+                    diag = ground_truth_message(gt, stamp, frame_id=frame_id)
+                    writer.write(
+                        gt_conn, stamp, typestore.serialize_cdr(diag, 'diagnostic_msgs/msg/DiagnosticArray')
+                    )
+    return bag_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@contextmanager
+def _open_reader(path: str | Path) -> Iterator[Any]:
+    """Open a bag read-only (mcap files are opened 'rb'; sqlite3 databases immutable)."""
+    from rosbags.rosbag2 import Reader
+
+    path = Path(path)
+    if not path.exists():
+        raise BagError(f'{path}: no such bag')
+    if path.is_dir() and not (path / 'metadata.yaml').is_file():
+        # A directory holding one storage file but no metadata (copied by hand): read the file.
+        files = sorted(p for p in path.iterdir() if p.suffix in ('.mcap', '.db3'))
+        if len(files) != 1:
+            raise BagError(f'{path}: not a bag (no metadata.yaml)')
+        path = files[0]
+    if path.is_file() and path.suffix not in ('.mcap', '.db3'):
+        raise BagError(
+            f'{path}: unknown bag storage {path.suffix!r} (expected .mcap or .db3 or a bag directory)'
+        )
+    try:
+        reader = Reader(path)
+        reader.open()
+    except Exception as exc:  # rosbags raises several types (ReaderError, KeyError, sqlite3, mcap)
+        raise BagError(f'{path}: unreadable bag ({_one_line(exc)})') from None
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def _image_connections(reader: Any) -> dict[str, Any]:
+    conns: dict[str, list] = {}
+    for conn in reader.connections:
+        if conn.msgtype in IMAGE_MSGTYPES:
+            conns.setdefault(conn.topic, []).append(conn)
+    return conns
+
+
+def list_image_topics(path: str | Path) -> list[str]:
+    """The image topics (sensor_msgs/Image or CompressedImage) of a bag, sorted.
+
+    Raises:
+        BagError: The bag cannot be read.
+    """
+    with _open_reader(path) as reader:
+        return sorted(_image_connections(reader))
+
+
+def decode_image(msg: Any, msgtype: str | None = None) -> np.ndarray:
+    """Decode a sensor_msgs/Image or CompressedImage message (rosbags object) to RGB uint8.
+
+    Supported: Image encodings rgb8, bgr8, rgba8, bgra8, mono8, mono16; CompressedImage jpeg and png.
+
+    Raises:
+        InputError: Unsupported encoding or format, or data that does not decode.
+    """
+    from rosbags.image import compressed_image_to_cvimage, image_to_cvimage
+
+    if hasattr(msg, 'format'):
+        fmt = msg.format.lower()
+        if fmt and not any(name in fmt for name in COMPRESSED_FORMATS):
+            raise InputError(f'unsupported compressed image format {msg.format!r} (expected jpeg or png)')
+        try:
+            image = compressed_image_to_cvimage(msg)
+        except Exception:
+            image = None
+        if image is None:
+            raise InputError(f'compressed image ({msg.format or "no format"}) does not decode')
+        return to_rgb8(image, order='bgr')
+    encoding = msg.encoding.lower()
+    if encoding not in IMAGE_ENCODINGS:
+        raise InputError(
+            f'unsupported image encoding {msg.encoding!r} (supported: {", ".join(IMAGE_ENCODINGS)})'
+        )
+    try:
+        image = image_to_cvimage(msg)
+    except Exception as exc:
+        raise InputError(
+            f'{msg.encoding} image of {msg.width}x{msg.height} does not decode ({_one_line(exc)})'
+        ) from None
+    if msg.step and msg.step != msg.width * image.itemsize * (image.shape[2] if image.ndim == 3 else 1):
+        raise InputError(f'image rows padded to step {msg.step} are not supported')
+    return to_rgb8(image, order=IMAGE_ENCODINGS[encoding] or 'rgb')
+
+
+def _header_stamp(msg: Any) -> int:
+    stamp = msg.header.stamp
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def iter_bag_frames(
+    path: str | Path,
+    topic: str | None = None,
+    *,
+    every: int = 1,
+    start: float | None = None,
+    end: float | None = None,
+    max_frames: int | None = None,
+) -> Iterator[Frame]:
+    """Stream the frames of an image topic of a bag, one message at a time, read-only.
+
+    Args:
+        path: A bag directory, or an .mcap / .db3 storage file.
+        topic: The image topic; default the bag's only image topic.
+        every: Keep every n-th message of the selected time window.
+        start: Skip messages earlier than this many seconds after the bag's first message.
+        end: Stop after messages later than this many seconds after the bag's first message.
+        max_frames: Stop after this many frames.
+
+    Yields:
+        Frame with id '<bag name>@<stamp_ns>' and stamp_ns the header stamp (the bag time when
+        the header stamp is zero).
+
+    Raises:
+        BagError: Unreadable, truncated or corrupt bag; no image topic; unknown topic; several image
+            topics and none chosen.
+        InputError: An image in an unsupported encoding.
+    """
+    if every < 1:
+        raise ParameterError(f'every must be an integer >= 1, got {every!r}')
+    name = bag_name(path)
+    with _open_reader(path) as reader:
+        conns = _image_connections(reader)
+        if not conns:
+            raise BagError(f'{path}: no image topics (sensor_msgs/Image or CompressedImage)')
+        if topic is None:
+            if len(conns) > 1:
+                raise BagError(
+                    f'{path}: several image topics, choose one with --topic: {", ".join(sorted(conns))}'
+                )
+            topic = next(iter(conns))
+        if topic not in conns:
+            raise BagError(f'{path}: no image topic {topic!r}; image topics: {", ".join(sorted(conns))}')
+        t0 = reader.start_time
+        kwargs: dict[str, int] = {}
+        if start is not None:
+            kwargs['start'] = t0 + round(start * 1e9)
+        if end is not None:
+            kwargs['stop'] = t0 + round(end * 1e9) + 1  # rosbags' stop is exclusive, our end inclusive
+        typestore = bag_typestore()
+        yielded = 0
+        position = 0
+        messages = reader.messages(connections=conns[topic], **kwargs)
+        while max_frames is None or yielded < max_frames:
+            try:
+                item = next(messages)
+            except StopIteration:
+                return
+            except Exception as exc:
+                raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
+            conn, timestamp, raw = item
+            keep = position % every == 0
+            position += 1
+            if not keep:
+                continue
+            try:
+                msg = typestore.deserialize_cdr(raw, conn.msgtype)
+            except Exception as exc:
+                raise BagError(
+                    f'{path}: corrupt {conn.msgtype} message at {timestamp} ({_one_line(exc)})'
+                ) from None
+            try:
+                rgb = decode_image(msg)
+            except InputError as exc:
+                raise InputError(f'{path}: {topic} at {timestamp}: {exc}') from None
+            stamp = _header_stamp(msg) or int(timestamp)
+            yield Frame(id=f'{name}@{stamp}', rgb=rgb, stamp_ns=stamp)
+            yielded += 1
+
+
+def iter_bag_messages(
+    path: str | Path, topics: Iterable[str] | None = None
+) -> Iterator[tuple[str, str, int, Any]]:
+    """Stream every message of a bag (or of `topics`) in time order, deserialised, read-only.
+
+    Message types unknown to `bag_typestore()` are registered from the definitions stored in the bag.
+
+    Yields:
+        (topic, msgtype, timestamp_ns, rosbags message object).
+
+    Raises:
+        BagError: Unreadable, truncated or corrupt bag, or a requested topic missing.
+    """
+    from rosbags.typesys import get_types_from_msg
+
+    typestore = bag_typestore()
+    with _open_reader(path) as reader:
+        conns = reader.connections
+        if topics is not None:
+            wanted = set(topics)
+            missing = wanted - {c.topic for c in conns}
+            if missing:
+                present = ', '.join(sorted({c.topic for c in conns}))
+                raise BagError(f'{path}: no topic {", ".join(sorted(missing))}; topics: {present}')
+            conns = [c for c in conns if c.topic in wanted]
+        known = dict(typestore.fielddefs)
+        extra: dict = {}
+        for conn in conns:
+            if conn.msgtype not in known and conn.msgtype not in extra and conn.msgdef.data:
+                try:
+                    extra.update(get_types_from_msg(conn.msgdef.data, conn.msgtype))
+                except Exception as exc:
+                    raise BagError(
+                        f'{path}: unreadable definition of {conn.msgtype} ({_one_line(exc)})'
+                    ) from None
+        if extra:
+            # A private copy: registering a bag's own types must not change the shared typestore.
+            from rosbags.typesys import Stores, get_typestore
+
+            typestore = get_typestore(Stores.ROS2_JAZZY)
+            typestore.register(extra)
+        messages = reader.messages(connections=conns)
+        while True:
+            try:
+                conn, timestamp, raw = next(messages)
+            except StopIteration:
+                return
+            except Exception as exc:
+                raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
+            try:
+                msg = typestore.deserialize_cdr(raw, conn.msgtype)
+            except Exception as exc:
+                raise BagError(
+                    f'{path}: corrupt {conn.msgtype} message at {timestamp} ({_one_line(exc)})'
+                ) from None
+            yield conn.topic, conn.msgtype, int(timestamp), msg
+
+
+def read_ground_truth(path: str | Path) -> list[tuple[int, GroundTruth]]:
+    """The ground truth stored in a bag written by `write_bag`: (header stamp ns, GroundTruth) in order.
+
+    Raises:
+        BagError: The bag cannot be read or has no /metavlm/ground_truth topic.
+    """
+    out = []
+    for _topic, _type, _t, msg in iter_bag_messages(path, [GROUND_TRUTH_TOPIC]):
+        out.append((_header_stamp(msg), _ground_truth_from_message(msg)))
+    return out
