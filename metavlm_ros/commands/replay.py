@@ -1,0 +1,472 @@
+"""`metavlm replay`: publish a bag's messages through rclpy with their recorded spacing (no ros2 CLI)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from metavlm_ros.core.errors import BagError, InputError, ParameterError
+
+__all__ = ['ReplayStats', 'add_parser', 'bag_topics', 'iter_raw_messages', 'replay_bag', 'run']
+
+HELP = (
+    'publish the messages of a bag (rosbag2 mcap/sqlite3 directory, bare .mcap, or ROS 1 .bag) on ROS topics'
+)
+NODE_NAME = 'metavlm_replay'
+DEFAULT_CLOCK_HZ = 40.0  # as `ros2 bag play --clock`
+PUBLISH_DEPTH = 10
+SETTLE_S = 0.25
+
+# A raw message: topic, message type ('sensor_msgs/msg/Image'), bag timestamp in ns, CDR bytes.
+RawMessage = tuple[str, str, int, bytes]
+
+
+# -- reading raw messages ---------------------------------------------------------------------------
+
+
+def _bag_kind(path: Path) -> tuple[str, Path]:
+    """('rosbag2', directory) | ('mcap', file) | ('rosbag1', file); BagError otherwise."""
+    if not path.exists():
+        raise BagError(f'bag not found: {path}')
+    if path.is_dir():
+        if not (path / 'metadata.yaml').exists():
+            raise BagError(f'{path} is a directory without metadata.yaml, not a rosbag2 bag')
+        return 'rosbag2', path
+    if (path.parent / 'metadata.yaml').exists() and path.suffix in ('.mcap', '.db3'):
+        return 'rosbag2', path.parent
+    if path.suffix == '.mcap':
+        return 'mcap', path
+    if path.suffix == '.bag':
+        return 'rosbag1', path
+    raise BagError(f'{path} is not a bag (expected a rosbag2 directory, a .mcap, a .db3 or a .bag file)')
+
+
+def _check_topics(available: Mapping[str, str], topics: Sequence[str] | None, path: Path) -> list[str]:
+    if not topics:
+        return sorted(available)
+    missing = [t for t in topics if t not in available]
+    if missing:
+        known = ', '.join(sorted(available)) or 'none'
+        raise BagError(f'topic {missing[0]} is not in {path.name} (topics: {known})')
+    return list(dict.fromkeys(topics))
+
+
+def bag_topics(path: str | Path) -> dict[str, str]:
+    """Topics of a bag and their message types.
+
+    Raises:
+        BagError: not a bag, unreadable, or corrupt.
+    """
+    path = Path(path)
+    kind, location = _bag_kind(path)
+    try:
+        if kind == 'mcap':
+            from mcap.reader import make_reader
+
+            with location.open('rb') as stream:
+                summary = make_reader(stream).get_summary()
+            if summary is None:
+                raise BagError(f'{path} has no summary section; it was not closed properly')
+            return {ch.topic: summary.schemas[ch.schema_id].name for ch in summary.channels.values()}
+        from rosbags.highlevel import AnyReader
+
+        with AnyReader([location]) as reader:
+            return {conn.topic: conn.msgtype for conn in reader.connections}
+    except BagError:
+        raise
+    except Exception as exc:  # rosbags and mcap raise many types for unreadable files
+        raise BagError(f'cannot read bag {path}: {_one_line(exc)}') from None
+
+
+def iter_raw_messages(path: str | Path, topics: Sequence[str] | None = None) -> Iterator[RawMessage]:
+    """Yield (topic, msgtype, timestamp_ns, CDR bytes) in bag time order.
+
+    ROS 1 messages are converted to CDR so every source deserialises the same way.
+
+    Raises:
+        BagError: not a bag, unknown topic, or corrupt data.
+    """
+    path = Path(path)
+    kind, location = _bag_kind(path)
+    selected = _check_topics(bag_topics(path), topics, path)
+    try:
+        if kind == 'mcap':
+            from mcap.reader import make_reader
+
+            with location.open('rb') as stream:
+                for schema, channel, message in make_reader(stream).iter_messages(topics=selected):
+                    if channel.message_encoding != 'cdr' or schema is None:
+                        raise BagError(f'{path}: topic {channel.topic} is not CDR-encoded ROS 2 data')
+                    yield channel.topic, schema.name, message.log_time, message.data
+            return
+        from rosbags.highlevel import AnyReader
+
+        with AnyReader([location]) as reader:
+            connections = [c for c in reader.connections if c.topic in selected]
+            for conn, timestamp, rawdata in reader.messages(connections=connections):
+                if kind == 'rosbag1':
+                    rawdata = reader.typestore.ros1_to_cdr(rawdata, conn.msgtype)
+                yield conn.topic, conn.msgtype, timestamp, bytes(rawdata)
+    except BagError:
+        raise
+    except Exception as exc:
+        raise BagError(f'cannot read bag {path}: {_one_line(exc)}') from None
+
+
+# -- publishing -------------------------------------------------------------------------------------
+
+
+def message_class(msgtype: str) -> type:
+    """The rclpy class of a ROS 2 message type name such as 'sensor_msgs/msg/Image'.
+
+    Raises:
+        InputError: the type name is malformed or its package is not installed.
+    """
+    parts = msgtype.split('/')
+    if len(parts) == 2:  # ROS 1 style 'sensor_msgs/Image'
+        parts = [parts[0], 'msg', parts[1]]
+    if len(parts) != 3 or parts[1] != 'msg':
+        raise InputError(f'not a message type name: {msgtype!r}')
+    try:
+        return getattr(importlib.import_module(f'{parts[0]}.msg'), parts[2])
+    except (ImportError, AttributeError):
+        raise InputError(f'message type {msgtype} is not installed for rclpy') from None
+
+
+def load_qos_overrides(path: str | Path) -> dict[str, Any]:
+    """Read a `ros2 bag play --qos-profile-overrides-path` file into QoS profiles by topic.
+
+    Raises:
+        ParameterError: unreadable file or unknown policy values.
+    """
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ParameterError(f'cannot read QoS override file {path}: {_one_line(exc)}') from None
+    if not isinstance(data, dict):
+        raise ParameterError(f'QoS override file {path} must map topics to profiles')
+    policies = {'reliability': ReliabilityPolicy, 'durability': DurabilityPolicy, 'history': HistoryPolicy}
+    profiles = {}
+    for topic, spec in data.items():
+        if not isinstance(spec, dict):
+            raise ParameterError(f'QoS override of {topic} must be a mapping')
+        profile = QoSProfile(depth=int(spec.get('depth', PUBLISH_DEPTH)))
+        for key, enum in policies.items():
+            if key in spec:
+                try:
+                    setattr(profile, key, enum[str(spec[key]).upper()])
+                except KeyError:
+                    raise ParameterError(f'QoS override of {topic}: unknown {key} {spec[key]!r}') from None
+        profiles[str(topic)] = profile
+    return profiles
+
+
+@dataclass
+class ReplayStats:
+    """What a replay published."""
+
+    published: dict[str, int] = field(default_factory=dict)
+    loops: int = 0
+    seconds: float = 0.0
+    clock_messages: int = 0
+
+    @property
+    def total(self) -> int:
+        """Messages published on the bag's topics (not counting /clock)."""
+        return sum(self.published.values())
+
+
+def _parse_remaps(remaps: Sequence[str]) -> dict[str, str]:
+    table = {}
+    for item in remaps:
+        old, sep, new = item.partition(':=')
+        if not sep or not old or not new:
+            raise ParameterError(f'remap {item!r} is not of the form OLD:=NEW')
+        table[old] = new
+    return table
+
+
+def replay_bag(
+    path: str | Path,
+    context: Any,
+    *,
+    topics: Sequence[str] | None = None,
+    rate: float = 1.0,
+    loops: int | None = 1,
+    clock_hz: float | None = None,
+    remap: Mapping[str, str] | None = None,
+    qos_overrides: Mapping[str, Any] | None = None,
+    wait_for_subscribers_s: float = 0.0,
+    stop: threading.Event | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayStats:
+    """Publish a bag's messages with their recorded spacing, scaled by `rate`.
+
+    Args:
+        path: the bag.
+        context: an initialised rclpy Context.
+        topics: topics to publish (default: all whose types are installed).
+        rate: playback speed factor (2.0: twice as fast).
+        loops: times through the bag; None repeats until `stop` is set.
+        clock_hz: when set, /clock (rosgraph_msgs/Clock) carries the bag time at this rate and
+            just before every message.
+        remap: bag topic -> published topic.
+        qos_overrides: published topic -> rclpy QoSProfile (default RELIABLE, depth 10, which
+            reaches both reliable and best-effort subscribers).
+        wait_for_subscribers_s: wait up to this long for every topic to have a subscriber first.
+        stop: set it to end the replay early.
+        progress: called with 1 after each published message.
+
+    Raises:
+        BagError: unreadable bag or unknown topic.
+        ParameterError: rate not positive.
+        InputError: a requested topic whose type is not installed.
+    """
+    from rclpy.duration import Duration
+    from rclpy.node import Node
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    if not rate > 0:
+        raise ParameterError(f'rate must be positive, got {rate}')
+    if clock_hz is not None and not clock_hz > 0:
+        raise ParameterError(f'clock rate must be positive, got {clock_hz}')
+    path = Path(path)
+    available = bag_topics(path)
+    selected = _check_topics(available, topics, path)
+    remap = dict(remap or {})
+    qos_overrides = dict(qos_overrides or {})
+    stop = stop or threading.Event()
+    classes: dict[str, type] = {}
+    for topic in selected:
+        try:
+            classes[topic] = message_class(available[topic])
+        except InputError:
+            if topics:
+                raise
+            print(f'metavlm replay: skipping {topic}: type {available[topic]} not installed', file=sys.stderr)
+    if not classes:
+        raise BagError(f'no topic of {path.name} can be published')
+
+    node = Node(NODE_NAME, context=context)
+    stats = ReplayStats(published={topic: 0 for topic in classes})
+    try:
+        default_qos = QoSProfile(depth=PUBLISH_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
+        publishers = {}
+        for topic, cls in classes.items():
+            out = remap.get(topic, topic)
+            publishers[topic] = node.create_publisher(cls, out, qos_overrides.get(out, default_qos))
+        clock_pub = None
+        if clock_hz is not None:
+            from rosgraph_msgs.msg import Clock
+
+            clock_pub = node.create_publisher(Clock, '/clock', default_qos)
+
+        deadline = time.monotonic() + wait_for_subscribers_s
+        while time.monotonic() < deadline and not stop.is_set():
+            if all(p.get_subscription_count() > 0 for p in publishers.values()):
+                # The publisher sees the subscriber before the subscriber has matched the publisher;
+                # a first message sent in between arrives late by a retransmission, so let it settle.
+                stop.wait(SETTLE_S)
+                break
+            stop.wait(0.02)
+
+        player = _Player(path, classes, publishers, clock_pub, clock_hz, rate, stop, stats, progress)
+        started = time.monotonic()
+        while (loops is None or stats.loops < loops) and not stop.is_set():
+            player.play_once()
+            stats.loops += 1
+        stats.seconds = time.monotonic() - started
+        # Reliable delivery of the tail: give subscribers a moment to acknowledge before the
+        # publishers go away.
+        for publisher in [*publishers.values(), *([clock_pub] if clock_pub is not None else [])]:
+            publisher.wait_for_all_acked(Duration(seconds=1))
+        return stats
+    finally:
+        node.destroy_node()
+
+
+@dataclass
+class _Player:
+    """One bag's publishing loop (state shared by the passes of replay_bag)."""
+
+    path: Path
+    classes: dict[str, type]
+    publishers: dict[str, Any]
+    clock_pub: Any
+    clock_hz: float | None
+    rate: float
+    stop: threading.Event
+    stats: ReplayStats
+    progress: Callable[[int], None] | None
+
+    def play_once(self) -> None:
+        """Publish the bag once, each message at its recorded offset from the first, over `rate`."""
+        from rclpy.serialization import deserialize_message
+
+        first_ns = None
+        wall_start = next_clock = 0.0
+        for topic, _msgtype, timestamp, rawdata in iter_raw_messages(self.path, list(self.classes)):
+            if first_ns is None:
+                # The clock starts with the first message in hand: opening the bag takes time too.
+                first_ns = timestamp
+                wall_start = next_clock = time.monotonic()
+            due = wall_start + (timestamp - first_ns) / 1e9 / self.rate
+            while True:
+                now = time.monotonic()
+                if self.clock_pub is not None and now >= next_clock:
+                    bag_now = first_ns + int((now - wall_start) * self.rate * 1e9)
+                    self._clock(min(bag_now, timestamp))
+                    next_clock = now + 1.0 / self.clock_hz
+                if now >= due or self.stop.is_set():
+                    break
+                wake = due if self.clock_pub is None else min(due, next_clock)
+                self.stop.wait(max(0.0, wake - now))
+            if self.stop.is_set():
+                return
+            if self.clock_pub is not None:
+                self._clock(timestamp)
+            try:
+                msg = deserialize_message(rawdata, self.classes[topic])
+            except Exception as exc:
+                raise BagError(
+                    f'message on {topic} at {timestamp} ns cannot be decoded: {_one_line(exc)}'
+                ) from None
+            self.publishers[topic].publish(msg)
+            self.stats.published[topic] += 1
+            if self.progress is not None:
+                self.progress(1)
+
+    def _clock(self, stamp_ns: int) -> None:
+        from builtin_interfaces.msg import Time
+        from rosgraph_msgs.msg import Clock
+
+        self.clock_pub.publish(
+            Clock(clock=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000))
+        )
+        self.stats.clock_messages += 1
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `metavlm replay`."""
+    parser = subparsers.add_parser('replay', help=HELP, description=HELP + '.')
+    parser.add_argument('bag', metavar='BAG', help='rosbag2 directory, .mcap, .db3 or ROS 1 .bag')
+    parser.add_argument(
+        '--topic', action='append', default=None, metavar='T', help='topic to publish (repeat; default: all)'
+    )
+    parser.add_argument(
+        '--rate', type=float, default=1.0, metavar='R', help='playback speed factor (default 1)'
+    )
+    parser.add_argument('--loop', action='store_true', help='replay the bag until interrupted')
+    parser.add_argument(
+        '--clock',
+        type=float,
+        nargs='?',
+        const=DEFAULT_CLOCK_HZ,
+        default=None,
+        metavar='HZ',
+        help=f'publish the bag time on /clock (default {DEFAULT_CLOCK_HZ:g} Hz) for use_sim_time nodes',
+    )
+    parser.add_argument(
+        '--remap',
+        action='append',
+        default=[],
+        metavar='OLD:=NEW',
+        help='publish a bag topic under another name',
+    )
+    parser.add_argument(
+        '--qos-profile-overrides-path',
+        default=None,
+        metavar='YAML',
+        help='QoS per topic, as for ros2 bag play',
+    )
+    parser.add_argument(
+        '--wait-for-subscribers',
+        type=float,
+        default=0.0,
+        metavar='S',
+        help='wait up to S seconds for every topic to have a subscriber before starting',
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `metavlm replay`; returns the exit code."""
+    if not args.rate > 0:
+        raise ParameterError(f'--rate must be positive, got {args.rate}')
+    if args.clock is not None and not args.clock > 0:
+        raise ParameterError(f'--clock must be positive, got {args.clock}')
+    remap = _parse_remaps(args.remap)
+    available = bag_topics(args.bag)
+    _check_topics(available, args.topic, Path(args.bag))
+    try:
+        import rclpy
+        from rclpy.context import Context
+    except ImportError:
+        raise InputError('metavlm replay needs rclpy (a ROS 2 distribution, or pip install .[ros])') from None
+    qos = load_qos_overrides(args.qos_profile_overrides_path) if args.qos_profile_overrides_path else None
+
+    from tqdm import tqdm
+
+    context = Context()
+    rclpy.init(args=[], context=context)
+    stop = threading.Event()
+    total = None if args.loop else _count(args.bag, args.topic)
+    bar = tqdm(total=total, unit='msg', desc='replay', disable=None, file=sys.stderr)
+    try:
+        stats = replay_bag(
+            args.bag,
+            context,
+            topics=args.topic,
+            rate=args.rate,
+            loops=None if args.loop else 1,
+            clock_hz=args.clock,
+            remap=remap,
+            qos_overrides=qos,
+            wait_for_subscribers_s=args.wait_for_subscribers,
+            stop=stop,
+            progress=bar.update,
+        )
+    except KeyboardInterrupt:
+        stop.set()
+        print('metavlm replay: interrupted', file=sys.stderr)
+        return 0
+    finally:
+        bar.close()
+        rclpy.try_shutdown(context=context)
+    print(
+        f'published {stats.total} messages on {len(stats.published)} topic(s) '
+        f'in {stats.seconds:.1f} s ({stats.loops} pass(es))'
+    )
+    return 0
+
+
+def _count(bag: str, topics: Sequence[str] | None) -> int | None:
+    try:
+        from rosbags.highlevel import AnyReader
+
+        kind, location = _bag_kind(Path(bag))
+        if kind == 'mcap':
+            return None
+        with AnyReader([location]) as reader:
+            return sum(c.msgcount for c in reader.connections if not topics or c.topic in topics)
+    except Exception:  # the count only sizes the progress bar
+        return None
