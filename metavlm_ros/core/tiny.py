@@ -25,7 +25,7 @@ _STD = [0.26862954, 0.26130258, 0.27577711]
 
 
 def _corpus() -> list[str]:
-    """Sentences the tiny tokenizers learn from: prompts, Table 1 answers and the count vocabulary."""
+    """Sentences the tiny vocabularies are built from: prompts, Table 1 answers and the count vocabulary."""
     sentences = [TABLE1_PROMPT, *DEFAULT_CLASS_PROMPTS.values()]
     sentences.append(' '.join(NUMBER_WORDS))
     sentences.append(' '.join(str(n) for n in range(21)))
@@ -39,7 +39,7 @@ def _corpus() -> list[str]:
         'a rov part and a tyre lying on sand with seagrass and a jellyfish',
         'How many animals, plants, objects and pieces of trash are in the picture?',
     ]
-    return sentences * 2
+    return sentences
 
 
 def _words(tokenizer) -> list[str]:
