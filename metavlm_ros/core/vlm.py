@@ -142,16 +142,16 @@ def resolve_model(backend: str, model: str) -> str:
         return str(path.resolve())
     if not _HF_ID.match(model):
         raise ModelError(f'model directory {model!r} does not exist')
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
     try:
         # local_files_only: a model that is not cached fails at once instead of waiting on the network.
         return snapshot_download(model, local_files_only=True)
     except Exception:  # noqa: BLE001 -- the hub raises several types for 'not cached'; all mean the same
         raise ModelError(
-            f'model {model!r} is neither a local directory nor in the local Hugging Face cache; '
-            f'on a connected machine run `hf download {model}` (copy ~/.cache/huggingface/hub here) '
-            f'or pass a local directory'
+            f'model {model!r} is neither a local directory nor in the local Hugging Face cache '
+            f'({constants.HF_HUB_CACHE}); on a connected machine run `hf download {model}` and copy '
+            f'that cache here, or pass a local directory'
         ) from None
 
 
@@ -212,10 +212,10 @@ class _HFBackend(VLMBackend):
         dtype: str,
         batch_size: int,
     ) -> None:
-        import torch
-
         # Resolve first: a missing model must fail at once, before any slow import or load.
         self.model_path = resolve_model(self.name, model)
+        import torch
+
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ParameterError(f'batch_size must be a positive integer, got {batch_size!r}')
         if dtype not in _DTYPES:
@@ -243,7 +243,7 @@ class _HFBackend(VLMBackend):
                 trust_remote_code=False,
                 dtype=self.dtype,
             )
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        except (OSError, ImportError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(f'cannot load {self.name} model from {self.model_path}: {first}') from None
         finally:
