@@ -414,9 +414,9 @@ def _parse_generate(raw: Any, problems: _Problems) -> dict:
     if (
         not isinstance(size, list)
         or len(size) != 2
-        or any(isinstance(v, bool) or not isinstance(v, int) or v < 8 for v in size)
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < 16 for v in size)
     ):
-        problems.add('frames.generate.size', f'must be [width, height] with both >= 8, got {size!r}')
+        problems.add('frames.generate.size', f'must be [width, height] with both >= 16, got {size!r}')
         size = [160, 120]
     return {'count': count, 'size': list(size), 'seed': seed}
 
@@ -589,15 +589,14 @@ def load_images(frames: FrameSpec) -> list[CampaignImage]:
 
 
 def _generate_scenes(spec: Mapping) -> Iterator[tuple[str, np.ndarray]]:
-    """Synthetic scenes from core.scenes, named scene-000, scene-001, ..."""
+    """Synthetic scenes from core.scenes: scene i is the first frame of the scene seeded seed + i."""
     from metavlm_ros.core.scenes import SceneGenerator
 
     width, height = spec['size']
-    generator = SceneGenerator(seed=spec['seed'], width=width, height=height)
     for i in range(spec['count']):
-        scene = generator.generate(i) if hasattr(generator, 'generate') else next(generator)
-        rgb = getattr(scene, 'rgb', scene)
-        yield f'scene-{i:03d}', np.ascontiguousarray(rgb)
+        # One scene per image (not frames of one scene): campaigns want varied environments and objects.
+        rgb, _ = SceneGenerator(width=width, height=height, seed=spec['seed'] + i).frame(0)
+        yield f'scene-{spec["seed"] + i:03d}', np.ascontiguousarray(rgb)
 
 
 def _safe_name(name: str) -> str:

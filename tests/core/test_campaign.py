@@ -224,3 +224,17 @@ def test_executor_options_checked(tmp_path, image_dir, tiny_clip_dir):
     with pytest.raises(ParameterError, match='--scheduler needs --executor dask'):
         run_campaign(config, tmp_path / 'o', scheduler='tcp://127.0.0.1:1')
     assert not os.path.exists(tmp_path / 'o')
+
+
+def test_generated_scene_frames(tiny_clip_dir):
+    spec = {'generate': {'count': 2, 'size': [64, 48], 'seed': 3}}
+    config = parse_config({'frames': spec, 'models': [{'backend': 'clip', 'model': str(tiny_clip_dir)}]})
+    images = load_images(config.frames)
+    assert [im.id for im in images] == ['scene-003', 'scene-004']
+    assert all(im.rgb.shape == (48, 64, 3) and im.rgb.dtype == np.uint8 for im in images)
+    assert images[0].sha256 != images[1].sha256
+    assert [im.sha256 for im in load_images(config.frames)] == [im.sha256 for im in images]  # deterministic
+    with pytest.raises(ParameterError, match=r'frames.generate.size: must be \[width, height\]'):
+        parse_config(
+            {'frames': {'generate': {'size': [4, 4]}}, 'models': [{'backend': 'clip', 'model': '.'}]}
+        )
