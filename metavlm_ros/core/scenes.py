@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import cv2
 import numpy as np
@@ -21,6 +21,7 @@ __all__ = [
     'MIN_VISIBLE_AREA',
     'MIN_VISIBLE_FRACTION',
     'GroundTruth',
+    'SceneFrame',
     'SceneGenerator',
     'caption',
 ]
@@ -98,6 +99,15 @@ class GroundTruth:
             frame_index=int(data.get('frame_index', 0)),
             environment=str(data.get('environment', '')),
         )
+
+
+class SceneFrame(NamedTuple):
+    """One rendered frame: pixels, ground truth, frame number and time since the scene start (ns)."""
+
+    rgb: np.ndarray
+    ground_truth: GroundTruth
+    index: int
+    stamp_ns: int
 
 
 def caption(gt: GroundTruth) -> str:
@@ -1046,6 +1056,11 @@ class SceneGenerator:
         """Frame `index` as (rgb uint8 (H, W, 3), ground truth)."""
         rgb, gt, _ = self.render(index)
         return rgb, gt
+
+    def generate(self, index: int) -> SceneFrame:
+        """Frame `index` as a SceneFrame (attributes rgb, ground_truth, index, stamp_ns)."""
+        rgb, gt = self.frame(index)
+        return SceneFrame(rgb, gt, index, round(index * 1e9 / self.fps))
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, GroundTruth]]:
         index = 0

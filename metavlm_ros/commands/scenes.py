@@ -1,0 +1,167 @@
+"""`metavlm scenes`: write synthetic SeaClear-like underwater footage with ground truth, as a bag or PNGs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from metavlm_ros.core.errors import InputError, ParameterError
+
+HELP = 'write synthetic underwater footage with ground truth (a ROS 2 bag or a folder of PNGs)'
+GROUND_TRUTH_FILE = 'ground_truth.jsonl'
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the `scenes` subcommand."""
+    parser = subparsers.add_parser(
+        'scenes',
+        help=HELP,
+        description=HELP + '. A .mcap (or .db3) output is written as a bag directory of that name without '
+        'the suffix, holding the storage file and metadata.yaml; any other --out is the bag directory.',
+    )
+    parser.add_argument(
+        '--out',
+        required=True,
+        metavar='PATH',
+        help='demo.mcap, demo.db3, a bag directory, or a folder (--format png)',
+    )
+    parser.add_argument(
+        '--format',
+        choices=('bag', 'png'),
+        default='bag',
+        help='ROS 2 bag (default) or PNG files + ground_truth.jsonl',
+    )
+    parser.add_argument(
+        '--frames', type=int, default=100, metavar='N', help='number of frames (default: 100)'
+    )
+    parser.add_argument('--fps', type=float, default=10.0, metavar='F', help='frame rate (default: 10)')
+    parser.add_argument('--size', default='1920x1080', metavar='WxH', help='frame size (default: 1920x1080)')
+    parser.add_argument('--seed', type=int, default=0, help='scene seed (default: 0)')
+    parser.add_argument(
+        '--environment', choices=('pool', 'shallow', 'deep'), default=None, help='default: chosen by the seed'
+    )
+    parser.add_argument(
+        '--compressed', action='store_true', help='JPEG CompressedImage instead of raw rgb8 Image'
+    )
+    parser.add_argument(
+        '--storage',
+        choices=('mcap', 'sqlite3'),
+        default=None,
+        help='bag storage (default: from --out, else mcap)',
+    )
+    parser.add_argument('--overwrite', action='store_true', help='replace an existing output')
+    parser.set_defaults(handler=run)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """'1920x1080' -> (1920, 1080).
+
+    Raises:
+        ParameterError: Not of the form WxH with positive integers.
+    """
+    match = re.fullmatch(r'\s*(\d+)\s*[xX]\s*(\d+)\s*', text or '')
+    if not match:
+        raise ParameterError(f'--size must look like 1920x1080, got {text!r}')
+    return int(match.group(1)), int(match.group(2))
+
+
+def _progress(total: int, unit: str = 'frame'):
+    from tqdm import tqdm
+
+    # disable=None: a bar on a terminal, silence in logs and pipes.
+    return tqdm(total=total, unit=unit, desc='scenes', disable=None, dynamic_ncols=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Generate the footage; returns 0."""
+    from metavlm_ros.core.scenes import SceneGenerator
+
+    width, height = parse_size(args.size)
+    if args.frames < 1:
+        raise ParameterError(f'--frames must be >= 1, got {args.frames}')
+    if not args.fps or args.fps <= 0:
+        raise ParameterError(f'--fps must be > 0, got {args.fps}')
+    if args.format == 'png' and (args.compressed or args.storage):
+        raise ParameterError('--compressed and --storage apply to bags, not to --format png')
+    generator = SceneGenerator(
+        width, height, args.fps, args.seed, environment=args.environment, frames=args.frames
+    )
+    bar = _progress(args.frames)
+
+    def frames() -> Iterator[tuple[np.ndarray, object]]:
+        for item in generator:
+            yield item
+            bar.update(1)
+
+    try:
+        if args.format == 'png':
+            out = write_png_folder(Path(args.out), frames(), fps=args.fps, overwrite=args.overwrite)
+            what = f'{out}/ (frame_*.png, {GROUND_TRUTH_FILE})'
+        else:
+            from metavlm_ros.core.bags import resolve_bag_output, write_bag
+
+            bag_dir, storage = resolve_bag_output(args.out, args.storage)
+            out = write_bag(
+                bag_dir,
+                frames(),
+                fps=args.fps,
+                storage=storage,
+                compressed=args.compressed,
+                overwrite=args.overwrite,
+            )
+            suffix = '.mcap' if storage == 'mcap' else '.db3'
+            what = f'bag {out}/ ({out.name}{suffix}, metadata.yaml)'
+    finally:
+        bar.close()
+    print(
+        f'wrote {args.frames} frames {width}x{height} at {args.fps:g} fps, {generator.environment} scene '
+        f'(seed {args.seed}), to {what}'
+    )
+    return 0
+
+
+def write_png_folder(out: Path, frames, *, fps: float, overwrite: bool = False) -> Path:
+    """Write frames as frame_000000.png ... plus ground_truth.jsonl (one JSON line per frame).
+
+    Each line holds 'file', 'stamp_ns' (time since the first frame), 'caption' and the fields of
+    GroundTruth.to_dict(). The folder appears only when complete.
+
+    Raises:
+        InputError: `out` exists (without overwrite), or is not a folder this command wrote.
+    """
+    from metavlm_ros.core.scenes import caption
+
+    if out.exists():
+        if not overwrite:
+            raise InputError(f'{out}: already exists (use --overwrite to replace it)')
+        if not out.is_dir() or (any(out.iterdir()) and not (out / GROUND_TRUTH_FILE).is_file()):
+            raise InputError(f'{out}: exists and is not a scenes folder; refusing to replace it')
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.', dir=out.parent))
+    try:
+        with open(tmp / GROUND_TRUTH_FILE, 'w', encoding='utf-8') as lines:
+            for index, (rgb, gt) in enumerate(frames):
+                name = f'frame_{index:06d}.png'
+                if not cv2.imwrite(str(tmp / name), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)):
+                    raise InputError(f'{out / name}: could not be written')
+                record = {
+                    'file': name,
+                    'stamp_ns': round(index * 1e9 / fps),
+                    'caption': caption(gt),
+                    **gt.to_dict(),
+                }
+                lines.write(json.dumps(record) + '\n')
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,115 @@
+"""Tests of `metavlm scenes` through metavlm_ros.cli.main."""
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from metavlm_ros.cli import main
+from metavlm_ros.core.bags import (
+    COMPRESSED_TOPIC,
+    IMAGE_TOPIC,
+    iter_bag_frames,
+    list_image_topics,
+    read_ground_truth,
+)
+from metavlm_ros.core.scenes import SceneGenerator, caption
+
+SMALL = ['--frames', '3', '--size', '64x48', '--fps', '5', '--seed', '4', '--environment', 'deep']
+
+
+def test_mcap_output_is_a_bag_directory(tmp_path, capsys):
+    assert main(['scenes', '--out', str(tmp_path / 'demo.mcap'), *SMALL]) == 0
+    bag = tmp_path / 'demo'
+    assert sorted(p.name for p in bag.iterdir()) == ['demo.mcap', 'metadata.yaml']
+    assert str(bag) in capsys.readouterr().out
+    gen = SceneGenerator(64, 48, 5, seed=4, environment='deep')
+    frames = list(iter_bag_frames(bag))
+    assert len(frames) == 3
+    for i, frame in enumerate(frames):
+        np.testing.assert_array_equal(frame.rgb, gen.frame(i)[0])
+    assert [gt.to_dict() for _, gt in read_ground_truth(bag)] == [gen.frame(i)[1].to_dict() for i in range(3)]
+
+
+def test_directory_output_sqlite_compressed(tmp_path):
+    out = tmp_path / 'demo_bag'
+    assert main(['scenes', '--out', f'{out}/', '--storage', 'sqlite3', '--compressed', *SMALL]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ['demo_bag.db3', 'metadata.yaml']
+    assert list_image_topics(out) == [COMPRESSED_TOPIC]
+    assert len(list(iter_bag_frames(out))) == 3
+
+
+def test_existing_output_refused_unless_overwrite(tmp_path, capsys):
+    out = str(tmp_path / 'demo.mcap')
+    assert main(['scenes', '--out', out, *SMALL]) == 0
+    before = (tmp_path / 'demo' / 'demo.mcap').read_bytes()
+    capsys.readouterr()
+    assert main(['scenes', '--out', out, *SMALL[:-2], '--environment', 'pool']) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('metavlm: error: ') and 'already exists' in err and err.count('\n') == 1
+    assert (tmp_path / 'demo' / 'demo.mcap').read_bytes() == before
+    assert main(['scenes', '--out', out, '--overwrite', *SMALL[:-2], '--environment', 'pool']) == 0
+    assert (tmp_path / 'demo' / 'demo.mcap').read_bytes() != before
+    assert list_image_topics(tmp_path / 'demo') == [IMAGE_TOPIC]
+
+
+def test_png_folder(tmp_path):
+    out = tmp_path / 'pngs'
+    assert main(['scenes', '--out', str(out), '--format', 'png', *SMALL]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ['frame_000000.png', 'frame_000001.png', 'frame_000002.png', 'ground_truth.jsonl']
+    records = [json.loads(line) for line in (out / 'ground_truth.jsonl').read_text().splitlines()]
+    gen = SceneGenerator(64, 48, 5, seed=4, environment='deep')
+    for i, record in enumerate(records):
+        rgb, gt = gen.frame(i)
+        assert record['file'] == f'frame_{i:06d}.png'
+        assert record['stamp_ns'] == i * 200_000_000
+        assert record['caption'] == caption(gt)
+        assert record['counts'] == gt.counts and record['boxes'] == gt.to_dict()['boxes']
+        png = cv2.cvtColor(cv2.imread(str(out / record['file'])), cv2.COLOR_BGR2RGB)
+        np.testing.assert_array_equal(png, rgb)
+    assert main(['scenes', '--out', str(out), '--format', 'png', *SMALL]) == 2
+    assert main(['scenes', '--out', str(out), '--format', 'png', '--overwrite', *SMALL]) == 0
+
+
+def test_same_seed_same_bag_bytes(tmp_path):
+    assert main(['scenes', '--out', str(tmp_path / 'a' / 'demo.mcap'), *SMALL]) == 0
+    assert main(['scenes', '--out', str(tmp_path / 'b' / 'demo.mcap'), *SMALL]) == 0
+    first = (tmp_path / 'a' / 'demo' / 'demo.mcap').read_bytes()
+    assert first == (tmp_path / 'b' / 'demo' / 'demo.mcap').read_bytes()
+    assert main(['scenes', '--out', str(tmp_path / 'c' / 'demo.mcap'), *SMALL[:-4], '--seed', '5']) == 0
+    assert (tmp_path / 'c' / 'demo' / 'demo.mcap').read_bytes() != first
+
+
+@pytest.mark.parametrize(
+    'extra',
+    [
+        ['--size', '64by48'],
+        ['--size', '8x8'],
+        ['--frames', '0'],
+        ['--fps', '0'],
+        ['--storage', 'sqlite3'],  # contradicts the .mcap suffix
+    ],
+)
+def test_bad_arguments(tmp_path, capsys, extra):
+    code = main(['scenes', '--out', str(tmp_path / 'x.mcap'), '--frames', '2', '--size', '64x48', *extra])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith('metavlm: error: ') and err.count('\n') == 1
+    assert not (tmp_path / 'x').exists()
+
+
+def test_png_rejects_bag_options(tmp_path, capsys):
+    assert main(['scenes', '--out', str(tmp_path / 'p'), '--format', 'png', '--compressed', *SMALL]) == 2
+    assert 'apply to bags' in capsys.readouterr().err
+
+
+def test_refuses_to_replace_a_foreign_folder(tmp_path):
+    folder = tmp_path / 'mine'
+    folder.mkdir()
+    (folder / 'thesis.tex').write_text('precious')
+    assert main(['scenes', '--out', str(folder), '--format', 'png', '--overwrite', *SMALL]) == 2
+    assert main(['scenes', '--out', str(folder), '--overwrite', *SMALL]) == 2
+    assert (folder / 'thesis.tex').read_text() == 'precious'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['mine']
