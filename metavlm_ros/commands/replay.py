@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,7 @@ from metavlm_ros.core.errors import BagError, InputError, ParameterError
 
 __all__ = ['ReplayStats', 'add_parser', 'bag_topics', 'iter_raw_messages', 'replay_bag', 'run']
 
-HELP = (
-    'publish the messages of a bag (rosbag2 mcap/sqlite3 directory, bare .mcap, or ROS 1 .bag) on ROS topics'
-)
+HELP = 'publish the messages of a rosbag2 bag (directory, .mcap or .db3 file) on ROS topics'
 NODE_NAME = 'metavlm_replay'
 DEFAULT_CLOCK_HZ = 40.0  # as `ros2 bag play --clock`
 PUBLISH_DEPTH = 10
@@ -33,21 +32,37 @@ RawMessage = tuple[str, str, int, bytes]
 # -- reading raw messages ---------------------------------------------------------------------------
 
 
-def _bag_kind(path: Path) -> tuple[str, Path]:
-    """('rosbag2', directory) | ('mcap', file) | ('rosbag1', file); BagError otherwise."""
+def _bag_location(path: Path) -> Path:
+    """The rosbag2 directory or storage file to open; BagError when `path` is not one."""
     if not path.exists():
         raise BagError(f'bag not found: {path}')
     if path.is_dir():
         if not (path / 'metadata.yaml').exists():
             raise BagError(f'{path} is a directory without metadata.yaml, not a rosbag2 bag')
-        return 'rosbag2', path
-    if (path.parent / 'metadata.yaml').exists() and path.suffix in ('.mcap', '.db3'):
-        return 'rosbag2', path.parent
-    if path.suffix == '.mcap':
-        return 'mcap', path
+        return path
+    if path.suffix in ('.mcap', '.db3'):
+        # rosbags reads a storage file on its own, with or without the bag's metadata.yaml.
+        return path
     if path.suffix == '.bag':
-        return 'rosbag1', path
-    raise BagError(f'{path} is not a bag (expected a rosbag2 directory, a .mcap, a .db3 or a .bag file)')
+        raise BagError(f'{path} is a ROS 1 bag; convert it first (rosbags-convert --src {path.name})')
+    raise BagError(f'{path} is not a bag (expected a rosbag2 directory, a .mcap or a .db3 file)')
+
+
+@contextmanager
+def _open(path: Path) -> Iterator[Any]:
+    """Open a rosbag2 bag (mcap or sqlite3) read-only for its raw CDR messages."""
+    from rosbags.rosbag2 import Reader
+
+    location = _bag_location(path)
+    try:
+        reader = Reader(location)
+        reader.open()
+    except Exception as exc:  # rosbags raises many types (ReaderError, sqlite3, mcap) for bad files
+        raise BagError(f'cannot read bag {path}: {_one_line(exc)}') from None
+    try:
+        yield reader
+    finally:
+        reader.close()
 
 
 def _check_topics(available: Mapping[str, str], topics: Sequence[str] | None, path: Path) -> list[str]:
@@ -66,60 +81,26 @@ def bag_topics(path: str | Path) -> dict[str, str]:
     Raises:
         BagError: not a bag, unreadable, or corrupt.
     """
-    path = Path(path)
-    kind, location = _bag_kind(path)
-    try:
-        if kind == 'mcap':
-            from mcap.reader import make_reader
-
-            with location.open('rb') as stream:
-                summary = make_reader(stream).get_summary()
-            if summary is None:
-                raise BagError(f'{path} has no summary section; it was not closed properly')
-            return {ch.topic: summary.schemas[ch.schema_id].name for ch in summary.channels.values()}
-        from rosbags.highlevel import AnyReader
-
-        with AnyReader([location]) as reader:
-            return {conn.topic: conn.msgtype for conn in reader.connections}
-    except BagError:
-        raise
-    except Exception as exc:  # rosbags and mcap raise many types for unreadable files
-        raise BagError(f'cannot read bag {path}: {_one_line(exc)}') from None
+    with _open(Path(path)) as reader:
+        return {conn.topic: conn.msgtype for conn in reader.connections}
 
 
 def iter_raw_messages(path: str | Path, topics: Sequence[str] | None = None) -> Iterator[RawMessage]:
     """Yield (topic, msgtype, timestamp_ns, CDR bytes) in bag time order.
 
-    ROS 1 messages are converted to CDR so every source deserialises the same way.
-
     Raises:
         BagError: not a bag, unknown topic, or corrupt data.
     """
     path = Path(path)
-    kind, location = _bag_kind(path)
-    selected = _check_topics(bag_topics(path), topics, path)
-    try:
-        if kind == 'mcap':
-            from mcap.reader import make_reader
-
-            with location.open('rb') as stream:
-                for schema, channel, message in make_reader(stream).iter_messages(topics=selected):
-                    if channel.message_encoding != 'cdr' or schema is None:
-                        raise BagError(f'{path}: topic {channel.topic} is not CDR-encoded ROS 2 data')
-                    yield channel.topic, schema.name, message.log_time, message.data
-            return
-        from rosbags.highlevel import AnyReader
-
-        with AnyReader([location]) as reader:
-            connections = [c for c in reader.connections if c.topic in selected]
+    with _open(path) as reader:
+        available = {conn.topic: conn.msgtype for conn in reader.connections}
+        selected = set(_check_topics(available, topics, path))
+        connections = [c for c in reader.connections if c.topic in selected]
+        try:
             for conn, timestamp, rawdata in reader.messages(connections=connections):
-                if kind == 'rosbag1':
-                    rawdata = reader.typestore.ros1_to_cdr(rawdata, conn.msgtype)
                 yield conn.topic, conn.msgtype, timestamp, bytes(rawdata)
-    except BagError:
-        raise
-    except Exception as exc:
-        raise BagError(f'cannot read bag {path}: {_one_line(exc)}') from None
+        except Exception as exc:
+            raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
 
 
 # -- publishing -------------------------------------------------------------------------------------
@@ -368,7 +349,7 @@ def _one_line(exc: BaseException) -> str:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `metavlm replay`."""
     parser = subparsers.add_parser('replay', help=HELP, description=HELP + '.')
-    parser.add_argument('bag', metavar='BAG', help='rosbag2 directory, .mcap, .db3 or ROS 1 .bag')
+    parser.add_argument('bag', metavar='BAG', help='rosbag2 directory, .mcap or .db3 file')
     parser.add_argument(
         '--topic', action='append', default=None, metavar='T', help='topic to publish (repeat; default: all)'
     )
@@ -460,13 +441,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _count(bag: str, topics: Sequence[str] | None) -> int | None:
+    """Messages a single pass publishes, for the progress bar; None when the bag does not say."""
     try:
-        from rosbags.highlevel import AnyReader
-
-        kind, location = _bag_kind(Path(bag))
-        if kind == 'mcap':
-            return None
-        with AnyReader([location]) as reader:
-            return sum(c.msgcount for c in reader.connections if not topics or c.topic in topics)
-    except Exception:  # the count only sizes the progress bar
+        with _open(Path(bag)) as reader:
+            counts = [c.msgcount for c in reader.connections if not topics or c.topic in topics]
+    except BagError:
         return None
+    return sum(counts) or None

@@ -177,8 +177,20 @@ def test_loops_sqlite3_storage_and_remap(tmp_path):
         assert result['stats'].loops == 2
 
 
-def test_bare_mcap_file_replays(tmp_path):
-    path = write_bare_mcap(tmp_path / 'dive.mcap')
+def write_bare_db3(path: Path) -> Path:
+    import shutil
+
+    bag_dir = write_rosbag2(path.parent / 'db3-bag', StoragePlugin.SQLITE3)
+    shutil.copy(next(bag_dir.glob('*.db3')), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ('name', 'write'),
+    [('dive.mcap', write_bare_mcap), ('dive.db3', write_bare_db3)],
+)
+def test_bare_storage_files_replay(tmp_path, name, write):
+    path = write(tmp_path / name)
     assert bag_topics(path)['/camera/image_raw'] == 'sensor_msgs/msg/Image'
     with ros_context() as context:
         images = TopicCollector(context, '/camera/image_raw', Image, name='images')
@@ -188,7 +200,10 @@ def test_bare_mcap_file_replays(tmp_path):
             wait_for(lambda: len(images.messages) == N_FRAMES, 3, images, 'the last frame')
         finally:
             thread.join(10)
-        assert stamp_to_ns(images.messages[-1].header.stamp) == T0 + 5 * SPACING_NS + STAMP_OFFSET_NS
+        assert 'error' not in result, result.get('error')
+        stamps = [stamp_to_ns(m.header.stamp) for m in images.messages]
+        assert stamps == [T0 + i * SPACING_NS + STAMP_OFFSET_NS for i in range(N_FRAMES)]
+        assert image_msg_to_rgb(images.messages[-1])[0, 0, 0] == 50
 
 
 def test_cli_replays_to_a_best_effort_subscriber(bag, capsys):
@@ -226,6 +241,7 @@ def test_qos_override_file_is_applied(bag, tmp_path):
         (['{missing}'], 'bag not found'),
         (['{empty_dir}'], 'without metadata.yaml'),
         (['{text_file}'], 'is not a bag'),
+        (['{ros1}'], 'is a ROS 1 bag'),
         (['{bag}', '--topic', '/sonar'], 'topic /sonar is not in dive'),
         (['{bag}', '--rate', '0'], '--rate must be positive'),
         (['{bag}', '--remap', '/note'], 'not of the form OLD:=NEW'),
@@ -237,7 +253,9 @@ def test_cli_errors_are_one_line_and_exit_2(bag, tmp_path, capsys, argv, message
     (tmp_path / 'notes.txt').write_text('hello')
     corrupt = tmp_path / 'broken.mcap'
     corrupt.write_bytes(b'\x89MCAP0\r\n' + bytes(40))
+    (tmp_path / 'old.bag').write_bytes(b'#ROSBAG V2.0\n')
     paths = {
+        'ros1': tmp_path / 'old.bag',
         'missing': tmp_path / 'nope',
         'empty_dir': tmp_path / 'empty',
         'text_file': tmp_path / 'notes.txt',
