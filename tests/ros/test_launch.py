@@ -1,0 +1,182 @@
+"""The launch files: loaded where ROS 2 launch is installed, otherwise checked statically with ast."""
+
+import ast
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_DIR = ROOT / 'launch'
+LAUNCH_FILES = sorted(LAUNCH_DIR.glob('*.launch.py'))
+NODE_NAMES = {'perception_node': 'metavlm_perception', 'tester_node': 'metavlm_tester'}
+
+
+def console_scripts() -> dict[str, str]:
+    """name -> 'module:function' from setup.py's entry points (or the two nodes when it is absent)."""
+    setup = ROOT / 'setup.py'
+    if not setup.exists():
+        return {
+            'perception_node': 'metavlm_ros.ros.perception_node:main',
+            'tester_node': 'metavlm_ros.ros.tester_node:main',
+        }
+    scripts = {}
+    for node in ast.walk(ast.parse(setup.read_text())):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == 'console_scripts':
+                    for item in ast.literal_eval(value):
+                        name, _, target = (part.strip() for part in item.partition('='))
+                        scripts[name] = target
+    return scripts
+
+
+def _call_name(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ''
+
+
+class LaunchFile:
+    """What a launch file declares, uses, starts and names, read with ast."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tree = ast.parse(path.read_text())
+        self.constants = {}  # module-level NAME = <literal>
+        for node in self.tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                try:
+                    self.constants[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+        self.calls = [node for node in ast.walk(self.tree) if isinstance(node, ast.Call)]
+        self.declared: dict[str, ast.Call] = {}
+        for call in self.calls:
+            if _call_name(call) == 'DeclareLaunchArgument':
+                self.declared[ast.literal_eval(call.args[0])] = call
+        declaration_strings = {
+            id(n) for call in self.declared.values() for n in ast.walk(call) if isinstance(n, ast.Constant)
+        }
+        # Every string literal outside the declarations: launch arguments are read by name through
+        # LaunchConfiguration(...) or a helper, directly or from a tuple of names.
+        every = [n for n in ast.walk(self.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        self.strings = {n.value for n in every if id(n) not in declaration_strings}
+        self.all_strings = {n.value for n in every}
+
+    def keyword(self, call: ast.Call, name: str):
+        for kw in call.keywords:
+            if kw.arg == name:
+                if isinstance(kw.value, ast.Name):
+                    return self.constants[kw.value.id]
+                return ast.literal_eval(kw.value)
+        return None
+
+    def nodes(self) -> list[dict]:
+        return [
+            {k: self.keyword(call, k) for k in ('package', 'executable', 'name')}
+            for call in self.calls
+            if _call_name(call) == 'Node'
+        ]
+
+    def default(self, argument: str):
+        call = self.declared[argument]
+        for kw in call.keywords:
+            if kw.arg == 'default_value':
+                return ast.literal_eval(kw.value) if isinstance(kw.value, ast.Constant) else kw.value
+        return None
+
+
+@pytest.fixture(scope='module')
+def launch_files() -> dict[str, LaunchFile]:
+    return {path.name: LaunchFile(path) for path in LAUNCH_FILES}
+
+
+def test_both_launch_files_exist(launch_files):
+    assert set(launch_files) == {'metavlm.launch.py', 'replay.launch.py'}
+    for launch_file in launch_files.values():
+        names = {n.name for n in launch_file.tree.body if isinstance(n, ast.FunctionDef)}
+        assert 'generate_launch_description' in names
+
+
+def test_every_executable_is_a_console_entry_point(launch_files):
+    scripts = console_scripts()
+    nodes = launch_files['metavlm.launch.py'].nodes()
+    assert sorted(n['executable'] for n in nodes) == ['perception_node', 'tester_node']
+    for node in nodes:
+        assert node['package'] == 'metavlm_ros'
+        assert node['executable'] in scripts, f'{node["executable"]} is not a console script in setup.py'
+        assert node['name'] == NODE_NAMES[node['executable']]
+        module, _, function = scripts[node['executable']].partition(':')
+        assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_every_parameter_file_and_included_launch_file_exists(launch_files):
+    for launch_file in launch_files.values():
+        for text in launch_file.all_strings:
+            if text.endswith('.yaml'):
+                path = ROOT / 'config' / text
+                assert path.is_file(), f'{launch_file.path.name} names config/{text}, which does not exist'
+                assert isinstance(yaml.safe_load(path.read_text()), dict)
+            if text.endswith('.launch.py'):
+                assert (LAUNCH_DIR / text).is_file()
+
+
+def test_every_launch_argument_is_used_and_every_used_one_declared(launch_files):
+    for launch_file in launch_files.values():
+        unused = [name for name in launch_file.declared if name not in launch_file.strings]
+        assert not unused, f'{launch_file.path.name}: arguments declared but never read: {unused}'
+    main = launch_files['metavlm.launch.py']
+    assert set(main.declared) == {
+        'camera_topic',
+        'backend',
+        'model',
+        'params_file',
+        'vlm_endpoint',
+        'use_sim_time',
+    }
+    replay = launch_files['replay.launch.py']
+    forwarded = replay.constants['FORWARDED']
+    # what replay.launch.py hands on must be declared by both files
+    assert set(forwarded) <= set(main.declared) and set(forwarded) <= set(replay.declared)
+    assert {'bag', 'rate', 'loop', 'qos_overrides'} <= set(replay.declared)
+
+
+def test_nodes_are_remapped_to_the_camera_and_to_each_other(launch_files):
+    main = launch_files['metavlm.launch.py']
+    assert {'image', 'image/compressed', 'probe', 'probe/prediction'} <= main.strings
+    assert main.constants['PROBE_TOPIC'].startswith('/')
+    assert main.default('camera_topic') == '/camera/image_raw'
+
+
+def test_replay_runs_ros2_bag_play_with_the_qos_override(launch_files):
+    replay = launch_files['replay.launch.py']
+    assert {'ros2', 'bag', 'play', '--qos-profile-overrides-path', '--clock'} <= replay.strings
+    assert 'qos_override.yaml' in {
+        c.value for c in ast.walk(replay.declared['qos_overrides']) if isinstance(c, ast.Constant)
+    }
+
+
+def test_qos_override_covers_the_default_camera_topic(launch_files):
+    from metavlm_ros.commands.replay import load_qos_overrides
+
+    profiles = load_qos_overrides(ROOT / 'config' / 'qos_override.yaml')
+    camera = launch_files['metavlm.launch.py'].default('camera_topic')
+    assert camera in profiles and camera + '/compressed' in profiles
+    from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+
+    assert profiles[camera].reliability == ReliabilityPolicy.RELIABLE
+    assert profiles[camera].durability == DurabilityPolicy.VOLATILE
+
+
+def test_launch_descriptions_load_where_launch_is_installed():
+    pytest.importorskip('launch_ros')
+    launch = pytest.importorskip('launch')
+    for path in LAUNCH_FILES:
+        spec = importlib.util.spec_from_file_location(path.stem.replace('.', '_'), path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        description = module.generate_launch_description()
+        assert isinstance(description, launch.LaunchDescription)
+        assert {a.name for a in description.get_launch_arguments()} >= {'camera_topic', 'use_sim_time'}
