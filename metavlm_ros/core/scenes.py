@@ -209,23 +209,36 @@ def _floor_albedo(env: str, rng: np.random.Generator, size: int = 512) -> np.nda
         ripple = np.sin((yy + warp) * (2 * math.pi / 16.0)) * 0.5 + 0.5
         shade = 0.82 + 0.12 * ripple + 0.07 * n
         albedo = sand[None, None, :] * shade[..., None]
-        rocks = _smooth_noise(rng, (size, size), 28)
-        mask = np.clip((rocks - 1.6) * 3.0, 0, 1)[..., None]
-        rock_col = np.array((95, 95, 85), np.float32) * (0.8 + 0.2 * n[..., None])
-        albedo = albedo * (1 - mask) + rock_col * mask
-        weed = np.clip((_smooth_noise(rng, (size, size), 50) - 1.0) * 1.5, 0, 0.6)[..., None]
-        return albedo * (1 - weed) + np.array((80, 105, 60), np.float32) * weed
+        albedo *= (1 + 0.08 * _smooth_noise(rng, (size, size), 120))[..., None]  # patches of finer sand
+        albedo = _add_rocks(albedo, rng, 22, 1.8, (135, 128, 112), n)
+        weed = np.clip((_smooth_noise(rng, (size, size), 50) - 1.3) * 1.2, 0, 0.45)
+        weed *= np.clip(0.6 + 0.8 * _smooth_noise(rng, (size, size), 2.5), 0, 1.4)  # tufts, not flat paint
+        return albedo * (1 - weed[..., None]) + np.array((95, 120, 70), np.float32) * weed[..., None]
     # Deep sea: silty grey-brown sediment with burrows, small rocks and pale patches.
-    silt = np.array((128, 118, 100), np.float32)
+    silt = np.array((150, 136, 112), np.float32)
     shade = 0.85 + 0.15 * n
     albedo = silt[None, None, :] * shade[..., None]
     spots = _smooth_noise(rng, (size, size), 3)
     albedo[spots > 2.8] *= 0.6
     pale = np.clip((_smooth_noise(rng, (size, size), 36) - 0.5) * 0.5, 0, 0.3)[..., None]
     albedo = albedo * (1 - pale) + np.array((170, 165, 150), np.float32) * pale
-    rocks = _smooth_noise(rng, (size, size), 12)
-    mask = np.clip((rocks - 2.0) * 3.0, 0, 1)[..., None]
-    return albedo * (1 - mask) + np.array((60, 58, 55), np.float32) * mask
+    return _add_rocks(albedo, rng, 12, 2.0, (105, 98, 88), n)
+
+
+def _add_rocks(
+    albedo: np.ndarray, rng: np.random.Generator, scale: float, level: float, colour: Any, n: np.ndarray
+) -> np.ndarray:
+    """Stones where a noise field exceeds `level`, lit from above (towards the far side of the floor)."""
+    field_ = _smooth_noise(rng, albedo.shape[:2], scale)
+    mask = np.clip((field_ - level) * 3.0, 0, 1)
+    # The slope of the field along the viewing direction shades the stones: lit tops, dark fronts.
+    slope = np.roll(field_, -2, axis=0) - np.roll(field_, 2, axis=0)
+    shade = np.clip(0.9 - 1.2 * slope, 0.45, 1.35) * (0.85 + 0.2 * n)
+    stone = np.asarray(colour, np.float32) * shade[..., None]
+    # Stones sit in a soft contact shadow on the sediment around them.
+    halo = np.clip((field_ - level + 0.5) * 1.2, 0, 0.35)[..., None]
+    out = albedo * (1 - halo * 0.6)
+    return out * (1 - mask[..., None]) + stone * mask[..., None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -901,7 +914,7 @@ class SceneGenerator:
     def _illumination(self, distance: np.ndarray | float, rows: np.ndarray | float) -> np.ndarray | float:
         if self.optics.lamps:
             # The robot's lamps: inverse-square fall-off with distance, saturating near the camera.
-            return np.minimum(1.5, (2.6 / np.maximum(distance, 0.3)) ** 2)
+            return np.minimum(1.25, (2.6 / np.maximum(distance, 0.3)) ** 2)
         return np.ones_like(np.asarray(distance, np.float32)) * 1.0
 
     def _build_objects(self, rng: np.random.Generator) -> None:
@@ -915,7 +928,10 @@ class SceneGenerator:
         objects = []
         far = min(7.0, self.wall - 0.6) if self.wall else 7.0
         for index, cls in enumerate(picks):
-            kind = KINDS[cls][int(rng.integers(len(KINDS[cls])))]
+            options = KINDS[cls]
+            if self.environment == 'deep' and cls == 'vegetation':
+                options = ('seaweed', 'seagrass')  # no kelp forests in the lamp-lit deep
+            kind = options[int(rng.integers(len(options)))]
             d = float(rng.uniform(1.3, far if kind != 'kelp' else far + 1))
             # Lateral range: what the camera sees at that distance over its motion, plus a little.
             half = (self.iw / 2 + self.yaw_amp) * d / self.focal + self.drift_amp
