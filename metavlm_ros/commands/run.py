@@ -172,6 +172,7 @@ def _footage(
         raise ParameterError(f'--rate must be positive, got {rate:g}')
     period = 1.0 / rate if rate else (None if bag else 1.0 / DEFAULT_FOLDER_RATE_HZ)
     first = True
+    gap = 0.0
     while True:
         previous = None
         count = 0
@@ -180,9 +181,11 @@ def _footage(
                 wait = 0.0
             elif period is not None:
                 wait = period
+            elif previous is None:
+                wait = gap  # a loop starts again one frame spacing after its last frame
             else:
                 # A bag's own spacing, bounded so a gap in the recording does not stall the run.
-                wait = min(max((frame.stamp_ns - previous) / 1e9, 0.0), 5.0) if previous is not None else 0.0
+                wait = gap = min(max((frame.stamp_ns - previous) / 1e9, 0.0), 5.0)
             previous = frame.stamp_ns
             first = False
             count += 1
@@ -296,7 +299,8 @@ def run_nodes(
             while publisher.get_subscription_count() < wanted and time.monotonic() < deadline:
                 time.sleep(0.02)
 
-            end = started + duration if duration is not None else math.inf
+            # The duration counts from the moment the nodes run, not from the model loading.
+            end = time.monotonic() + duration if duration is not None else math.inf
             next_at = time.monotonic()
             exhausted = source is None
             exhausted_at = None

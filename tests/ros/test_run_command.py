@@ -1,0 +1,159 @@
+"""`metavlm run`: both nodes in one process on a folder of PNGs or a bag, with a tiny CLIP."""
+
+from pathlib import Path
+
+import cv2
+import pytest
+import yaml
+
+from metavlm_ros.cli import main
+from metavlm_ros.commands.run import _flatten, _write_ros_file, load_parameter_file, run_nodes
+from metavlm_ros.core.bags import write_bag
+from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.core.results import read_jsonl
+from tests.conftest import make_frame
+
+
+@pytest.fixture
+def folder(tmp_path):
+    path = tmp_path / 'frames'
+    path.mkdir()
+    for i in range(3):
+        cv2.imwrite(str(path / f'frame{i}.png'), cv2.cvtColor(make_frame(64, 48, seed=i), cv2.COLOR_RGB2BGR))
+    return path
+
+
+def write_params(tmp_path, tiny_clip_dir, **tester):
+    model = {'model': str(tiny_clip_dir), 'device': 'cpu'}
+    values = {
+        **model,
+        'population': 4,
+        'evaluations': 8,
+        'frame_period_s': 0,  # an integer on purpose: `metavlm run` makes it the double ROS expects
+        'transport_size': 32,
+        'results_dir': str(tmp_path / 'results'),
+        **tester,
+    }
+    blocks = {
+        'metavlm_perception': {'ros__parameters': model},
+        'metavlm_tester': {'ros__parameters': values},
+    }
+    path = tmp_path / 'params.yaml'
+    path.write_text(yaml.safe_dump(blocks), encoding='utf-8')
+    return path
+
+
+def test_metavlm_run_on_a_folder_through_the_perception_node(tmp_path, tiny_clip_dir, folder, capsys):
+    params = write_params(tmp_path, tiny_clip_dir)
+    code = main(['run', '--params', str(params), '--source', str(folder), '--rate', '4'])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert '3 frame(s) published' in out
+    records = read_jsonl(tmp_path / 'results' / 'evaluations.jsonl')
+    summaries = read_jsonl(tmp_path / 'results' / 'summary.jsonl')
+    assert 1 <= len(summaries) <= 3
+    assert len(records) == 8 * len(summaries)
+    assert {r['endpoint'] for r in records} == {'ros'}
+    assert not any(r['failed'] for r in records)
+    assert all(r['source_stamp'] > 0 and r['image'] == f'camera@{r["source_stamp"]}' for r in records)
+    assert f'{len(summaries)} search(es), {len(records)} evaluations (0 failed)' in out
+
+
+def test_run_nodes_replays_a_bag_with_its_stamps_for_a_duration(tmp_path, tiny_clip_dir):
+    frames = [(make_frame(64, 48, seed=i), None) for i in range(4)]
+    bag = write_bag(tmp_path / 'bag', frames, fps=10.0, start_ns=5_000_000_000)
+    params = write_params(tmp_path, tiny_clip_dir, vlm_endpoint='inprocess')
+    summary = run_nodes(params, source=bag, duration=2.0, loop=True, results_dir=tmp_path / 'out')
+    # 2 s of a 10 Hz bag replayed in a loop: about 20 frames, most dropped while searches run.
+    assert 12 <= summary['frames_published'] <= 22
+    assert summary['endpoint'] == 'inprocess'
+    assert summary['searches'] >= 1
+    assert summary['frames_received'] - summary['frames_dropped'] >= summary['searches']
+    stamps = {r['source_stamp'] for r in read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')}
+    assert stamps <= {5_000_000_000 + i * 100_000_000 for i in range(4)}
+    assert summary['results_dir'] == str(tmp_path / 'out')
+
+
+def test_invalid_parameters_are_a_one_line_error_and_exit_2(tmp_path, tiny_clip_dir, folder, capsys):
+    params = write_params(tmp_path, tiny_clip_dir, vlm_endpoint='inprocess', population=1)
+    assert main(['run', '--params', str(params), '--source', str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith('metavlm: error: parameter population')
+    assert not (tmp_path / 'results' / 'evaluations.jsonl').exists()
+
+
+def test_missing_inputs_are_refused_before_anything_starts(tmp_path, folder, capsys):
+    assert main(['run', '--params', str(tmp_path / 'nope.yaml'), '--source', str(folder)]) == 2
+    assert 'nope.yaml: no such parameter file' in capsys.readouterr().err
+    with pytest.raises(InputError, match='no such file or directory'):
+        run_nodes(None, source=tmp_path / 'missing')
+    with pytest.raises(ParameterError, match='--loop needs --duration'):
+        from metavlm_ros.commands.run import run as run_command
+
+        run_command(
+            type(
+                'Args',
+                (),
+                dict(
+                    params=None,
+                    source=str(folder),
+                    topic=None,
+                    duration=None,
+                    rate=None,
+                    loop=True,
+                    results_dir=None,
+                ),
+            )()
+        )
+
+
+def test_parameter_files_are_read_and_rewritten_for_rcl(tmp_path):
+    path = tmp_path / 'p.yaml'
+    path.write_text(
+        'metavlm_tester:\n'
+        '  ros__parameters:\n'
+        '    probe_timeout_s: 5\n'
+        '    ranges:\n'
+        '      scaling: [0.8, 1]\n'
+        '    class_prompts: []\n'
+        '/metavlm_perception:\n'
+        '  model: demo\n',
+        encoding='utf-8',
+    )
+    nodes = load_parameter_file(path)
+    assert nodes == {
+        'metavlm_tester': {'probe_timeout_s': 5, 'ranges': {'scaling': [0.8, 1]}, 'class_prompts': []},
+        'metavlm_perception': {'model': 'demo'},
+    }
+    written = yaml.safe_load(_write_ros_file(nodes, tmp_path).read_text(encoding='utf-8'))
+    # Doubles become doubles, nested names are flattened, an untyped empty list is left out.
+    assert written == {
+        'metavlm_tester': {'ros__parameters': {'probe_timeout_s': 5.0, 'ranges.scaling': [0.8, 1.0]}},
+        'metavlm_perception': {'ros__parameters': {'model': 'demo'}},
+    }
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('metavlm_tester: [1, 2]\n', encoding='utf-8')
+    with pytest.raises(ParameterError, match='must be a mapping'):
+        load_parameter_file(bad)
+    broken = tmp_path / 'broken.yaml'
+    broken.write_text('metavlm_tester: {a: [1, 2\n', encoding='utf-8')
+    with pytest.raises(InputError, match='not valid YAML'):
+        load_parameter_file(broken)
+
+
+def test_the_shipped_parameter_file_matches_the_nodes(tmp_path):
+    from metavlm_ros.ros.tester_node import PARAMETERS, settings_from_parameters
+    from tests.ros.helpers import ros_context
+
+    shipped = Path(__file__).resolve().parents[2] / 'config' / 'metavlm.yaml'
+    nodes = load_parameter_file(shipped)
+    tester = _flatten(nodes['metavlm_tester'])
+    # Every tester parameter is documented there (class_prompts only as a comment: it is empty).
+    assert set(tester) == {p.name for p in PARAMETERS} - {'class_prompts'}
+    settings = settings_from_parameters(tester)
+    assert (settings.endpoint, settings.transport_size, settings.results_dir) == ('ros', 384, 'results/ros')
+    assert (settings.search.population, settings.search.evaluations) == (30, 3000)
+    assert set(nodes['metavlm_perception']) >= {'backend', 'model', 'max_batch', 'batch_wait_ms'}
+    # rcl itself accepts the file as it is.
+    with ros_context(['--ros-args', '--params-file', str(shipped)]) as context:
+        assert context.ok()
