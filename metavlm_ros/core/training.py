@@ -90,6 +90,7 @@ class TrainingConfig:
     clip_lr: float = 2e-3
     blip_lr: float = 1e-3
     threads: int = 2
+    workers: int = 3
     log_every: int = 50
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -137,6 +138,23 @@ def _resize(frame: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(frame).resize((size, size), Image.BICUBIC))
 
 
+def _render_scene(job: tuple[int, int, int, str, int, int, bool]) -> tuple[list, list, list, list]:
+    """Render `count` frames of one scene, 3 s apart: (full frames, resized frames, counts, captions)."""
+    from .scenes import SceneGenerator, caption
+
+    seed, width, height, environment, count, image_size, keep = job
+    generator = SceneGenerator(width, height, 10, seed, environment=environment)
+    frames, small, counts, captions = [], [], [], []
+    for k in range(count):
+        rgb, truth = generator.frame(k * 30)
+        if keep:
+            frames.append(rgb)
+        small.append(_resize(rgb, image_size))
+        counts.append([int(truth.counts.get(c, 0)) for c in CLASSES])
+        captions.append(caption(truth))
+    return frames, small, counts, captions
+
+
 def render_scenes(
     n_frames: int,
     seed: int,
@@ -145,12 +163,13 @@ def render_scenes(
     sizes: Sequence[tuple[int, int]] = ((384, 216),),
     image_size: int = 128,
     keep_frames: bool = False,
-    progress: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> SceneSet:
     """Render synthetic scenes and their Table 1 captions.
 
     Scene j uses seed `seed + j`, environment ENVIRONMENTS[j % 3] and size sizes[j % len(sizes)]; it
-    contributes `frames_per_scene` frames 3 s apart, so the camera and the objects have moved.
+    contributes `frames_per_scene` frames 3 s apart, so the camera and the objects have moved. The
+    result does not depend on `workers`.
 
     Args:
         n_frames: number of frames.
@@ -159,43 +178,45 @@ def render_scenes(
         sizes: (width, height) of the rendered frames, cycled over scenes.
         image_size: side of the resized copies in `small`.
         keep_frames: keep the full-size frames (memory: width*height*3 bytes each).
-        progress: called with the number of frames rendered so far.
+        workers: processes rendering scenes in parallel.
 
     Returns:
         The SceneSet.
     """
-    from .scenes import SceneGenerator, caption
-
-    frames, small, counts, captions = [], [], [], []
-    fps = 10
-    j = 0
-    while len(small) < n_frames:
+    jobs = []
+    for j in range(math.ceil(n_frames / frames_per_scene)):
         width, height = sizes[j % len(sizes)]
-        generator = SceneGenerator(
-            width, height, fps, seed + j, environment=ENVIRONMENTS[j % len(ENVIRONMENTS)]
-        )
-        for k in range(min(frames_per_scene, n_frames - len(small))):
-            rgb, truth = generator.frame(k * 30)
-            if keep_frames:
-                frames.append(rgb)
-            small.append(_resize(rgb, image_size))
-            counts.append([int(truth.counts.get(c, 0)) for c in CLASSES])
-            captions.append(caption(truth))
-            if progress is not None:
-                progress(len(small))
-        j += 1
-    return SceneSet(frames, np.stack(small), np.asarray(counts, np.int64), captions)
+        count = min(frames_per_scene, n_frames - j * frames_per_scene)
+        environment = ENVIRONMENTS[j % len(ENVIRONMENTS)]
+        jobs.append((seed + j, width, height, environment, count, image_size, keep_frames))
+    if workers > 1:
+        from multiprocessing import get_context
+
+        with get_context('spawn').Pool(workers) as pool:
+            parts = pool.map(_render_scene, jobs, chunksize=4)
+    else:
+        parts = [_render_scene(job) for job in jobs]
+    frames = [f for part in parts for f in part[0]]
+    small = np.stack([f for part in parts for f in part[1]])
+    counts = np.asarray([c for part in parts for c in part[2]], np.int64)
+    return SceneSet(frames, small, counts, [c for part in parts for c in part[3]])
 
 
 def heldout_set(
-    n_frames: int = 300, *, size: tuple[int, int] = (384, 216), image_size: int = 128
+    n_frames: int = 300, *, size: tuple[int, int] = (384, 216), image_size: int = 128, workers: int = 1
 ) -> SceneSet:
     """The fixed held-out set: scenes from HELDOUT_SEED, one size, full frames kept.
 
     The first n frames of a larger held-out set are the same frames, so a test may judge a prefix.
     """
     return render_scenes(
-        n_frames, HELDOUT_SEED, frames_per_scene=3, sizes=(size,), image_size=image_size, keep_frames=True
+        n_frames,
+        HELDOUT_SEED,
+        frames_per_scene=3,
+        sizes=(size,),
+        image_size=image_size,
+        keep_frames=True,
+        workers=workers,
     )
 
 
@@ -592,12 +613,15 @@ def datasets(
             frames_per_scene=config.frames_per_scene,
             sizes=config.scene_sizes,
             image_size=config.image_size,
+            workers=config.workers,
         ),
     )
     log(f'rendering {config.heldout_frames} held-out frames ...')
     held_key = {'set': 'heldout', 'n': config.heldout_frames, 'image_size': config.image_size}
     heldout = _cached_scenes(
-        cache, held_key, lambda: heldout_set(config.heldout_frames, image_size=config.image_size)
+        cache,
+        held_key,
+        lambda: heldout_set(config.heldout_frames, image_size=config.image_size, workers=config.workers),
     )
     return train, heldout
 

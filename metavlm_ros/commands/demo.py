@@ -1,0 +1,179 @@
+"""`metavlm demo`: synthetic footage, both demo models searched through the ROS nodes, and a short report."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from metavlm_ros.core.errors import ParameterError
+
+__all__ = ['add_parser', 'run', 'run_demo']
+
+HELP = 'see metavlm work end to end: synthetic footage, the demo CLIP and BLIP searched through ROS, a report'
+DEMO_SIZE = (384, 216)  # the tester's default transport size (longer side 384): no resize on the way
+DEMO_FPS = 2.0
+DEMO_MODELS = ('clip', 'blip')
+# Files a demo directory holds; --overwrite only replaces a directory that looks like one.
+_MARKERS = ('report.md', 'footage')
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `metavlm demo`."""
+    parser = subparsers.add_parser('demo', help=HELP, description=HELP + '.')
+    parser.add_argument(
+        '--out', type=Path, default=Path('results/demo'), help='output directory (results/demo)'
+    )
+    parser.add_argument('--frames', type=int, default=6, help='frames of synthetic footage (default 6)')
+    parser.add_argument(
+        '--evaluations', type=int, default=240, help='evaluations per searched frame (default 240)'
+    )
+    parser.add_argument('--seed', type=int, default=0, help='seed of the footage and the searches')
+    parser.add_argument('--overwrite', action='store_true', help='replace an earlier demo in --out')
+    parser.set_defaults(handler=run)
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not overwrite:
+            raise ParameterError(f'{out} exists and is not empty; pass --overwrite to replace the demo there')
+        if not out.is_dir() or not any((out / m).exists() for m in _MARKERS):
+            raise ParameterError(f'{out} does not look like a metavlm demo directory; refusing to replace it')
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _footage(out: Path, frames: int, seed: int, say: Any) -> tuple[Path, dict[int, Any]]:
+    """Write the synthetic bag; return its path and its frames by stamp (for the montage)."""
+    from tqdm import tqdm
+
+    from metavlm_ros.core.bags import write_bag
+    from metavlm_ros.core.frames import iter_frames
+    from metavlm_ros.core.scenes import SceneGenerator
+
+    generator = SceneGenerator(*DEMO_SIZE, DEMO_FPS, seed, environment='shallow')
+    bar = tqdm(total=frames, desc='footage', unit='frame', leave=False)
+
+    def scenes():
+        for i in range(frames):
+            yield generator.frame(i)
+            bar.update(1)
+
+    bag = write_bag(out / 'footage' / 'demo', scenes(), fps=DEMO_FPS, storage='mcap')
+    bar.close()
+    by_stamp = {frame.stamp_ns: frame.rgb for frame in iter_frames([bag])}
+    say(f'footage: {frames} frame(s) {DEMO_SIZE[0]}x{DEMO_SIZE[1]} at {DEMO_FPS:g} Hz in {bag}')
+    return bag, by_stamp
+
+
+def _parameters(backend: str, evaluations: int, seed: int) -> dict[str, dict[str, Any]]:
+    """Parameter blocks of the two nodes for one demo model (ROS endpoint: the tester probes perception)."""
+    model = {'backend': backend, 'model': 'demo', 'device': 'cpu'}
+    return {
+        'metavlm_perception': dict(model),
+        'metavlm_tester': {
+            **model,
+            'vlm_endpoint': 'ros',
+            'population': min(30, max(2, evaluations)),
+            'evaluations': evaluations,
+            'seed': seed,
+            'frame_period_s': 0.0,
+            'publish_violation_images': True,
+        },
+    }
+
+
+def run_demo(out: Path, *, frames: int, evaluations: int, seed: int, log: Any = print) -> dict[str, Any]:
+    """Run the whole demo into `out` (which must be empty or absent).
+
+    Returns:
+        Paths (bag, results per model, report.md, report.json, montage) and the run summaries.
+    """
+    from metavlm_ros.commands.run import run_nodes
+    from metavlm_ros.core.demo_report import DemoSection, montage, pair_panel, strongest, write_demo_report
+    from metavlm_ros.core.encoding import Composition
+    from metavlm_ros.core.relations import apply_composition
+    from metavlm_ros.core.results import read_jsonl
+
+    started = time.monotonic()
+    steps = 2 + len(DEMO_MODELS)
+    log(f'[1/{steps}] rendering synthetic footage ...')
+    bag, by_stamp = _footage(out, frames, seed, log)
+    # Frames arrive one period apart; with a period near the search time most frames get searched.
+    sections, summaries, panels = [], {}, []
+    for step, backend in enumerate(DEMO_MODELS, start=2):
+        results = out / backend
+        log(
+            f'[{step}/{steps}] {backend}: perception and tester nodes on the footage '
+            f'({evaluations} evaluations per searched frame)'
+        )
+        summary = run_nodes(
+            _parameters(backend, evaluations, seed),
+            source=bag,
+            rate=DEMO_FPS,
+            results_dir=results,
+            log=lambda line, b=backend: log(f'  {b}: {line}'),
+        )
+        summaries[backend] = summary
+        records = (
+            read_jsonl(results / 'evaluations.jsonl') if (results / 'evaluations.jsonl').is_file() else []
+        )
+        kind = 'count' if backend == 'blip' else 'confidence'
+        notes = [
+            f'{summary["searches"]} search(es), {summary["evaluations"]} evaluations '
+            f'({summary["failed"]} failed), {summary["frames_dropped"]} frame(s) dropped while searching, '
+            f'{summary["seconds"]:.0f} s.'
+        ]
+        sections.append(DemoSection(f'demo {backend.upper()} through ROS', results, records, kind, notes))
+        log(
+            f'  {backend}: {summary["searches"]} search(es), {summary["evaluations"]} evaluations, '
+            f'{summary["violations"]} violation(s)'
+        )
+        for record in strongest(records, 2):
+            stamp = int(record.get('source_stamp', record.get('stamp_ns', 0)))
+            if stamp not in by_stamp:
+                continue
+            source = by_stamp[stamp]
+            followup = apply_composition(source, Composition.from_parameters(record['parameters']))
+            panels.append(pair_panel(source, followup, record, f'demo {backend} | {record["image"]}'))
+    log(f'[{steps}/{steps}] writing the report ...')
+    montage_path = None
+    if panels:
+        import cv2
+
+        montage_path = out / 'strongest_violations.png'
+        cv2.imwrite(str(montage_path), cv2.cvtColor(montage(panels), cv2.COLOR_RGB2BGR))
+    md, js = write_demo_report(out, sections, montage_path)
+    return {
+        'bag': bag,
+        'results': {b: out / b for b in DEMO_MODELS},
+        'report': md,
+        'report_json': js,
+        'montage': montage_path,
+        'summaries': summaries,
+        'seconds': time.monotonic() - started,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo and print where everything is."""
+    if args.frames < 1:
+        raise ParameterError(f'--frames must be at least 1, got {args.frames}')
+    if args.evaluations < 1:
+        raise ParameterError(f'--evaluations must be at least 1, got {args.evaluations}')
+    out = Path(args.out)
+    _prepare_out(out, args.overwrite)
+    done = run_demo(out, frames=args.frames, evaluations=args.evaluations, seed=args.seed)
+    print(f'demo finished in {done["seconds"]:.0f} s')
+    print(f'  footage (ROS 2 bag):   {done["bag"]}')
+    for backend, path in done['results'].items():
+        print(f'  {backend} results:        {path}/ (evaluations.jsonl, violations.jsonl, summary.jsonl)')
+    print(f'  report:                {done["report"]}')
+    print(f'  tables (JSON):         {done["report_json"]}')
+    if done['montage'] is not None:
+        print(f'  strongest violations:  {done["montage"]}')
+    else:
+        print('  no violation found: raise --evaluations or --frames for a montage')
+    return 0

@@ -1,0 +1,265 @@
+"""The `metavlm demo` report: violations by order and by composition, and a montage of the strongest ones."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = [
+    'DemoSection',
+    'criterion',
+    'montage',
+    'pair_panel',
+    'strongest',
+    'tabulate',
+    'write_demo_report',
+]
+
+# The confidence threshold the demo reports for CLIP (the strictest of the paper's three).
+DEFAULT_CONFIDENCE_KEY = '0.05'
+
+
+def criterion(record: Mapping[str, Any], threshold_key: str = DEFAULT_CONFIDENCE_KEY) -> str:
+    """The violation key a record is judged by: 'count' for count models, the threshold key otherwise."""
+    return 'count' if record.get('kind') == 'count' else threshold_key
+
+
+def _judged(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    # The identity (order 0) is never a violation; failed probes carry no judgement (docs/results.md).
+    return [r for r in records if not r.get('failed') and int(r.get('order', 0)) > 0]
+
+
+def tabulate(
+    records: Sequence[Mapping[str, Any]], threshold_key: str = DEFAULT_CONFIDENCE_KEY
+) -> dict[str, dict[str, list[int]]]:
+    """Violation counts by order and by composition.
+
+    Args:
+        records: evaluation records (docs/results.md) of one model.
+        threshold_key: which confidence threshold decides a CLIP violation.
+
+    Returns:
+        {'by_order': {order: [violations, evaluations]},
+         'by_composition': {label: [violations, evaluations]}}, orders ascending, compositions by
+        decreasing violation rate, then by label.
+    """
+    by_order: dict[int, list[int]] = {}
+    by_composition: dict[str, list[int]] = {}
+    for record in _judged(records):
+        hit = bool(record.get('violation', {}).get(criterion(record, threshold_key), False))
+        for table, key in ((by_order, int(record['order'])), (by_composition, str(record['composition']))):
+            cell = table.setdefault(key, [0, 0])
+            cell[0] += hit
+            cell[1] += 1
+    compositions = sorted(by_composition.items(), key=lambda kv: (-kv[1][0] / kv[1][1], kv[0]))
+    return {
+        'by_order': {str(k): v for k, v in sorted(by_order.items())},
+        'by_composition': dict(compositions),
+    }
+
+
+def strongest(
+    records: Sequence[Mapping[str, Any]], n: int, threshold_key: str = DEFAULT_CONFIDENCE_KEY
+) -> list[Mapping[str, Any]]:
+    """The n violations of largest strength (Eq. 7), one per composition; ties: lower f_trans first."""
+    best: dict[str, Mapping[str, Any]] = {}
+    for record in _judged(records):
+        key = criterion(record, threshold_key)
+        strength = (record.get('strength') or {}).get(key)
+        if not record.get('violation', {}).get(key) or strength is None:
+            continue
+        # One per composition: the montage shows different relations rather than one relation twice.
+        slot = str(record['composition'])
+        rank = (float(strength), -float(record['f_trans']))
+        if slot not in best or rank > (float(best[slot]['strength'][key]), -float(best[slot]['f_trans'])):
+            best[slot] = record
+    ordered = sorted(
+        best.values(), key=lambda r: (-float(r['strength'][criterion(r, threshold_key)]), r['f_trans'])
+    )
+    return ordered[:n]
+
+
+_FONT_SCALE = 0.42
+_LINE_STEP = 16
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    """Split a line into pieces that fit `width` pixels in the label font (greedy, at spaces)."""
+    import cv2
+
+    def fits(text: str) -> bool:
+        return cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, _FONT_SCALE, 1)[0][0] <= width - 12
+
+    pieces, current = [], ''
+    for word in line.split(' '):
+        candidate = f'{current} {word}' if current else word
+        if fits(candidate) or not current:
+            current = candidate
+        else:
+            pieces.append(current)
+            current = word
+    pieces.append(current)
+    return pieces
+
+
+def _text_lines(image: np.ndarray, lines: Sequence[str], colour: tuple[int, int, int]) -> np.ndarray:
+    """A strip of text lines (wrapped to the image width) stacked above the image."""
+    import cv2
+
+    wrapped = [piece for line in lines for piece in _wrap(line, image.shape[1])]
+    strip = np.full((_LINE_STEP * len(wrapped) + 6, image.shape[1], 3), 24, np.uint8)
+    for i, line in enumerate(wrapped):
+        cv2.putText(
+            strip,
+            line,
+            (6, _LINE_STEP * (i + 1)),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            _FONT_SCALE,
+            colour,
+            1,
+            cv2.LINE_AA,
+        )
+    return np.vstack([strip, image])
+
+
+def _values_line(source: Mapping[str, float], followup: Mapping[str, float], kind: str) -> str:
+    fmt = (lambda v: f'{v:g}') if kind == 'count' else (lambda v: f'{v:.3f}')
+    parts = []
+    for cls, value in source.items():
+        after = followup.get(cls, value)
+        mark = '*' if after != value else ''
+        parts.append(f'{cls} {fmt(value)}->{fmt(after)}{mark}')
+    return '  '.join(parts)
+
+
+def pair_panel(
+    source: np.ndarray, followup: np.ndarray, record: Mapping[str, Any], title: str, height: int = 216
+) -> np.ndarray:
+    """Source and follow-up side by side, each labelled, with the composition and the prediction change.
+
+    Args:
+        source: the source frame, RGB uint8.
+        followup: the follow-up frame, RGB uint8 (same size as the source).
+        record: the evaluation record (composition, parameters, f_trans, f_pred, source, followup).
+        title: what the panel shows (e.g. model and frame).
+        height: panel height of each frame in pixels.
+
+    Returns:
+        An RGB image.
+    """
+    import cv2
+
+    def fit(frame: np.ndarray) -> np.ndarray:
+        width = max(1, round(frame.shape[1] * height / frame.shape[0]))
+        return cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+
+    params = ', '.join(f'{k}={v:.3g}' for k, v in record.get('parameters', {}).items())
+    left = _text_lines(fit(source), ['SOURCE', title], (255, 255, 255))
+    right = _text_lines(
+        fit(followup),
+        [f'FOLLOW-UP {record["composition"]} order {record["order"]}', params],
+        (255, 210, 90),
+    )
+    # Wrapped labels may differ in height; pad the shorter column above its text.
+    tall = max(left.shape[0], right.shape[0])
+    left, right = (
+        np.vstack([np.full((tall - c.shape[0], c.shape[1], 3), 24, np.uint8), c]) for c in (left, right)
+    )
+    gap = np.full((tall, 6, 3), 24, np.uint8)
+    pair = np.hstack([left, gap, right])
+    kind = str(record.get('kind', 'confidence'))
+    footer = [
+        f'f_trans {record["f_trans"]:.3f}  f_pred {record["f_pred"]:.3f}',
+        _values_line(record.get('source') or {}, record.get('followup') or {}, kind),
+    ]
+    if kind == 'count' and record.get('followup_text') is not None:
+        footer.append(f'src: {record.get("source_text", "")}')
+        footer.append(f'fol: {record.get("followup_text", "")}')
+    # The footer goes under the pair: a text strip over an empty image, stacked below.
+    strip = _text_lines(np.zeros((0, pair.shape[1], 3), np.uint8), footer, (200, 230, 255))
+    return np.vstack([pair, strip])
+
+
+def montage(panels: Sequence[np.ndarray], gap: int = 10) -> np.ndarray:
+    """Stack panels vertically, padding narrower ones on the right."""
+    if not panels:
+        raise InputError('no violations to show in a montage')
+    width = max(p.shape[1] for p in panels)
+    rows = []
+    for panel in panels:
+        pad = np.full((panel.shape[0], width - panel.shape[1], 3), 12, np.uint8)
+        rows.append(np.hstack([panel, pad]))
+        rows.append(np.full((gap, width, 3), 12, np.uint8))
+    return np.vstack(rows[:-1])
+
+
+@dataclass
+class DemoSection:
+    """One model's (or one run's) results in the demo report.
+
+    Attributes:
+        title: e.g. 'CLIP demo model, offline search'.
+        results_dir: where its JSON Lines live.
+        records: its evaluation records.
+        kind: 'count' or 'confidence'.
+        notes: extra lines printed under the title.
+    """
+
+    title: str
+    results_dir: Path
+    records: list[dict[str, Any]]
+    kind: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _rate(cell: Sequence[int]) -> str:
+    return f'{cell[0]}/{cell[1]} ({cell[0] / cell[1]:.0%})' if cell[1] else '-'
+
+
+def write_demo_report(
+    out: Path, sections: Sequence[DemoSection], montage_path: Path | None, top_compositions: int = 8
+) -> tuple[Path, Path]:
+    """Write report.md (human) and report.json (the same tables) under `out`.
+
+    Returns:
+        The paths of report.md and report.json.
+    """
+    out = Path(out)
+    lines = ['# metavlm demo report', '']
+    lines.append(
+        'Violations: a count model violates when some class count changes (Eq. 4); CLIP when some class '
+        f'confidence changes by at least {DEFAULT_CONFIDENCE_KEY} (Eq. 5). The identity is never a violation.'
+    )
+    data: dict[str, Any] = {'sections': []}
+    for section in sections:
+        table = tabulate(section.records)
+        judged = sum(cell[1] for cell in table['by_order'].values())
+        hits = sum(cell[0] for cell in table['by_order'].values())
+        lines += ['', f'## {section.title}', '', f'Results: `{section.results_dir}`']
+        lines += [f'{note}' for note in section.notes]
+        lines += ['', f'{hits} violation(s) in {judged} evaluation(s).', '']
+        lines += ['| order | violations / evaluations |', '|---|---|']
+        lines += [f'| {order} | {_rate(cell)} |' for order, cell in table['by_order'].items()]
+        lines += ['', '| composition | violations / evaluations |', '|---|---|']
+        shown = list(table['by_composition'].items())[:top_compositions]
+        lines += [f'| `{label}` | {_rate(cell)} |' for label, cell in shown]
+        if len(table['by_composition']) > len(shown):
+            lines.append(f'| ... {len(table["by_composition"]) - len(shown)} more in report.json | |')
+        data['sections'].append(
+            {'title': section.title, 'results_dir': str(section.results_dir), 'kind': section.kind, **table}
+        )
+    if montage_path is not None:
+        lines += ['', '## Strongest violations', '', f'![strongest violations]({montage_path.name})']
+        data['montage'] = str(montage_path)
+    md = out / 'report.md'
+    md.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    js = out / 'report.json'
+    js.write_text(json.dumps(data, indent=1), encoding='utf-8')
+    return md, js
