@@ -336,6 +336,10 @@ def main(args: list[str] | None = None) -> int:
         return 1
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if rclpy.ok():
+            raise
+        # Interrupted while the model was loading: the context went away under the constructor.
     finally:
         if node is not None:
             node.destroy_node()
