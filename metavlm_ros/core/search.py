@@ -24,6 +24,7 @@ from metavlm_ros.core.metrics import (
     DEFAULT_THRESHOLDS,
     hypervolume,
     non_dominated,
+    threshold_key,
     violation_flags,
     violation_strength_of,
 )
@@ -160,7 +161,9 @@ class _Judge:
 
         evaluations = []
         for offset, (x, comp) in enumerate(zip(genotypes, compositions, strict=True)):
-            cached = comp.key not in fresh
+            # Only the first evaluation of a composition sent in this call paid for it.
+            cached = comp.key not in fresh or comp.key not in pending
+            pending.pop(comp.key, None)
             followup = self.source if comp.order == 0 else fresh.get(comp.key, self.cache.get(comp.key))
             failed = followup is None
             if failed or comp.order == 0:
@@ -195,7 +198,9 @@ class _Judge:
     def _strengths(self, followup: Prediction) -> dict[str, float | None]:
         if self.source.kind == 'count':
             return {'count': violation_strength_of(self.source, followup)}
-        return {f'{t:g}': violation_strength_of(self.source, followup, t) for t in self.config.thresholds}
+        return {
+            threshold_key(t): violation_strength_of(self.source, followup, t) for t in self.config.thresholds
+        }
 
 
 class _CompositionProblem(Problem):

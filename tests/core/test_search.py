@@ -1,0 +1,226 @@
+"""The search: budget, seeding, batching, caching, failures, stored records, NSGA-II against Rand."""
+
+import json
+
+import numpy as np
+import pytest
+
+from metavlm_ros.core.encoding import SearchSpace
+from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.core.metrics import hypervolume, non_dominated
+from metavlm_ros.core.results import ResultsStore, read_jsonl
+from metavlm_ros.core.search import SearchConfig, run_search
+from metavlm_ros.core.stats import a12
+from tests.conftest import make_frame
+from tests.core.fakes import BlackCountBackend, ImageStatsBackend
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_budget_is_exact_and_each_generation_is_one_call(algorithm, frame):
+    backend = ImageStatsBackend()
+    config = SearchConfig(algorithm=algorithm, population=10, evaluations=47, seed=3)
+    result = run_search(frame, backend, config)
+    assert len(result.evaluations) == 47
+    assert [ev.index for ev in result.evaluations] == list(range(47))
+    generations = max(ev.generation for ev in result.evaluations) + 1
+    assert generations == 5  # 10+10+10+10+7
+    # First call is the source frame alone; then at most one call per generation.
+    assert backend.calls[0] == 1
+    assert len(backend.calls) - 1 <= generations
+    assert sum(backend.calls) == result.frames_judged
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_same_seed_same_genotypes_other_seed_differs(algorithm, frame):
+    config = SearchConfig(algorithm=algorithm, population=8, evaluations=40, seed=11)
+    a = run_search(frame, ImageStatsBackend(), config)
+    b = run_search(frame, ImageStatsBackend(), config)
+    c = run_search(
+        frame, ImageStatsBackend(), SearchConfig(algorithm=algorithm, population=8, evaluations=40, seed=12)
+    )
+    ga = np.array([ev.genotype for ev in a.evaluations])
+    assert np.array_equal(ga, np.array([ev.genotype for ev in b.evaluations]))
+    assert not np.array_equal(ga, np.array([ev.genotype for ev in c.evaluations]))
+    assert a.hypervolume == b.hypervolume
+
+
+def test_source_prediction_is_computed_once_and_repeated_compositions_are_cached(frame):
+    # Only CLAHE, clip limit pinned at 1.0: every active composition is the same follow-up frame.
+    space = SearchSpace.from_options(
+        enabled=['histogram_equalization'], ranges={'histogram_equalization': (1.0, 1.0)}
+    )
+    backend = ImageStatsBackend()
+    result = run_search(
+        frame, backend, SearchConfig(algorithm='random', population=10, evaluations=60, space=space)
+    )
+    active = [ev for ev in result.evaluations if ev.composition.order == 1]
+    assert len(active) > 10
+    assert result.frames_judged == 2  # the source and the one distinct follow-up
+    assert sum(ev.cached for ev in active) == len(active) - 1
+    # MR3 at its nominal clip limit costs nothing yet still changes the image.
+    assert all(ev.f_trans == 0 for ev in active)
+
+
+def test_order_zero_is_never_a_violation(frame):
+    space = SearchSpace.from_options(enabled=['rotation'])
+    result = run_search(
+        frame,
+        ImageStatsBackend(),
+        SearchConfig(algorithm='random', population=10, evaluations=50, space=space),
+    )
+    identity = [ev for ev in result.evaluations if ev.composition.order == 0]
+    assert identity, 'half the flags should be off'
+    assert all(not any(ev.violation.values()) and ev.f_pred == 0 for ev in identity)
+
+
+def test_failed_predictions_are_recorded_and_the_search_goes_on(frame):
+    backend = ImageStatsBackend(fail_every=4)
+    result = run_search(frame, backend, SearchConfig(algorithm='nsga2', population=10, evaluations=40))
+    failed = [ev for ev in result.evaluations if ev.failed]
+    assert failed and len(result.evaluations) == 40
+    assert all(ev.f_pred == 0 and not any(ev.violation.values()) for ev in failed)
+    assert all(i not in {ev.index for ev in failed} for i in result.pareto)
+
+
+def test_objectives_and_front_are_consistent(frame):
+    result = run_search(
+        frame, ImageStatsBackend(), SearchConfig(algorithm='random', population=20, evaluations=100)
+    )
+    ft = np.array([ev.f_trans for ev in result.evaluations])
+    fp = np.array([ev.f_pred for ev in result.evaluations])
+    assert result.hypervolume == pytest.approx(hypervolume(ft, fp, 4))
+    front = set(non_dominated(ft, fp))
+    assert set(result.pareto) <= front
+    for i in result.pareto:
+        ev = result.evaluations[i]
+        # No evaluation is strictly better on both objectives.
+        assert not np.any((ft < ev.f_trans) & (fp > ev.f_pred))
+
+
+def test_count_models_use_count_violations(frame):
+    result = run_search(
+        frame, BlackCountBackend(), SearchConfig(algorithm='nsga2', population=10, evaluations=60)
+    )
+    assert set(result.evaluations[0].violation) == {'count'}
+    violating = [ev for ev in result.evaluations if ev.violation['count']]
+    assert violating, 'rotation/shear/translation fill must change the black-pixel count'
+    for ev in violating:
+        d = abs(ev.followup.values['animal'] - result.source.values['animal'])
+        assert ev.f_pred == pytest.approx(d / (d + 1))
+        assert ev.strength['count'] == pytest.approx(d)
+
+
+def test_nsga2_beats_random_search_where_it_must():
+    # Only black fill moves the fake model: cheap geometric changes exist, and random genotypes
+    # waste most of their budget on costly compositions. Over seeds NSGA-II must find a better front.
+    frame = make_frame(96, 72, seed=5)
+    hv = {'nsga2': [], 'random': []}
+    for seed in range(6):
+        for algorithm in hv:
+            config = SearchConfig(algorithm=algorithm, population=20, evaluations=300, seed=seed)
+            hv[algorithm].append(run_search(frame, ImageStatsBackend(), config).hypervolume)
+    assert np.mean(hv['nsga2']) > np.mean(hv['random'])
+    assert a12(hv['nsga2'], hv['random']) >= 0.75
+
+
+def test_store_records_every_evaluation_and_the_front(tmp_path, frame):
+    store = ResultsStore(tmp_path / 'out')
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1)
+    with store:
+        result = run_search(
+            frame, ImageStatsBackend(), config, image_id='f1', store=store, extra_fields={'model': 'm'}
+        )
+    records = read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')
+    assert len(records) == 30
+    first = records[0]
+    for field in (
+        'image',
+        'genotype',
+        'composition',
+        'order',
+        'parameters',
+        'f_trans',
+        'f_pred',
+        'source',
+        'followup',
+        'source_text',
+        'followup_text',
+        'violation',
+        'strength',
+        'failed',
+        'model',
+    ):
+        assert field in first
+    assert set(first['violation']) == {'0.01', '0.03', '0.05'}
+    pareto = read_jsonl(tmp_path / 'out' / 'pareto.jsonl')
+    assert [p['index'] for p in pareto] == [result.evaluations[i].index for i in result.pareto]
+    for p in pareto:
+        assert (tmp_path / 'out' / p['frame']).is_file()
+    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
+    assert summary['evaluations'] == 30 and summary['hypervolume'] == pytest.approx(result.hypervolume)
+
+
+def test_resumed_search_writes_each_record_once(tmp_path, frame):
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=50, seed=2)
+    with ResultsStore(tmp_path / 'full') as store:
+        run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
+    generations = iter(range(100))
+    with ResultsStore(tmp_path / 'cut') as store:
+        cut = run_search(
+            frame,
+            ImageStatsBackend(),
+            config,
+            image_id='f',
+            store=store,
+            should_stop=lambda: next(generations) >= 2,
+        )
+    assert cut.stopped and len(read_jsonl(tmp_path / 'cut' / 'evaluations.jsonl')) == 20
+    with ResultsStore(tmp_path / 'cut', resume=True) as store:
+        run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
+    full = (tmp_path / 'full' / 'evaluations.jsonl').read_text().splitlines()
+    resumed = (tmp_path / 'cut' / 'evaluations.jsonl').read_text().splitlines()
+    assert [json.loads(x) for x in resumed] == [json.loads(x) for x in full]
+
+
+def test_working_size_shrinks_the_frame_first():
+    frame = make_frame(320, 200)
+    seen = []
+
+    class Spy(ImageStatsBackend):
+        def predict(self, frames):
+            seen.extend(f.shape for f in frames)
+            return super().predict(frames)
+
+    run_search(frame, Spy(), SearchConfig(algorithm='random', population=5, evaluations=10, working_size=80))
+    assert set(seen) == {(50, 80, 3)}
+
+
+@pytest.mark.parametrize(
+    ('config', 'message'),
+    [
+        (SearchConfig(evaluations=0), 'evaluations'),
+        (SearchConfig(evaluations=-5), 'evaluations'),
+        (SearchConfig(population=1), 'population'),
+        (SearchConfig(algorithm='tabu'), 'algorithm'),
+        (SearchConfig(thresholds=(0.0,)), 'thresholds'),
+    ],
+)
+def test_bad_configs_are_refused(config, message, frame):
+    with pytest.raises(ParameterError, match=message):
+        run_search(frame, ImageStatsBackend(), config)
+
+
+@pytest.mark.parametrize('bad', [np.zeros((10, 10), np.uint8), np.zeros((10, 10, 3), np.uint16), 'frame'])
+def test_bad_frames_are_refused(bad):
+    with pytest.raises(InputError):
+        run_search(bad, ImageStatsBackend(), SearchConfig(evaluations=5, population=5))
+
+
+def test_tiny_clip_search_end_to_end(tiny_clip_dir, frame):
+    from metavlm_ros.core.vlm import create_backend
+
+    backend = create_backend('clip', str(tiny_clip_dir), device='cpu')
+    result = run_search(frame, backend, SearchConfig(algorithm='nsga2', population=8, evaluations=24, seed=0))
+    assert len(result.evaluations) == 24
+    assert result.source.kind == 'confidence' and set(result.source.values) == set(backend.classes)
+    assert 0.0 <= result.hypervolume <= 1.0
