@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .counts import CLASSES, DEFAULT_VOCABULARIES, NUMBER_WORDS
-from .errors import ModelError
+from .errors import ModelError, ParameterError
 from .vlm import BACKENDS, DEFAULT_CLASS_PROMPTS, TABLE1_PROMPT
 
 __all__ = ['TINY_IMAGE_SIZE', 'build_tiny_model']
@@ -120,6 +120,17 @@ def _llama_tokenizer():
     return tokenizer
 
 
+def _t5_tokenizer():
+    from transformers import T5TokenizerFast
+
+    # Unigram pieces: whole words score above single characters, so a corpus word stays one piece.
+    words = sorted({'\u2581' + word for sentence in _corpus() for word in sentence.split()})
+    chars = sorted({c for w in words for c in w})
+    pieces = [('<pad>', 0.0), ('</s>', 0.0), ('<unk>', 0.0)]
+    pieces += [(c, -10.0) for c in chars] + [(w, -1.0) for w in words]
+    return T5TokenizerFast(vocab=pieces, extra_ids=0, model_max_length=512)
+
+
 def _vision(prefix_layers: int = 1) -> dict:
     return {
         'hidden_size': _HIDDEN,
@@ -188,13 +199,47 @@ def _build_blip(directory: Path) -> None:
     BlipProcessor(image_processor=_image_processor('blip'), tokenizer=tokenizer).save_pretrained(directory)
 
 
-def _build_instructblip(directory: Path) -> None:
+def _language_model(name: str, tokenizer) -> dict:
+    """InstructBLIP's language model: decoder-only like Vicuna, or encoder-decoder like Flan-T5."""
+    if name == 't5':
+        return {
+            'model_type': 't5',
+            'vocab_size': len(tokenizer),
+            'd_model': _HIDDEN,
+            'd_kv': _HIDDEN // _HEADS,
+            'd_ff': _INTERMEDIATE,
+            'num_layers': 1,
+            'num_decoder_layers': 1,
+            'num_heads': _HEADS,
+            'eos_token_id': tokenizer.eos_token_id,
+            'pad_token_id': tokenizer.pad_token_id,
+            'decoder_start_token_id': tokenizer.pad_token_id,
+            # Flan-T5 is T5 v1.1: gated GELU and an output head of its own.
+            'feed_forward_proj': 'gated-gelu',
+            'tie_word_embeddings': False,
+        }
+    return {
+        'model_type': 'llama',
+        'vocab_size': len(tokenizer),
+        'hidden_size': _HIDDEN,
+        'intermediate_size': _INTERMEDIATE,
+        'num_hidden_layers': 1,
+        'num_attention_heads': _HEADS,
+        'num_key_value_heads': _HEADS,
+        'max_position_embeddings': 512,
+        'bos_token_id': tokenizer.bos_token_id,
+        'eos_token_id': tokenizer.eos_token_id,
+        'pad_token_id': tokenizer.pad_token_id,
+    }
+
+
+def _build_instructblip(directory: Path, language_model: str = 'llama') -> None:
     from transformers import InstructBlipConfig, InstructBlipForConditionalGeneration, InstructBlipProcessor
 
     num_query_tokens = 4
     processor = InstructBlipProcessor(
         image_processor=_image_processor('blip'),
-        tokenizer=_llama_tokenizer(),
+        tokenizer=_t5_tokenizer() if language_model == 't5' else _llama_tokenizer(),
         qformer_tokenizer=_bert_tokenizer(),
         num_query_tokens=num_query_tokens,
     )
@@ -209,19 +254,7 @@ def _build_instructblip(directory: Path) -> None:
         'max_position_embeddings': 512,
         'pad_token_id': qformer_tokenizer.pad_token_id,
     }
-    text = {
-        'model_type': 'llama',
-        'vocab_size': len(tokenizer),
-        'hidden_size': _HIDDEN,
-        'intermediate_size': _INTERMEDIATE,
-        'num_hidden_layers': 1,
-        'num_attention_heads': _HEADS,
-        'num_key_value_heads': _HEADS,
-        'max_position_embeddings': 512,
-        'bos_token_id': tokenizer.bos_token_id,
-        'eos_token_id': tokenizer.eos_token_id,
-        'pad_token_id': tokenizer.pad_token_id,
-    }
+    text = _language_model(language_model, tokenizer)
     config = InstructBlipConfig(
         vision_config=_vision(),
         qformer_config=qformer,
@@ -236,25 +269,33 @@ def _build_instructblip(directory: Path) -> None:
 _BUILDERS = {'clip': _build_clip, 'blip': _build_blip, 'instructblip': _build_instructblip}
 
 
-def build_tiny_model(backend: str, directory: Path | str, seed: int = 0) -> Path:
+def build_tiny_model(
+    backend: str, directory: Path | str, seed: int = 0, *, language_model: str = 'llama'
+) -> Path:
     """Build, randomly initialise and save a tiny model with its tokenizer and processor.
 
     The saved directory loads through `create_backend(backend, directory)` exactly like a released
-    model: a config, safetensors weights, a trained tokenizer and an image processor.
+    model: a config, safetensors weights, a tokenizer built from the prompts and the count vocabulary,
+    and an image processor.
 
     Args:
         backend: 'clip', 'blip' or 'instructblip'.
         directory: where to save; created when missing.
         seed: seed of the weight initialisation; the same seed gives the same weights.
+        language_model: InstructBLIP only: 'llama' (decoder-only, as Vicuna) or 't5' (encoder-decoder,
+            as Flan-T5).
 
     Returns:
         The directory, as a Path.
 
     Raises:
         ModelError: the backend is unknown.
+        ParameterError: an unknown language model.
     """
     if backend not in _BUILDERS:
         raise ModelError(f'unknown backend {backend!r}; valid backends: {", ".join(BACKENDS)}')
+    if language_model not in ('llama', 't5'):
+        raise ParameterError(f"language_model must be 'llama' or 't5', got {language_model!r}")
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -268,7 +309,10 @@ def build_tiny_model(backend: str, directory: Path | str, seed: int = 0) -> Path
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            _BUILDERS[backend](directory)
+            if backend == 'instructblip':
+                _build_instructblip(directory, language_model)
+            else:
+                _BUILDERS[backend](directory)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:

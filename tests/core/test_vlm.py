@@ -31,13 +31,13 @@ def clip(tiny_clip_dir):
 
 @pytest.fixture(scope='module')
 def blip(tiny_blip_dir):
-    return create_backend('blip', str(tiny_blip_dir), device='cpu', batch_size=2, max_new_tokens=8)
+    return create_backend('blip', str(tiny_blip_dir), device='cpu', batch_size=2, max_new_tokens=4)
 
 
 @pytest.fixture(scope='module')
 def instructblip(tiny_instructblip_dir):
     directory = str(tiny_instructblip_dir)
-    return create_backend('instructblip', directory, device='cpu', batch_size=2, max_new_tokens=8)
+    return create_backend('instructblip', directory, device='cpu', batch_size=2, max_new_tokens=4)
 
 
 def _check(predictions, kind, n):
@@ -83,8 +83,9 @@ def test_clip_batched_and_one_by_one_agree(clip, tiny_clip_dir):
 @pytest.mark.parametrize('backend', ['blip', 'instructblip'])
 def test_count_batched_and_one_by_one_agree(request, backend):
     model = request.getfixturevalue(backend)
-    batched = model.predict(FRAMES)
-    one_by_one = [model.predict([frame])[0] for frame in FRAMES]
+    # Three frames at batch size 2: a full batch and a partial one.
+    batched = model.predict(FRAMES[:3])
+    one_by_one = [model.predict([frame])[0] for frame in FRAMES[:3]]
     assert [p.text for p in batched] == [p.text for p in one_by_one]
 
 
@@ -323,3 +324,75 @@ def test_half_precision_follows_float32(tiny_clip_dir, clip, dtype):
     got = [list(p.values.values()) for p in half.predict(FRAMES[:2])]
     want = [list(p.values.values()) for p in clip.predict(FRAMES[:2])]
     np.testing.assert_allclose(got, want, atol=0.01)
+
+
+@pytest.fixture(scope='module')
+def instructblip_t5(tmp_path_factory):
+    directory = build_tiny_model('instructblip', tmp_path_factory.mktemp('t5'), language_model='t5')
+    return create_backend('instructblip', str(directory), device='cpu', max_new_tokens=4)
+
+
+def _answer(backend, text):
+    return backend.processor.tokenizer(text, add_special_tokens=False, return_tensors='pt')['input_ids'][0]
+
+
+def _fake_generate(monkeypatch, backend, make_output):
+    import torch
+
+    def generate(**inputs):
+        return torch.stack([make_output(inputs, row) for row in range(inputs['pixel_values'].shape[0])])
+
+    monkeypatch.setattr(backend.model, 'generate', generate)
+
+
+def test_blip_captioner_answer_is_cut_after_the_echoed_prompt(blip, monkeypatch):
+    import torch
+
+    answer = _answer(blip, 'Animals: 2 fish Trash: 1 can')
+    bos = blip.model.config.text_config.bos_token_id
+    # The captioner's output: [DEC], the prompt without [CLS] and its final [SEP], then the answer.
+    _fake_generate(
+        monkeypatch,
+        blip,
+        lambda inputs, row: torch.cat([torch.tensor([bos]), inputs['input_ids'][row, 1:-1], answer]),
+    )
+    predictions = blip.predict(FRAMES[:3])
+    assert [p.text for p in predictions] == ['animals : 2 fish trash : 1 can'] * 3
+    assert predictions[0].values == {'animal': 2.0, 'vegetation': 0.0, 'object': 0.0, 'trash': 1.0}
+
+
+def test_instructblip_decoder_only_answer_is_cut_after_the_input(instructblip, monkeypatch):
+    import torch
+
+    answer = _answer(instructblip, 'Animals: 2 fish, a crab Vegetation: None')
+    _fake_generate(
+        monkeypatch, instructblip, lambda inputs, row: torch.cat([inputs['input_ids'][row], answer])
+    )
+    predictions = instructblip.predict(FRAMES[:2])
+    assert [p.text for p in predictions] == ['Animals: 2 fish, a crab Vegetation: None'] * 2
+    assert predictions[1].values['animal'] == 3.0
+
+
+def test_instructblip_encoder_decoder_output_is_all_answer(instructblip_t5, monkeypatch):
+    import torch
+
+    assert instructblip_t5.model.config.text_config.is_encoder_decoder
+    start = instructblip_t5.model.config.text_config.decoder_start_token_id
+    answer = _answer(instructblip_t5, 'two fish near a bottle')
+    _fake_generate(
+        monkeypatch, instructblip_t5, lambda inputs, row: torch.cat([torch.tensor([start]), answer])
+    )
+    prediction = instructblip_t5.predict(FRAMES[:1])[0]
+    assert prediction.text == 'two fish near a bottle'
+    assert prediction.values == {'animal': 2.0, 'vegetation': 0.0, 'object': 0.0, 'trash': 1.0}
+
+
+def test_instructblip_flan_t5_variant_predicts(instructblip_t5):
+    _check(instructblip_t5.predict(FRAMES[:2]), 'count', 2)
+
+
+def test_unknown_tiny_language_model_is_refused(tmp_path):
+    with pytest.raises(ParameterError, match='language_model'):
+        build_tiny_model('instructblip', tmp_path, language_model='gpt')
+    with pytest.raises(ModelError, match='valid backends'):
+        build_tiny_model('llava', tmp_path)
