@@ -16,7 +16,6 @@ from rclpy.exceptions import (
     InvalidParameterTypeException,
     InvalidParameterValueException,
     ParameterException,
-    ParameterUninitializedException,
 )
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -126,7 +125,6 @@ class ParameterRules:
         self._node = node
         self._checks: dict[str, list[Check]] = {}
         self._listeners: dict[str, Callable[[Any], None]] = {}
-        self._empty_arrays: set[str] = set()
         node.add_on_set_parameters_callback(self._on_set)
 
     def declare(
@@ -166,14 +164,15 @@ class ParameterRules:
         )
         try:
             if array_type is not None and not default:
-                # Declared by type only, the parameter takes an override; without one it is set to a
-                # typed empty list (read-only ones cannot be set, so they stay unset and read as []).
-                value = self._node.declare_parameter(name, array_type, desc).value
+                # Declared by type only, the parameter takes an override; without one it is set to
+                # a typed empty list. Read-only comes last, or the empty list could not be set.
+                writable = descriptor(description, type_=type_, constraints=constraints)
+                value = self._node.declare_parameter(name, array_type, writable).value
                 if value is None:
-                    (result,) = self._node.set_parameters([Parameter(name, array_type, [])])
-                    if not result.successful:
-                        self._empty_arrays.add(name)
+                    self._node.set_parameters([Parameter(name, array_type, [])])
                     value = []
+                if read_only:
+                    self._node.set_descriptor(name, desc)
             else:
                 value = self._node.declare_parameter(name, default, desc).value
         except (InvalidParameterValueException, InvalidParameterTypeException, ParameterException) as exc:
@@ -188,11 +187,6 @@ class ParameterRules:
 
     def value(self, name: str) -> Any:
         """The current value of a declared parameter."""
-        if name in self._empty_arrays:
-            try:
-                return self._node.get_parameter(name).value
-            except ParameterUninitializedException:
-                return []
         return self._node.get_parameter(name).value
 
     def _reason(self, name: str, value: Any) -> str | None:

@@ -145,6 +145,11 @@ def test_parameters_are_refused_at_run_time_with_a_reason(tiny_clip_dir, clip):
             (result,) = node.set_parameters([Parameter('backend', value='blip')])
             assert not result.successful and 'read-only' in result.reason
             assert node.get_parameter('max_batch').value == 16
+            # an empty string array is a real, typed, read-only value (not an unset parameter)
+            assert node.get_parameter('class_prompts').value == []
+            assert node.get_parameter('class_prompts').type_ == Parameter.Type.STRING_ARRAY
+            (result,) = node.set_parameters([Parameter('class_prompts', value=['a fish'])])
+            assert not result.successful and 'read-only' in result.reason
             (result,) = node.set_parameters([Parameter('batch_wait_ms', value=40)])
             assert result.successful and node._batch_wait_s == pytest.approx(0.040)
         finally:
