@@ -1130,6 +1130,8 @@ class SceneGenerator:
         total = int(np.count_nonzero(pen.alpha >= 128))
         if total == 0:
             return None
+        if obj.Y == 0.0 and obj.kind not in _SWIMMERS:
+            self._contact_shadow(img, pen.alpha, x0, y0, u, v, s * size, d)
         # Only the drawn part of the sprite, clipped to the frame, is composited (sprites are mostly empty).
         bx, by, bw, bh = cv2.boundingRect(pen.alpha)
         fx0, fy0 = max(x0 + bx, 0), max(y0 + by, 0)
@@ -1161,6 +1163,29 @@ class SceneGenerator:
         lab = labels[fy0:fy1, fx0:fx1]
         lab[solid] = obj.index
         return total, (fx0, fy0, fx1, fy1), contrast
+
+    def _contact_shadow(
+        self, img: np.ndarray, alpha: np.ndarray, x0: int, y0: int, u: float, v: float, width: float, d: float
+    ) -> None:
+        """Darken the floor under an object: the ambient light it blocks (without it, things float)."""
+        # The footprint: the sprite's lowest rows, spread sideways and softened.
+        bx, by, bw, bh = cv2.boundingRect(alpha)
+        cx = x0 + bx + bw / 2
+        cy = y0 + by + bh - max(1.0, 0.12 * bh)
+        ax, ay = max(2.0, bw * 0.55), max(1.5, min(bh * 0.25, width * 0.12))
+        pad = int(ax + ay) + 4
+        sx0, sy0 = int(cx) - pad, int(cy) - pad
+        fx0, fy0 = max(sx0, 0), max(sy0, 0)
+        fx1, fy1 = min(sx0 + 2 * pad, self.iw), min(sy0 + 2 * pad, self.ih)
+        if fx1 <= fx0 or fy1 <= fy0:
+            return
+        mask = np.zeros((2 * pad, 2 * pad), np.float32)
+        cv2.ellipse(mask, ((cx - sx0, cy - sy0), (2 * ax, 2 * ay), 0), 1.0, -1, cv2.LINE_AA)
+        mask = cv2.GaussianBlur(mask, (0, 0), max(1.0, ay * 0.8))
+        strength = 0.6 * math.exp(-d / 8.0)  # far shadows fade into the haze
+        img[fy0:fy1, fx0:fx1] *= (1 - strength * mask[fy0 - sy0 : fy1 - sy0, fx0 - sx0 : fx1 - sx0])[
+            ..., None
+        ]
 
     def _caustics_and_rays(self, img: np.ndarray, t: float, yaw: float) -> None:
         o = self.optics
