@@ -1049,7 +1049,9 @@ def _run_pool(tasks: list[CellTask], frames: dict, workers: int) -> Iterator[Cel
     if not tasks:
         return
     context = multiprocessing.get_context('spawn')
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_watch_parent, initargs=(os.getpid(),)
+    )
     try:
         queue = iter(tasks)
         running = set()
@@ -1068,6 +1070,18 @@ def _run_pool(tasks: list[CellTask], frames: dict, workers: int) -> Iterator[Cel
                     break
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _watch_parent(parent: int) -> None:
+    """Pool worker start-up: exit when the campaign process is gone (a kill -9 would orphan workers)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name='metavlm-parent-watch', daemon=True).start()
 
 
 def _run_dask(
