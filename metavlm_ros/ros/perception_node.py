@@ -276,7 +276,7 @@ class PerceptionNode(Node):
             return
         try:
             predictions = self.backend.predict(frames)
-        except MetaVLMError as exc:
+        except Exception as exc:  # a failing model call loses its frames, never the node
             self.counters.inference_failures += len(frames)
             self.get_logger().error(
                 f'model failed on {len(frames)} frame(s): {exc}', throttle_duration_sec=WARN_PERIOD_S
@@ -321,6 +321,9 @@ def _distinct(classes: Any) -> str | None:
         return 'at least one class is needed'
     if len(set(names)) != len(names) or not all(names):
         return f'class names must be non-empty and distinct, got {names}'
+    reserved = [name for name in names if name in ('kind', 'latency_ms')]
+    if reserved:
+        return f'{reserved[0]!r} is reserved in prediction messages'
     return None
 
 

@@ -134,6 +134,65 @@ def test_probes_are_micro_batched_and_answered_with_their_stamps(tiny_clip_dir, 
                 n.destroy_node()
 
 
+def test_latest_camera_frame_wins_while_the_model_is_busy(tiny_clip_dir, clip):
+    gate = threading.Event()
+    blocking = CountingBackend(clip, gate)
+    with ros_context() as context:
+        node = PerceptionNode(context=context, backend=blocking, parameter_overrides=overrides(tiny_clip_dir))
+        camera = CameraPublisher(context)
+        results = TopicCollector(context, 'prediction', DiagnosticArray)
+        nodes = [node, camera, results]
+        try:
+            wait_for(lambda: camera.publisher.get_subscription_count() > 0, 5, nodes, 'camera subscriber')
+            wait_for(lambda: node.prediction_pub.get_subscription_count() > 0, 5, nodes, 'the collector')
+            frame = make_frame(32, 24)
+
+            def first_in_model() -> bool:
+                if node.counters.camera_frames == 0:
+                    camera.publish(frame, 1)
+                return blocking.entered.is_set()
+
+            wait_for(first_in_model, 10, nodes, 'the first frame to reach the model')
+            for stamp in (2, 3, 4):
+                camera.publish(frame, stamp)
+            wait_for(lambda: node.counters.camera_frames >= 4, 5, nodes, 'three more frames')
+            gate.set()
+            wait_for(lambda: len(results.messages) == 2, 10, nodes, 'two predictions')
+            assert [stamp_to_ns(m.header.stamp) for m in results.messages] == [1, 4]
+            assert node.counters.camera_frames_replaced == 2
+            assert blocking.batches == [1, 1]
+        finally:
+            gate.set()
+            for n in nodes:
+                n.destroy_node()
+
+
+class FailingBackend(VLMBackend):
+    kind, classes, model_id, name = 'confidence', tuple(CLASSES), 'broken', 'clip'
+
+    def predict(self, frames):
+        raise RuntimeError('CUDA out of memory')
+
+
+def test_a_failing_model_call_is_counted_and_the_node_goes_on(tiny_clip_dir):
+    with ros_context() as context:
+        node = PerceptionNode(
+            context=context, backend=FailingBackend(), parameter_overrides=overrides(tiny_clip_dir)
+        )
+        tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
+        nodes = [node, tester]
+        try:
+            wait_for(lambda: tester.publisher.get_subscription_count() > 0, 5, nodes, 'probe subscriber')
+            tester.publish(make_frame(32, 24))
+            wait_for(lambda: node.counters.inference_failures == 1, 10, nodes, 'the failed model call')
+            tester.publish(make_frame(32, 24))
+            wait_for(lambda: node.counters.inference_failures == 2, 10, nodes, 'a second model call')
+            assert node._worker.is_alive() and node.counters.probes_answered == 0
+        finally:
+            for n in nodes:
+                n.destroy_node()
+
+
 def test_parameters_are_refused_at_run_time_with_a_reason(tiny_clip_dir, clip):
     with ros_context() as context:
         node = PerceptionNode(context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir))
@@ -244,6 +303,7 @@ def test_compressed_transport_subscribes_image_compressed(tiny_clip_dir, clip):
         ({'backend': 'yolo'}, 'backend'),
         ({'confidence': 'logits'}, 'confidence'),
         ({'classes': ['fish', 'fish']}, 'distinct'),
+        ({'classes': ['fish', 'kind']}, 'reserved'),
         ({'class_prompts': ['a fish', 'a plant']}, '2 prompts for 4 classes'),
         ({'max_batch': 'many'}, 'max_batch'),
     ],
