@@ -85,6 +85,8 @@ def _decode_raw(msg: Any) -> np.ndarray:
         raise InputError(f'image data has {size} bytes but step*height is {step * height}')
     if _BRIDGE is not None:
         return np.asarray(_BRIDGE.imgmsg_to_cv2(msg, desired_encoding='passthrough'))
+    if step == row_bytes:
+        return np.asarray(image_to_cvimage(msg))  # rclpy's array.array data is read in place
     # rosbags-image assumes rows without padding; drop the padding ourselves.
     rows = np.frombuffer(msg.data, np.uint8).reshape(height, step)[:, :row_bytes]
     compact = SimpleNamespace(
