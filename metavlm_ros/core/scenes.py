@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import cv2
@@ -24,6 +25,7 @@ __all__ = [
     'SceneFrame',
     'SceneGenerator',
     'caption',
+    'environment_for_seed',
 ]
 
 CLASSES = ('animal', 'vegetation', 'object', 'trash')
@@ -101,6 +103,12 @@ class GroundTruth:
         )
 
 
+def environment_for_seed(seed: int) -> str:
+    """The environment a SceneGenerator picks for `seed` when none is given."""
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0x5CE7E])
+    return ENVIRONMENTS[int(rng.integers(len(ENVIRONMENTS)))]
+
+
 class SceneFrame(NamedTuple):
     """One rendered frame: pixels, ground truth, frame number and time since the scene start (ns)."""
 
@@ -162,15 +170,20 @@ _OPTICS = {
 }  # fmt: skip
 
 
+@lru_cache(maxsize=32)
+def _lowpass(shape: tuple[int, int], scale: float) -> np.ndarray:
+    fy = np.fft.fftfreq(shape[0])[:, None]
+    fx = np.fft.rfftfreq(shape[1])[None, :]
+    return np.exp(-(fx * fx + fy * fy) * (scale * scale * 8.0)).astype(np.float32)
+
+
 def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], scale: float) -> np.ndarray:
     """Tileable band-limited noise, zero mean, unit std; `scale` is the feature size in pixels."""
-    white = rng.standard_normal(shape).astype(np.float32)
-    spec = np.fft.fft2(white)
-    fy = np.fft.fftfreq(shape[0])[:, None]
-    fx = np.fft.fftfreq(shape[1])[None, :]
-    radius = np.sqrt(fx * fx + fy * fy) * scale
+    from scipy import fft
+
+    white = rng.standard_normal(shape, dtype=np.float32)
     # Gaussian low-pass in the Fourier domain keeps the result periodic, so it tiles seamlessly.
-    field_ = np.real(np.fft.ifft2(spec * np.exp(-(radius**2) * 8.0))).astype(np.float32)
+    field_ = fft.irfft2(fft.rfft2(white) * _lowpass(tuple(shape), float(scale)), s=shape).astype(np.float32)
     field_ -= field_.mean()
     return field_ / (field_.std() + 1e-6)
 
@@ -815,9 +828,8 @@ class SceneGenerator:
             raise ParameterError(f'fps must be > 0, got {fps}')
         if frames is not None and frames < 0:
             raise ParameterError(f'frames must be >= 0, got {frames}')
-        rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0x5CE7E])
         if environment is None:
-            environment = ENVIRONMENTS[int(rng.integers(len(ENVIRONMENTS)))]
+            environment = environment_for_seed(seed)
         if environment not in ENVIRONMENTS:
             raise ParameterError(
                 f'unknown environment {environment!r}; choose one of {", ".join(ENVIRONMENTS)}'
@@ -1011,9 +1023,11 @@ class SceneGenerator:
         # Sensor grain at output size, cropped at a per-frame offset (precomputed: drawing it per
         # frame at 1080p would cost more than the rest of the frame).
         g = np.random.default_rng(rng.integers(1 << 31))
-        grain = g.normal(0, 2.2 if not o.lamps else 3.5, (self.height + 32, self.width + 32, 3))
-        self.grain_pos = np.clip(grain, 0, 255).astype(np.uint8)
-        self.grain_neg = np.clip(-grain, 0, 255).astype(np.uint8)
+        sigma = 2.2 if not o.lamps else 3.5
+        grain = g.standard_normal((self.height + 32, self.width + 32, 3), dtype=np.float32)
+        grain *= sigma
+        self.grain_pos = cv2.convertScaleAbs(np.maximum(grain, 0))
+        self.grain_neg = cv2.convertScaleAbs(np.minimum(grain, 0))
         self.texture = (1.0 + 0.07 * _smooth_noise(rng, (128, 128), 5)).astype(np.float32)
 
     # -- per-frame rendering ------------------------------------------------------------------------
@@ -1258,7 +1272,10 @@ class SceneGenerator:
         counts = {c: 0 for c in CLASSES}
         kind_counts = {k: 0 for c in CLASSES for k in KINDS[c]}
         boxes = []
-        visible = np.bincount((labels.ravel() + 1).astype(np.int64), minlength=len(self.objects) + 1)[1:]
+        visible = np.bincount(
+            (labels.ravel() + 1).astype(np.int64),
+            minlength=max((o.index for o in self.objects), default=0) + 2,
+        )[1:]
         sx, sy = self.width / self.iw, self.height / self.ih
         min_area = MIN_VISIBLE_AREA * self.iw * self.ih
         for obj in self.objects:
