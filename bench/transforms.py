@@ -58,41 +58,48 @@ def _clahe(rgb: np.ndarray, clip_limit: float) -> np.ndarray:
 
 
 def pil_composition(frame: np.ndarray, p: dict[str, float]) -> np.ndarray:
-    """The six relations one at a time with PIL (CLAHE through cv2), numpy in and numpy out."""
+    """The active relations of `p` one at a time with PIL (CLAHE through cv2), numpy in and out."""
     height, width = frame.shape[:2]
     black = (0, 0, 0)
     image = Image.fromarray(frame)
-    # MR1: PIL rotates counter-clockwise about the image centre, same size.
-    image = image.rotate(p['rotation'], resample=Image.Resampling.BILINEAR, fillcolor=black)
-    # MR2: resize by z, then centre-crop (z > 1) or centre-pad black (z < 1).
-    zoom = p['scaling']
-    zw, zh = round(width * zoom), round(height * zoom)
-    image = image.resize((zw, zh), Image.Resampling.BILINEAR)
-    if zoom >= 1:
-        left, top = (zw - width) // 2, (zh - height) // 2
-        image = image.crop((left, top, left + width, top + height))
-    else:
+    if 'rotation' in p:
+        # MR1: PIL rotates counter-clockwise about the image centre, same size.
+        image = image.rotate(p['rotation'], resample=Image.Resampling.BILINEAR, fillcolor=black)
+    if 'scaling' in p:
+        # MR2: resize by z, then centre-crop (z > 1) or centre-pad black (z < 1).
+        zoom = p['scaling']
+        zw, zh = round(width * zoom), round(height * zoom)
+        image = image.resize((zw, zh), Image.Resampling.BILINEAR)
+        if zoom >= 1:
+            left, top = (zw - width) // 2, (zh - height) // 2
+            image = image.crop((left, top, left + width, top + height))
+        else:
+            canvas = Image.new('RGB', (width, height), black)
+            canvas.paste(image, ((width - zw) // 2, (height - zh) // 2))
+            image = canvas
+    if 'histogram_equalization' in p:
+        # MR3: CLAHE, through numpy.
+        image = Image.fromarray(_clahe(np.asarray(image), p['histogram_equalization']))
+    if 'downsampling' in p:
+        # MR4: nearest down and back up.
+        scale = p['downsampling']
+        image = image.resize((int(width * scale), int(height * scale)), Image.Resampling.NEAREST)
+        image = image.resize((width, height), Image.Resampling.NEAREST)
+    if 'shear' in p:
+        # MR5: x' = x + k*y; PIL's affine data maps output to input, hence -k.
+        image = image.transform(
+            (width, height),
+            Image.Transform.AFFINE,
+            (1.0, -p['shear'], 0.0, 0.0, 1.0, 0.0),
+            resample=Image.Resampling.BILINEAR,
+            fillcolor=black,
+        )
+    if 'translation' in p:
+        # MR6: shift by int(W*p) pixels onto a black canvas.
         canvas = Image.new('RGB', (width, height), black)
-        canvas.paste(image, ((width - zw) // 2, (height - zh) // 2))
+        canvas.paste(image, (int(width * p['translation']), 0))
         image = canvas
-    # MR3: CLAHE, through numpy.
-    image = Image.fromarray(_clahe(np.asarray(image), p['histogram_equalization']))
-    # MR4: nearest down and back up.
-    scale = p['downsampling']
-    image = image.resize((int(width * scale), int(height * scale)), Image.Resampling.NEAREST)
-    image = image.resize((width, height), Image.Resampling.NEAREST)
-    # MR5: x' = x + k*y; PIL's affine data maps output to input, hence -k.
-    image = image.transform(
-        (width, height),
-        Image.Transform.AFFINE,
-        (1.0, -p['shear'], 0.0, 0.0, 1.0, 0.0),
-        resample=Image.Resampling.BILINEAR,
-        fillcolor=black,
-    )
-    # MR6: shift by int(W*p) pixels onto a black canvas.
-    canvas = Image.new('RGB', (width, height), black)
-    canvas.paste(image, (int(width * p['translation']), 0))
-    return np.asarray(canvas)
+    return np.asarray(image)
 
 
 def _median_ms(function, repeats: int) -> float:
