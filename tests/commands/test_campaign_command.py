@@ -45,27 +45,40 @@ def _tables(capsys, out: Path) -> str:
     return text[text.index('- Images:') :]  # everything but the results path and its fingerprint line
 
 
-def test_kill_then_resume_gives_the_same_report(tmp_path, campaign_yaml, capsys):
+@pytest.mark.parametrize(
+    'executor',
+    [
+        pytest.param(['--workers', '1'], id='in-process'),
+        pytest.param(['--workers', '2'], id='pool', marks=pytest.mark.slow),
+        pytest.param(['--executor', 'dask', '--workers', '2'], id='dask', marks=pytest.mark.slow),
+    ],
+)
+def test_kill_then_resume_gives_the_same_report(tmp_path, campaign_yaml, capsys, executor):
+    import psutil
+
     killed = tmp_path / 'killed'
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    options = ['--no-progress', '--threads', '1']
     command = [sys.executable, '-m', 'metavlm_ros.cli', 'campaign', str(campaign_yaml), '--out', str(killed),
-               '--no-progress', '--threads', '1']  # fmt: skip
+               *options, *executor]  # fmt: skip
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not _cells(killed) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert process.poll() is None, process.stderr.read().decode()
+    workers = psutil.Process(process.pid).children(recursive=True)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     process.stderr.close()
     done = _cells(killed)
     assert 1 <= len(done) < 8, done
+    # Nothing of the killed campaign keeps running: its worker processes leave with it.
+    _, alive = psutil.wait_procs(workers, timeout=20)
+    assert not alive, alive
 
     # Resume: only the missing cells run; the finished ones are left as they were.
     before = {name: (killed / 'cells' / name / 'cell.json').stat().st_mtime_ns for name in done}
-    assert (
-        main(['campaign', str(campaign_yaml), '--out', str(killed), '--no-progress', '--threads', '1']) == 0
-    )
+    assert main(['campaign', str(campaign_yaml), '--out', str(killed), *options]) == 0
     summary = capsys.readouterr().out
     assert f'{8 - len(done)} cells run, {len(done)} already finished, 8 in all' in summary
     assert len(_cells(killed)) == 8
@@ -73,7 +86,7 @@ def test_kill_then_resume_gives_the_same_report(tmp_path, campaign_yaml, capsys)
     assert not list((killed / 'cells').glob('.tmp-*'))
 
     fresh = tmp_path / 'fresh'
-    assert main(['campaign', str(campaign_yaml), '--out', str(fresh), '--no-progress', '--threads', '1']) == 0
+    assert main(['campaign', str(campaign_yaml), '--out', str(fresh), *options]) == 0
     assert _tables(capsys, killed) == _tables(capsys, fresh)
 
 
