@@ -386,7 +386,8 @@ def _rq21(results: CampaignResults, model: str) -> Table:
         columns=columns,
         rows=rows,
         formats=formats,
-        note=f'Solutions of order 1-6: {counts}. Occurrence: share of the solutions with that order.',
+        note=f'Solution set: {SOLUTION_SETS[results.solutions]}. Solutions of order 1-6: {counts}. '
+        'Occurrence: share of the solutions with that order.',
     )
 
 
@@ -418,7 +419,8 @@ def _rq22(results: CampaignResults, model: str, algorithm: str, criterion: str) 
         columns=['rank', 'composition', 'order', 'violations', 'share %', 'solutions', 'VR %'],
         rows=rows,
         formats=['d', '', 'd', 'd', '%', 'd', '%'],
-        note=f'{total} violations among {len(records)} solutions of order 1-6.',
+        note=f'Solution set: {SOLUTION_SETS[results.solutions]}. {total} violations among {len(records)} '
+        'solutions of order 1-6.',
     )
 
 
@@ -467,8 +469,8 @@ def _rq3(results: CampaignResults, model: str, criterion: str) -> Table:
         columns=columns,
         rows=rows,
         formats=formats,
-        note='VS: mean over violating solutions of the summed differences of the violating classes '
-        '(Eqs. 7-8); A12 is MetaVLM over Rand.',
+        note=f'Solution set: {SOLUTION_SETS[results.solutions]}. VS: mean over violating solutions of the '
+        'summed differences of the violating classes (Eqs. 7-8); A12 is MetaVLM over Rand.',
     )
 
 

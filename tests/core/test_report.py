@@ -132,6 +132,8 @@ def test_solution_set_options():
     assert final.row(order=1)[1] == 0.0
     md = render_markdown(build_report(FIXTURE, solutions='pareto'))
     assert "Solution set: each search's non-dominated set" in md
+    # Every RQ2/RQ3 table says which set it uses.
+    assert md.count("Solution set: each search's non-dominated set (f_pred > 0).") == 2 + 8 + 4
 
 
 def test_writers(report, tmp_path):
