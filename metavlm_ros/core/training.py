@@ -82,10 +82,10 @@ class TrainingConfig:
     scene_sizes: tuple[tuple[int, int], ...] = ((384, 216), (256, 144))
     image_size: int = 128
     patch_size: int = 16
-    vision_hidden: int = 128
+    vision_hidden: int = 96
     vision_layers: int = 3
-    clip_steps: int = 1500
-    blip_steps: int = 1500
+    clip_steps: int = 1000
+    blip_steps: int = 1000
     batch_size: int = 64
     clip_lr: float = 2e-3
     blip_lr: float = 1e-3
@@ -385,7 +385,7 @@ def _train_clip(
     from torch.nn import functional
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
-    max_length = 32
+    max_length = 48  # the longest Table 1 captions are about 40 BPE tokens
     tokenizer = _clip_tokenizer(_corpus(train.captions), max_length)
     model_config = CLIPConfig(
         text_config={
@@ -405,7 +405,8 @@ def _train_clip(
     torch.manual_seed(config.seed)
     model = CLIPModel(model_config)
     unique = sorted(set(train.captions))
-    caption_index = np.asarray([unique.index(c) for c in train.captions])
+    position = {c: i for i, c in enumerate(unique)}
+    caption_index = np.asarray([position[c] for c in train.captions])
     caption_ids = tokenizer(unique, padding=True, truncation=True, return_tensors='pt')
     prompts = [[t.format(p) for t in CLIP_TEMPLATES for p in CLASS_PHRASES[c]] for c in CLASSES]
     per_class = len(prompts[0])

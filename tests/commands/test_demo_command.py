@@ -1,0 +1,119 @@
+"""Tests of `metavlm demo` end to end and of its report tables and montage."""
+
+import json
+
+import numpy as np
+import pytest
+
+from metavlm_ros import cli
+from metavlm_ros.core.demo_report import criterion, montage, pair_panel, strongest, tabulate
+from metavlm_ros.core.errors import InputError
+from metavlm_ros.core.results import read_jsonl
+
+
+def _record(
+    order, composition, hit, *, kind='confidence', strength=0.2, f_trans=1.0, failed=False, image='a'
+):
+    violation = {'count': hit} if kind == 'count' else {'0.01': True, '0.03': hit, '0.05': hit}
+    key = 'count' if kind == 'count' else '0.05'
+    return {
+        'image': image,
+        'kind': kind,
+        'order': order,
+        'composition': composition,
+        'parameters': {},
+        'f_trans': f_trans,
+        'f_pred': strength,
+        'violation': violation,
+        'strength': {key: strength if hit else None},
+        'failed': failed,
+        'source': {'animal': 1.0},
+        'followup': {'animal': 2.0 if hit else 1.0},
+    }
+
+
+def test_tabulate_counts_by_order_and_composition_by_hand():
+    records = [
+        _record(0, '{}', False),  # identity: never counted
+        _record(1, '{1}', True),
+        _record(1, '{1}', False),
+        _record(1, '{3}', False),
+        _record(2, '{1,3}', True),
+        _record(2, '{1,3}', True, failed=True),  # failed probe: no judgement
+    ]
+    table = tabulate(records)
+    assert table['by_order'] == {'1': [1, 3], '2': [1, 1]}
+    # Ordered by violation rate: {1,3} 1/1, {1} 1/2, {3} 0/1.
+    assert list(table['by_composition'].items()) == [('{1,3}', [1, 1]), ('{1}', [1, 2]), ('{3}', [0, 1])]
+
+
+def test_tabulate_uses_the_count_criterion_for_count_models():
+    records = [_record(1, '{2}', True, kind='count'), _record(1, '{2}', False, kind='count')]
+    assert criterion(records[0]) == 'count'
+    assert tabulate(records)['by_order'] == {'1': [1, 2]}
+
+
+def test_strongest_keeps_one_per_composition_by_strength_then_f_trans():
+    records = [
+        _record(1, '{1}', True, strength=0.3, f_trans=0.5, image='a'),
+        _record(1, '{1}', True, strength=0.3, f_trans=0.2, image='b'),  # same strength, smaller change wins
+        _record(2, '{1,2}', True, strength=0.9),
+        _record(1, '{4}', True, strength=0.1),
+        _record(1, '{5}', False, strength=5.0),  # not a violation
+    ]
+    best = strongest(records, 2)
+    assert [r['composition'] for r in best] == ['{1,2}', '{1}']
+    assert best[1]['image'] == 'b'
+
+
+def test_pair_panel_and_montage_shapes(frame):
+    record = _record(2, '{1,2}', True)
+    record['parameters'] = {'rotation': 2.0, 'scaling': 1.1}
+    panel = pair_panel(frame, frame[::-1].copy(), record, 'demo clip | frame', height=60)
+    assert panel.dtype == np.uint8 and panel.ndim == 3
+    # Two 80-pixel-wide frames (160x120 scaled to height 60) and a 6-pixel gap.
+    assert panel.shape[1] == 80 + 6 + 80
+    tall = montage([panel, panel[:, :100]], gap=4)
+    assert tall.shape == (2 * panel.shape[0] + 4, panel.shape[1], 3)
+    with pytest.raises(InputError):
+        montage([])
+
+
+def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
+    out = tmp_path / 'demo'
+    rc = cli.main(['demo', '--out', str(out), '--frames', '2', '--evaluations', '30'])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert (out / 'footage' / 'demo' / 'metadata.yaml').is_file()
+    assert str(out / 'report.md') in printed
+    report = json.loads((out / 'report.json').read_text())
+    assert [s['results_dir'] for s in report['sections']] == [str(out / 'clip'), str(out / 'blip')]
+    for section in report['sections']:
+        records = read_jsonl(out / section['results_dir'] / 'evaluations.jsonl')
+        assert records, 'the tester searched nothing'
+        judged = [r for r in records if r['order'] > 0 and not r['failed']]
+        assert sum(cell[1] for cell in section['by_order'].values()) == len(judged)
+        hits = sum(r['violation'][criterion(r)] for r in judged)
+        assert sum(cell[0] for cell in section['by_order'].values()) == hits
+    text = (out / 'report.md').read_text()
+    assert '## demo CLIP through ROS' in text and '## demo BLIP through ROS' in text
+    if report.get('montage'):
+        assert (out / 'strongest_violations.png').stat().st_size > 1000
+
+
+def test_demo_refuses_to_overwrite_without_flag_and_foreign_directories(tmp_path, capsys):
+    foreign = tmp_path / 'mine'
+    foreign.mkdir()
+    (foreign / 'notes.txt').write_text('keep me')
+    assert cli.main(['demo', '--out', str(foreign), '--frames', '1']) == 2
+    assert 'pass --overwrite' in capsys.readouterr().err
+    assert cli.main(['demo', '--out', str(foreign), '--frames', '1', '--overwrite']) == 2
+    assert 'does not look like a metavlm demo directory' in capsys.readouterr().err
+    assert (foreign / 'notes.txt').read_text() == 'keep me'
+
+
+@pytest.mark.parametrize('flag', ['--frames', '--evaluations'])
+def test_demo_rejects_non_positive_budgets(tmp_path, capsys, flag):
+    assert cli.main(['demo', '--out', str(tmp_path / 'd'), flag, '0']) == 2
+    assert flag in capsys.readouterr().err
+    assert not (tmp_path / 'd').exists()
