@@ -3,7 +3,8 @@
 Usage: python bench/footage.py [--frames 20] [--sizes 100 500] [--compressed] [--keep DIR]
 
 Generation: each environment renders --frames frames (after one warm-up frame) with OpenCV limited to
-one thread and the process pinned to one CPU; the target is 5 frames/s.
+one thread and the process pinned to one CPU; the target is 5 frames/s. Rates per CPU second (what
+one dedicated core delivers) and per wall second (lower when the machine is shared) are shown.
 Bag reading: a bag of each length is written (frames cycle through 10 rendered scene frames, so
 writing stays quick; reading cost does not depend on the pixels), then read with
 metavlm_ros.core.frames.iter_frames in a fresh subprocess per bag, which reports its frames/s and
@@ -48,7 +49,7 @@ def pin_one_core() -> str:
     return 'not pinned (no sched_setaffinity)'
 
 
-def bench_generation(frames: int) -> dict[str, float]:
+def bench_generation(frames: int) -> dict[str, tuple[float, float]]:
     import cv2
 
     from metavlm_ros.core.scenes import ENVIRONMENTS, SceneGenerator
@@ -58,10 +59,10 @@ def bench_generation(frames: int) -> dict[str, float]:
     for env in ENVIRONMENTS:
         gen = SceneGenerator(1920, 1080, 10, seed=1, environment=env)
         gen.frame(0)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for i in range(1, frames + 1):
             gen.frame(i * 3)
-        rates[env] = frames / (time.perf_counter() - start)
+        rates[env] = (frames / (time.process_time() - cpu), frames / (time.perf_counter() - start))
     return rates
 
 
@@ -101,10 +102,13 @@ def main() -> int:
 
     print(f'generation at 1920x1080, one thread, {pin_one_core()}')
     rates = bench_generation(args.frames)
-    for env, rate in rates.items():
-        verdict = 'meets' if rate >= 5 else 'BELOW'
-        print(f'  {env:8s} {rate:5.1f} frames/s  ({verdict} the target of 5)')
-    print(f'  slowest  {min(rates.values()):5.1f} frames/s')
+    # CPU time is what one dedicated core delivers; wall time also counts whatever else the machine runs.
+    print(f'  {"":8s} {"per CPU s":>10s} {"per wall s":>11s}')
+    for env, (cpu_rate, wall_rate) in rates.items():
+        verdict = 'meets' if cpu_rate >= 5 else 'BELOW'
+        print(f'  {env:8s} {cpu_rate:10.1f} {wall_rate:11.1f}  ({verdict} the target of 5 frames/s)')
+    print(f'  slowest  {min(r[0] for r in rates.values()):10.1f}')
+    print(f'  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs')
 
     kind = 'JPEG CompressedImage' if args.compressed else 'raw rgb8 Image'
     print(f'bag reading (mcap, {kind}, 1920x1080), fresh process per bag')
