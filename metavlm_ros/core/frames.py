@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,7 +150,7 @@ def is_bag_path(path: str | Path) -> bool:
 
 
 def _check_selection(every: int, start: float | None, end: float | None, max_frames: int | None) -> None:
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+    if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
         raise ParameterError(f'every must be an integer >= 1, got {every!r}')
     if start is not None and start < 0:
         raise ParameterError(f'start must be >= 0 seconds, got {start}')
