@@ -898,9 +898,7 @@ class SceneGenerator:
         else:
             ground_mask = np.broadcast_to(ground[:, None], (H, W))
         # Far texels are averaged (a cheap mip-map): sampling a sharp texture at a distance aliases.
-        blurred = cv2.GaussianBlur(
-            albedo, (0, 0), 3.0, borderType=cv2.BORDER_WRAP if False else cv2.BORDER_REFLECT
-        )
+        blurred = cv2.GaussianBlur(albedo, (0, 0), 3.0, borderType=cv2.BORDER_REFLECT)
         floor = cv2.remap(
             albedo, u.astype(np.float32), v.astype(np.float32), cv2.INTER_LINEAR, borderMode=cv2.BORDER_WRAP
         )
@@ -909,6 +907,18 @@ class SceneGenerator:
         )
         far = np.clip((surface_d - 3.0) / 6.0, 0, 1)[..., None]
         floor = floor * (1 - far) + floor_far * far
+        if self.environment != 'pool':
+            # Grains and pits at 2.5 mm: near the camera the 1 cm texture alone is visibly magnified.
+            detail = _smooth_noise(rng, (256, 256), 1.0)
+            fine = cv2.remap(
+                detail,
+                (u * 4).astype(np.float32),
+                (v * 4).astype(np.float32),
+                cv2.INTER_LINEAR,
+                borderMode=cv2.BORDER_WRAP,
+            )
+            near = np.clip((3.5 - surface_d) / 2.0, 0, 1)
+            floor *= (1 + 0.1 * fine * near)[..., None]
         self.surface_d = surface_d.astype(np.float32)
         lit = floor * self._illumination(surface_d, rows[:, None])[..., None] * np.array(o.light, np.float32)
         T = np.exp(-np.array(o.beta, np.float32)[None, None, :] * surface_d[..., None])
@@ -1141,6 +1151,11 @@ class SceneGenerator:
         pen = _Pen(w, h, u - x0, v - y0, s, angle, squash)
         pen.flip = bool(obj.params.get('flip'))
         _DRAW[obj.kind](pen, obj.params, t)
+        # Forward scattering softens edges more with distance; it also takes the cut-out look off shapes.
+        sigma = (0.3 + 0.14 * d) * self.iw / 960
+        if sigma >= 0.3:
+            pen.rgb = cv2.GaussianBlur(pen.rgb, (0, 0), sigma)
+            pen.alpha = cv2.GaussianBlur(pen.alpha, (0, 0), sigma)
         total = int(np.count_nonzero(pen.alpha >= 128))
         if total == 0:
             return None
