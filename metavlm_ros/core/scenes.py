@@ -931,7 +931,12 @@ class SceneGenerator:
         self.pano_w, self.pano_h = W, H
         self.base_x = np.tile(np.arange(iw, dtype=np.float32), (ih, 1))
         self.base_y = np.tile(np.arange(ih, dtype=np.float32)[:, None], (1, iw))
-        self.k_rows = np.maximum(np.arange(ih, dtype=np.float32) - self.horizon, 0) / self.cam_h
+        # Sideways drift shifts each row by focal / distance pixels per metre (parallax); the pool's far
+        # wall is at one distance, and the open water above the horizon is at infinity.
+        screen_rows = np.arange(ih, dtype=np.float32)
+        self.k_rows = np.maximum(screen_rows - self.horizon, 0) / self.cam_h
+        if self.wall is not None:
+            self.k_rows = np.maximum(self.k_rows, self.focal / self.wall).astype(np.float32)
 
     def _illumination(self, distance: np.ndarray | float, rows: np.ndarray | float) -> np.ndarray | float:
         if self.optics.lamps:
