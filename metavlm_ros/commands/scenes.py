@@ -91,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         raise ParameterError(f'--fps must be > 0, got {args.fps}')
     if args.format == 'png' and (args.compressed or args.storage):
         raise ParameterError('--compressed and --storage apply to bags, not to --format png')
+    if args.format == 'png' and Path(args.out).suffix.lower() in ('.mcap', '.db3'):
+        raise ParameterError(f'--format png writes a folder; {args.out} names a bag file')
     generator = SceneGenerator(
         width, height, args.fps, args.seed, environment=args.environment, frames=args.frames
     )

@@ -103,6 +103,9 @@ def test_bad_arguments(tmp_path, capsys, extra):
 def test_png_rejects_bag_options(tmp_path, capsys):
     assert main(['scenes', '--out', str(tmp_path / 'p'), '--format', 'png', '--compressed', *SMALL]) == 2
     assert 'apply to bags' in capsys.readouterr().err
+    assert main(['scenes', '--out', str(tmp_path / 'p.mcap'), '--format', 'png', *SMALL]) == 2
+    assert 'names a bag file' in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_refuses_to_replace_a_foreign_folder(tmp_path):
