@@ -48,6 +48,7 @@ __all__ = [
     'plan_cells',
     'run_campaign',
     'run_cell',
+    'task_resources',
 ]
 
 ALGORITHMS = ('nsga2', 'random')
@@ -1098,10 +1099,13 @@ def _run_dask(
 
     if not tasks:
         return
-    needs_gpu = any(spec.needs_gpu for spec in config.models)
+    needs_gpu = any(task.model.needs_gpu for task in tasks)
     cluster = None
     if scheduler is None:
-        resources = {'GPU': 1} if needs_gpu and _cuda_available() else None
+        # Advertise a GPU only where there is one; otherwise GPU cells run unconstrained and the
+        # model's own device check reports the missing CUDA device instead of a task waiting forever.
+        gpu_offered = needs_gpu and _cuda_available()
+        resources = {'GPU': 1} if gpu_offered else None
         cluster = LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
@@ -1120,6 +1124,13 @@ def _run_dask(
         except (OSError, TimeoutError, ValueError) as exc:
             raise ParameterError(f'cannot reach the Dask scheduler at {scheduler} ({exc})') from None
         log(f'Dask scheduler at {scheduler}')
+        gpu_offered = needs_gpu
+        if needs_gpu and not _offers_gpu(client.scheduler_info()):
+            client.close()
+            raise ParameterError(
+                f'no worker of the Dask cluster at {scheduler} offers the GPU resource that cuda models need '
+                '(start GPU workers with: dask worker ADDR --resources GPU=1)'
+            )
     try:
         scattered = {index: client.scatter(rgb, broadcast=False) for index, rgb in frames.items()}
         futures = []
@@ -1131,7 +1142,7 @@ def _run_dask(
                     scattered[task.cell.image_index],
                     key=f'metavlm-cell-{task.cell.id}-{os.getpid()}-{time.time_ns()}',
                     pure=False,
-                    resources={'GPU': 1} if task.model.needs_gpu else None,
+                    resources=task_resources(task.model, gpu_offered),
                 )
             )
         for future in as_completed(futures):
@@ -1142,6 +1153,16 @@ def _run_dask(
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close()
+
+
+def task_resources(spec: ModelSpec, gpu_offered: bool) -> dict | None:
+    """The Dask worker resources a cell of this model asks for: one GPU for cuda models."""
+    return {'GPU': 1} if spec.needs_gpu and gpu_offered else None
+
+
+def _offers_gpu(info: Mapping) -> bool:
+    """Whether any worker in a Dask scheduler_info() offers at least one GPU resource."""
+    return any(w.get('resources', {}).get('GPU', 0) >= 1 for w in info.get('workers', {}).values())
 
 
 def _cuda_available() -> bool:

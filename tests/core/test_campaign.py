@@ -238,3 +238,43 @@ def test_generated_scene_frames(tiny_clip_dir):
         parse_config(
             {'frames': {'generate': {'size': [4, 4]}}, 'models': [{'backend': 'clip', 'model': '.'}]}
         )
+
+
+def test_existing_dask_cluster_and_gpu_resource(tmp_path, image_dir, tiny_clip_dir):
+    distributed = pytest.importorskip('distributed')
+    from metavlm_ros.core.campaign import ModelSpec, _offers_gpu, task_resources
+
+    assert task_resources(ModelSpec('m', 'clip', 'x', device='cuda:1'), gpu_offered=True) == {'GPU': 1}
+    assert task_resources(ModelSpec('m', 'clip', 'x', device='cpu'), gpu_offered=True) is None
+    assert task_resources(ModelSpec('m', 'clip', 'x', device='cuda'), gpu_offered=False) is None
+    assert _offers_gpu({'workers': {'a': {'resources': {}}, 'b': {'resources': {'GPU': 1}}}})
+    assert not _offers_gpu({'workers': {'a': {'resources': {'GPU': 0}}}})
+
+    # A cluster that is already running (here: threads in this process, on loopback, no dashboard).
+    with distributed.LocalCluster(
+        n_workers=1,
+        processes=False,
+        protocol='tcp://',
+        host='127.0.0.1',
+        dashboard_address=None,
+        threads_per_worker=1,
+    ) as cluster:
+        config = small_config(image_dir, tiny_clip_dir, runs=1, algorithms=['random'])
+        result = run_campaign(config, tmp_path / 'out', executor='dask', scheduler=cluster.scheduler_address,
+                              progress=False)  # fmt: skip
+        assert (result.total, result.completed) == (2, 2)
+        assert len(finished_cells(tmp_path / 'out')) == 2
+        # A cuda model on a cluster whose workers offer no GPU: refused instead of waiting forever.
+        cuda = parse_config(
+            {
+                'frames': [str(image_dir)],
+                'models': [{'backend': 'clip', 'model': str(tiny_clip_dir), 'device': 'cuda'}],
+                'runs': 1,
+                'population': 6,
+                'evaluations': 6,
+            }
+        )
+        with pytest.raises(ParameterError, match='offers the GPU resource'):
+            run_campaign(
+                cuda, tmp_path / 'gpu', executor='dask', scheduler=cluster.scheduler_address, progress=False
+            )
