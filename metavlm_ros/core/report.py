@@ -656,15 +656,18 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
                 rates = []
                 for order in ORDERS:
                     flags = [bool(r['violation'].get(criterion)) for r in records if r['order'] == order]
-                    rates.append(sum(flags) / len(flags) if flags else 0.0)
+                    rates.append(sum(flags) / len(flags) if flags else math.nan)  # no bar: nothing judged
                 ax.bar(np.array(ORDERS) + (i - (len(results.algorithms) - 1) / 2) * width, rates, width,
                        color=colours.get(algorithm), label=APPROACH.get(algorithm, algorithm))  # fmt: skip
             ax.set_xlabel('composition order')
             ax.set_ylabel('violation rate')
-            ax.set_ylim(0, 1)
+            ax.set_ylim(0, 1.15)  # headroom for the legend above the bars
+            ax.set_xticks(ORDERS)
+            ax.set_xlim(0.5, 6.5)
             ax.set_title(_criterion_label(criterion))
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc='upper left', ncol=2)
         fig.suptitle(f'{model}: violation rate by order ({SOLUTION_SETS[results.solutions].split(" (")[0]})')
+        fig.tight_layout()
         save(fig, f'vr-{_slug(model)}', f'Violation rate by order, {model}')
 
         data, labels, colour_list = [], [], []
