@@ -320,7 +320,27 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
             relations = None
         else:
             problems.unknown_keys('relations', relations, _RELATION_KEYS)
-            relations = {k: relations[k] for k in _RELATION_KEYS if relations.get(k) is not None}
+            relations = {k: relations[k] for k in sorted(_RELATION_KEYS) if relations.get(k) is not None}
+            ranges = relations.get('ranges', {})
+            if not isinstance(ranges, Mapping):
+                problems.add('relations.ranges', f'must map relation id -> [low, high], got {ranges!r}')
+                relations.pop('ranges')
+            else:
+                for rid, pair in list(ranges.items()):
+                    if not (
+                        isinstance(pair, list)
+                        and len(pair) == 2
+                        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)
+                    ):
+                        problems.add(f'relations.ranges.{rid}', f'must be [low, high], got {pair!r}')
+                        relations['ranges'] = {k: v for k, v in ranges.items() if k != rid}
+                        ranges = relations['ranges']
+            enabled = relations.get('enabled')
+            if enabled is not None and (
+                not isinstance(enabled, list) or not all(isinstance(e, str) for e in enabled)
+            ):
+                problems.add('relations.enabled', f'must be a list of relation ids, got {enabled!r}')
+                relations.pop('enabled')
             try:
                 _search_space(relations)
             except MetaVLMError as exc:

@@ -278,3 +278,21 @@ def test_existing_dask_cluster_and_gpu_resource(tmp_path, image_dir, tiny_clip_d
             run_campaign(
                 cuda, tmp_path / 'gpu', executor='dask', scheduler=cluster.scheduler_address, progress=False
             )
+
+
+def test_relations_narrow_every_cell(tmp_path, image_dir, tiny_clip_dir):
+    relations = {'enabled': ['shear'], 'ranges': {'shear': [0.0, 0.1]}}
+    config = small_config(
+        image_dir, tiny_clip_dir, runs=1, algorithms=['random'], evaluations=12, relations=relations
+    )
+    run_campaign(config, tmp_path / 'out', progress=False, threads=1)
+    records = [
+        json.loads(line)
+        for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl')
+        for line in path.read_text().splitlines()
+    ]
+    assert len(records) == 2 * 12
+    assert {r['composition'] for r in records} <= {'{}', '{5}'}
+    assert all(0.0 <= r['parameters'].get('shear', 0.0) <= 0.1 for r in records)
+    with pytest.raises(ParameterError, match=r'relations.ranges.shear: must be \[low, high\], got 5'):
+        small_config(image_dir, tiny_clip_dir, relations={'ranges': {'shear': 5}})
