@@ -193,3 +193,35 @@ def test_boxes_lie_within_each_object_rendered_alone():
         (single,) = alone_gt.boxes
         assert single['id'] == obj.index and single['visible'] >= b['visible']
         assert alone_gt.counts[obj.cls] == 1 and sum(alone_gt.counts.values()) == 1
+
+
+def test_visibility_rule_for_an_object_leaving_the_frame():
+    gen = SceneGenerator(192, 108, 5, seed=6, environment='pool')
+    (tyre,) = [o for o in gen.objects if o.kind == 'tyre' and o.index == 3]
+    alone = copy.copy(gen)
+    moved = copy.copy(tyre)
+    alone.objects = [moved]
+    full = None
+    decisions = []
+    # Slide the tyre to the right, out of the frame, and compare what is counted with what is seen.
+    for shift in [0.0, *np.linspace(2.6, 3.6, 41)]:
+        moved.X = tyre.X + shift
+        _, truth, labels = alone.render(0)
+        inside = int(np.count_nonzero(labels == moved.index))
+        if full is None:
+            full = inside
+            assert truth.boxes and truth.boxes[0]['visible'] == 1.0
+        fraction = inside / full
+        counted = bool(truth.boxes)
+        assert truth.counts['trash'] == int(counted) == truth.kind_counts['tyre']
+        if counted:
+            assert abs(truth.boxes[0]['visible'] - fraction) < 0.05
+        if fraction >= MIN_VISIBLE_FRACTION + 0.05:
+            assert counted, fraction
+        elif fraction <= MIN_VISIBLE_FRACTION - 0.05:
+            assert not counted, fraction
+        decisions.append((fraction, counted))
+    # The sweep saw the object counted, drawn but not counted, and gone.
+    assert any(c for _, c in decisions)
+    assert any(0 < f < MIN_VISIBLE_FRACTION and not c for f, c in decisions)
+    assert decisions[-1] == (0.0, False)
