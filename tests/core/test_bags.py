@@ -128,6 +128,8 @@ def test_sqlite3_and_compressed(tmp_path, scene):
         # JPEG at quality 90: close to, not equal to, the source.
         assert frame.rgb.shape == rgb.shape
         assert np.abs(frame.rgb.astype(int) - rgb).mean() < 4
+    s = stamps()
+    assert [f.stamp_ns for f in iter_bag_frames(bag, start=0.2, end=0.6, every=2)] == [s[1], s[3]]
     fmt = next(m.format for topic, _, _, m in iter_bag_messages(bag, [COMPRESSED_TOPIC]))
     assert 'jpeg' in fmt
     assert len(read_ground_truth(bag)) == N
