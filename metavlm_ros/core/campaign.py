@@ -681,6 +681,7 @@ class CellTask:
     model: ModelSpec
     search: Any  # SearchConfig
     threads: int | None = None
+    stamp_ns: int = 0
 
 
 @dataclass
@@ -744,6 +745,7 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
                 extra_fields={
                     'model': task.model.model,
                     'backend': task.model.backend,
+                    'stamp_ns': task.stamp_ns,
                     'run': cell.run,
                     'cell': cell.id,
                 },
@@ -973,7 +975,11 @@ def run_campaign(
         if threads is None and scheduler is None:
             threads = max(1, (os.cpu_count() or 1) // workers)
         models = config.models
-        tasks = [CellTask(c, models[c.model_index], _search_for(config, c), threads) for c in pending]
+        stamps = {im.index: im.stamp_ns for im in images}
+        tasks = [
+            CellTask(c, models[c.model_index], _search_for(config, c), threads, stamps[c.image_index])
+            for c in pending
+        ]
         started = time.perf_counter()
         completed = 0
         bar = _progress_bar(len(cells), skipped, progress)

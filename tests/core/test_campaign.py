@@ -145,6 +145,7 @@ def test_campaign_local_resume_and_refusal(tmp_path, image_dir, tiny_clip_dir):
     records = [json.loads(line) for line in (cell_dir / 'evaluations.jsonl').read_text().splitlines()]
     assert len(records) == 24
     assert {r['run'] for r in records} == {0} and {r['cell'] for r in records} == {'m0-nsga2-r000-img0'}
+    assert {(r['model'], r['backend'], r['stamp_ns']) for r in records} == {(str(tiny_clip_dir), 'clip', 0)}
     info = json.loads((cell_dir / 'cell.json').read_text())
     assert info['search_seconds'] > 0 and info['finished'] >= info['started']
 
@@ -159,6 +160,13 @@ def test_campaign_local_resume_and_refusal(tmp_path, image_dir, tiny_clip_dir):
     assert (redo.skipped, redo.completed) == (7, 1)
     assert [json.loads(x) for x in (cell_dir / 'evaluations.jsonl').read_text().splitlines()] == records
     assert (out / 'cells' / 'm0-random-r001-img1' / 'cell.json').stat().st_mtime_ns == mtime
+    assert len(json.loads((out / 'campaign.json').read_text())['invocations']) == 3
+
+    # Two campaigns writing to one directory at once: the second is refused.
+    from metavlm_ros.core.campaign import _exclusive
+
+    with _exclusive(out), pytest.raises(ParameterError, match='another metavlm campaign is writing to it'):
+        run_campaign(config, out, progress=False)
     assert len(json.loads((out / 'campaign.json').read_text())['invocations']) == 3
 
     other = small_config(image_dir, tiny_clip_dir, evaluations=12)
