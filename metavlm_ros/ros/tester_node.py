@@ -62,6 +62,8 @@ TRANSPORTS = ('raw', 'compressed')
 # Consecutive probe rounds with no answer at all after which a search is given up (its results are
 # kept) and the tester waits for the perception node instead of recording failure after failure.
 FAILED_ROUNDS_TO_PAUSE = 3
+# How long a stopping tester lets the generation in progress finish before it abandons its probes.
+STOP_GRACE_S = 5.0
 
 # Violations and their images are results: RELIABLE, so rqt_image_view and rviz both receive them.
 RESULT_QOS = QoSProfile(
@@ -750,14 +752,19 @@ class TesterNode(Node):
     # -- shutdown -------------------------------------------------------------------------------------
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the worker (a running search ends after its current generation; results are kept)."""
+        """Stop the worker: a running search ends after its current generation; results are kept.
+
+        The generation in progress is given a few seconds to finish, so that a shutdown does not
+        record its evaluations as failed; only then are waiting probes released.
+        """
         self._stopping.set()
         with self._wake:
             self._wake.notify_all()
-        if self.probe is not None:
+        self._worker.join(min(STOP_GRACE_S, timeout_s))
+        if self._worker.is_alive() and self.probe is not None:
             self.probe.release()
-        self._worker.join(timeout_s)
-        if self._store is not None:
+            self._worker.join(timeout_s)
+        if self._store is not None and not self._worker.is_alive():
             self._store.close()
             self._violations_file.close()
             self._store = None

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
@@ -49,7 +49,7 @@ def search_once(tmp_path, endpoint, tiny_clip_dir):
         camera = CameraPublisher(context)
         probes = TopicCollector(context, 'probe', Image, PROBE_QOS, name='probe_sink')
         nodes += [tester, camera, probes]
-        executor = MultiThreadedExecutor(num_threads=4, context=context)
+        executor = SingleThreadedExecutor(context=context)
         for node in nodes:
             executor.add_node(node)
         try:
@@ -121,7 +121,7 @@ def test_tester_waits_for_survives_and_resumes_with_a_restarted_perception_node(
         )
         camera = CameraPublisher(context)
         diagnostics = TopicCollector(context, '/diagnostics', DiagnosticArray, name='diagnostics_sink')
-        executor = MultiThreadedExecutor(num_threads=4, context=context)
+        executor = SingleThreadedExecutor(context=context)
         for node in (tester, camera, diagnostics):
             executor.add_node(node)
         camera.start([make_frame(120, 90, seed=s) for s in range(3)], rate_hz=5.0)

@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
@@ -104,7 +104,7 @@ class Graph:
         self.images = TopicCollector(context, 'violation_image', Image, name='images_sink')
         self.diagnostics = TopicCollector(context, '/diagnostics', DiagnosticArray, name='diagnostics_sink')
         self.nodes = [self.tester, self.camera, self.violations, self.images, self.diagnostics]
-        self.executor = MultiThreadedExecutor(num_threads=4, context=context)
+        self.executor = SingleThreadedExecutor(context=context)
         for node in self.nodes:
             self.executor.add_node(node)
         self.results = tmp_path / 'results'
