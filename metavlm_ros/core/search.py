@@ -35,7 +35,16 @@ if TYPE_CHECKING:
     from metavlm_ros.core.results import ResultsStore
     from metavlm_ros.core.vlm import Prediction, VLMBackend
 
-__all__ = ['ALGORITHMS', 'Evaluation', 'SearchConfig', 'SearchResult', 'run_search', 'validate_frame']
+__all__ = [
+    'ALGORITHMS',
+    'Evaluation',
+    'SearchConfig',
+    'SearchResult',
+    'evaluation_record',
+    'run_search',
+    'summary_record',
+    'validate_frame',
+]
 
 ALGORITHMS = ('nsga2', 'random')
 
@@ -275,7 +284,7 @@ def run_search(
         for ev in batch:
             result.evaluations.append(ev)
             if store is not None:
-                store.append_evaluation(_evaluation_record(ev, result, extra))
+                store.append_evaluation(evaluation_record(ev, result, extra))
             if on_evaluation is not None:
                 on_evaluation(ev, result)
         if progress is not None:
@@ -359,7 +368,7 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
         followup_frame = apply_composition(judge.frame, ev.composition)
         name = f'{_safe(result.image)}_{result.algorithm}_s{result.seed}_e{ev.index:05d}'
         path = store.save_frame(name, followup_frame)
-        record = _evaluation_record(ev, result, extra)
+        record = evaluation_record(ev, result, extra)
         record.update(rank=rank, frame=str(path.relative_to(store.directory)))
         store.append_pareto(record)
     store.append_summary(summary_record(result, backend, extra))
@@ -369,9 +378,10 @@ def _safe(name: str) -> str:
     return ''.join(c if c.isalnum() or c in '-_.' else '_' for c in name)
 
 
-def _evaluation_record(ev: Evaluation, result: SearchResult, extra: dict) -> dict:
+def evaluation_record(ev: Evaluation, result: SearchResult, extra: dict | None = None) -> dict:
+    """The stored form of one evaluation (docs/results.md), with `extra` fields first."""
     return {
-        **extra,
+        **(extra or {}),
         'image': result.image,
         'algorithm': result.algorithm,
         'seed': result.seed,
