@@ -191,6 +191,7 @@ def replay_bag(
     wait_for_subscribers_s: float = 0.0,
     stop: threading.Event | None = None,
     progress: Callable[[int], None] | None = None,
+    stats: ReplayStats | None = None,
 ) -> ReplayStats:
     """Publish a bag's messages with their recorded spacing, scaled by `rate`.
 
@@ -208,6 +209,7 @@ def replay_bag(
         wait_for_subscribers_s: wait up to this long for every topic to have a subscriber first.
         stop: set it to end the replay early.
         progress: called with 1 after each published message.
+        stats: filled as the replay goes (so a caller interrupted midway still has the counts).
 
     Raises:
         BagError: unreadable bag or unknown topic.
@@ -240,7 +242,8 @@ def replay_bag(
         raise BagError(f'no topic of {path.name} can be published')
 
     node = Node(NODE_NAME, context=context)
-    stats = ReplayStats(published={topic: 0 for topic in classes})
+    stats = stats if stats is not None else ReplayStats()
+    stats.published.update({topic: 0 for topic in classes})
     try:
         default_qos = QoSProfile(depth=PUBLISH_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
         publishers = {}
@@ -412,8 +415,10 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     total = None if args.loop else _count(args.bag, args.topic)
     bar = tqdm(total=total, unit='msg', desc='replay', disable=None, file=sys.stderr)
+    stats = ReplayStats()
+    started = time.monotonic()
     try:
-        stats = replay_bag(
+        replay_bag(
             args.bag,
             context,
             topics=args.topic,
@@ -425,17 +430,19 @@ def run(args: argparse.Namespace) -> int:
             wait_for_subscribers_s=args.wait_for_subscribers,
             stop=stop,
             progress=bar.update,
+            stats=stats,
         )
+        ending = ''
     except KeyboardInterrupt:
         stop.set()
-        print('metavlm replay: interrupted', file=sys.stderr)
-        return 0
+        stats.seconds = time.monotonic() - started
+        ending = ' (interrupted)'
     finally:
         bar.close()
         rclpy.try_shutdown(context=context)
     print(
         f'published {stats.total} messages on {len(stats.published)} topic(s) '
-        f'in {stats.seconds:.1f} s ({stats.loops} pass(es))'
+        f'in {stats.seconds:.1f} s ({stats.loops} full pass(es)){ending}'
     )
     return 0
 

@@ -221,7 +221,7 @@ def test_cli_replays_to_a_best_effort_subscriber(bag, capsys):
         finally:
             thread.join(10)
     assert codes == [0]
-    assert f'published {N_FRAMES} messages on 1 topic(s)' in capsys.readouterr().out
+    assert f'published {N_FRAMES} messages on 1 topic(s) in ' in capsys.readouterr().out
 
 
 def test_qos_override_file_is_applied(bag, tmp_path):
@@ -271,3 +271,26 @@ def test_cli_errors_are_one_line_and_exit_2(bag, tmp_path, capsys, argv, message
 def test_unknown_topic_raises_bag_error(bag):
     with pytest.raises(BagError, match='topic /x is not in'):
         list(iter_raw_messages(bag, ['/x']))
+
+
+def test_interrupting_a_looping_replay_exits_0_with_a_summary(bag):
+    import signal
+    import subprocess
+    import sys
+
+    command = [sys.executable, '-m', 'metavlm_ros.cli', 'replay', str(bag), '--loop', '--rate', '5']
+    with ros_context() as context:
+        notes = TopicCollector(context, '/note', String, name='notes')
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(
+                lambda: len(notes.messages) >= 3 or process.poll() is not None, 30, notes, 'a second pass'
+            )
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 0, err
+    assert '(interrupted)' in out and 'Traceback' not in err
