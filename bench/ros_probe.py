@@ -31,6 +31,38 @@ os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 70))
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# Fast DDS's default shared-memory segment (512 KiB) is smaller than one raw 1080p frame (6 MiB):
+# such frames fall back to UDP fragments, and with sensor-data (best effort) QoS nearly all are lost.
+# --dds shm gives every process of the bench a shared-memory-only transport with a 64 MiB segment
+# (no UDP at all, so nothing leaves the machine either).
+SHM_PROFILE = """<?xml version="1.0" encoding="UTF-8" ?>
+<dds xmlns="http://www.eprosima.com">
+  <profiles>
+    <transport_descriptors>
+      <transport_descriptor>
+        <transport_id>metavlm_shm</transport_id>
+        <type>SHM</type>
+        <segment_size>67108864</segment_size>
+      </transport_descriptor>
+    </transport_descriptors>
+    <participant profile_name="metavlm_shm_only" is_default_profile="true">
+      <rtps>
+        <userTransports><transport_id>metavlm_shm</transport_id></userTransports>
+        <useBuiltinTransports>false</useBuiltinTransports>
+      </rtps>
+    </participant>
+  </profiles>
+</dds>
+"""
+
+
+def use_shm_profile() -> str:
+    """Write the shared-memory profile and make this process and its children use it (before rclpy starts)."""
+    path = Path(tempfile.gettempdir()) / f'metavlm-bench-shm-{os.getpid()}.xml'
+    path.write_text(SHM_PROFILE, encoding='utf-8')
+    os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = str(path)
+    return str(path)
+
 
 def rss_mib(pid: int | str = 'self') -> float:
     """Resident set size of a process in MiB (Linux /proc)."""
@@ -276,8 +308,9 @@ def camera_run(args: argparse.Namespace, context, executor) -> None:
     print(camera_out.strip().splitlines()[-1] if camera_out.strip() else 'camera: no report')
     print(f'   tester: RSS {rss_start:.0f} MiB at start, {rss_end:.0f} MiB at the end, peak {peak:.0f} MiB')
     print(
-        f'   tester: {received} frames received in {elapsed:.0f} s ({received / elapsed:.1f} Hz), '
-        f'{tester.frames_dropped} dropped, {tester.searches_done} searches, {tester.evaluations} evaluations '
+        f'   tester: {received} frames received in the {elapsed:.0f} s window ({received / elapsed:.1f} Hz); '
+        f'in all {tester.frames_received} received, {tester.frames_dropped} dropped, '
+        f'{tester.searches_done} searches, {tester.evaluations} evaluations '
         f'({tester.evaluations_failed} failed)'
     )
     print(
@@ -303,12 +336,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         '--duration', type=float, default=120.0, help='seconds of the camera run (default 120)'
     )
+    parser.add_argument(
+        '--dds',
+        choices=('default', 'shm'),
+        default='default',
+        help='default: Fast DDS as installed; shm: shared memory only, 64 MiB segments (large frames)',
+    )
     parser.add_argument('--ros-first', action='store_true', help='time the ros endpoint before in-process')
     parser.add_argument('--skip-throughput', action='store_true')
     parser.add_argument('--skip-camera', action='store_true')
     args = parser.parse_args(argv)
     if args.role == 'camera':
-        return camera_main(args)
+        return camera_main(args)  # inherits the DDS profile of the bench through the environment
+    dds = 'Fast DDS defaults'
+    if args.dds == 'shm':
+        dds = f'shared memory only, 64 MiB segments ({use_shm_profile()})'
 
     import rclpy
     from rclpy.context import Context
@@ -317,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f'ros_probe: {args.backend} {args.model!r} on {args.device}, {args.frame_size} frames, '
         f'population {args.population}, transport {args.transport_size} px, {os.cpu_count()} CPUs, '
-        f'ROS_DOMAIN_ID {os.environ["ROS_DOMAIN_ID"]}',
+        f'ROS_DOMAIN_ID {os.environ["ROS_DOMAIN_ID"]}, DDS: {dds}',
         flush=True,
     )
     context = Context()

@@ -571,6 +571,10 @@ class TesterNode(Node):
             self.get_logger().warning(f'camera frame skipped: {exc}')
             return
         frame = np.ascontiguousarray(resize_longer_side(frame, settings.search.working_size))
+        # Run-time changes of these take effect here, between searches, never within one.
+        self.backend.transport_size = settings.transport_size
+        if self.probe is not None:
+            self.probe.timeout_s = settings.probe_timeout_s
         stamp_ns = stamp_to_ns(msg.header.stamp)
         image_id = f'{msg.header.frame_id or "camera"}@{stamp_ns}'
         self.state = 'judging the source frame'
