@@ -52,9 +52,11 @@ class StatsBackend(VLMBackend):
         self.gate = gate
         self.entered = threading.Event()
         self.calls = 0
+        self.shapes: list[tuple[int, ...]] = []
 
     def predict(self, frames):
         self.calls += 1
+        self.shapes.extend(f.shape for f in frames)
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(20)
@@ -268,6 +270,19 @@ def test_run_time_changes_are_validated_with_a_reason(graph):
     assert all(r.successful for r in accepted)
     assert tester.settings.search.population == 8
     assert tester.settings.search.space.enabled == (False, False, False, False, True, False)
+
+
+def test_a_new_transport_size_applies_to_the_next_search(graph):
+    g = graph(transport_size=64)
+    g.camera.publish(make_frame(160, 120, seed=1))
+    g.wait(lambda: g.tester.searches_done == 1, message='the first search')
+    assert set(g.backend.shapes) == {(48, 64, 3)}
+    assert g.tester.set_parameters([Parameter('transport_size', value=40)])[0].successful
+    g.backend.shapes.clear()
+    g.camera.publish(make_frame(160, 120, seed=2))
+    g.wait(lambda: g.tester.searches_done == 2, message='the second search')
+    # 160x120 -> longer side 40: 40x30, source and follow-ups alike.
+    assert set(g.backend.shapes) == {(30, 40, 3)}
 
 
 @pytest.mark.parametrize(
