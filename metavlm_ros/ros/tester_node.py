@@ -369,6 +369,7 @@ class TesterNode(Node):
             super().destroy_node()  # a node that failed to start must not linger in its context
             raise
         self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.add_post_set_parameters_callback(self._after_set_parameters)
 
         # Counters, read by /diagnostics and by `metavlm run`.
         self.frames_received = 0
@@ -464,12 +465,16 @@ class TesterNode(Node):
         values = self._parameter_values()
         values.update({p.name: p.value for p in parameters})
         try:
-            settings = settings_from_parameters(values)
+            settings_from_parameters(values)
         except MetaVLMError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    def _after_set_parameters(self, parameters: list[Parameter]) -> None:
+        # Only once every check has passed and the values are set: the settings never hold a refused value.
+        settings = settings_from_parameters(self._parameter_values())
         with self._lock:
             self.settings = settings  # taken by the next search; the running one keeps its own
-        return SetParametersResult(successful=True)
 
     # -- the model endpoint ---------------------------------------------------------------------
 

@@ -261,6 +261,9 @@ def test_run_time_changes_are_validated_with_a_reason(graph):
     assert out_of_range.reason == 'MR1 rotation angle -9.0 is outside the allowed range [-5, 5]'
     inverted = tester.set_parameters([Parameter('ranges.scaling', value=[1.2, 0.8])])[0]
     assert not inverted.successful and 'scaling' in inverted.reason
+    too_small = tester.set_parameters([Parameter('violation_image_height', value=8)])[0]
+    assert not too_small.successful and 'violation_image_height' in too_small.reason
+    assert tester.settings.violation_image_height == 360  # a refused value never reaches the settings
     fixed = tester.set_parameters([Parameter('vlm_endpoint', value='ros')])[0]
     assert not fixed.successful
     assert tester.settings.search.population == 6
