@@ -153,9 +153,11 @@ class TopicCollector(Node):
         """Subscribe to `topic` (RELIABLE, depth 100 unless `qos` is given)."""
         super().__init__(name, context=context)
         self.messages: list[Any] = []
-        self.arrivals: list[float] = []
+        self.arrivals: list[float] = []  # time.monotonic() when the callback ran
+        self.sent: list[float] = []  # the publisher's source timestamps, seconds (free of spin delays)
         self.subscription = self.create_subscription(msg_type, topic, self._keep, qos or reliable())
 
-    def _keep(self, msg: Any) -> None:
+    def _keep(self, msg: Any, info: Any) -> None:
         self.messages.append(msg)
         self.arrivals.append(time.monotonic())
+        self.sent.append(info['source_timestamp'] / 1e9)

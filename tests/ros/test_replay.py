@@ -106,7 +106,7 @@ def test_bag_topics_and_raw_messages(bag):
 
 
 def test_replay_delivers_every_message_with_original_stamps_and_spacing(bag):
-    rate = 2.0
+    rate = 1.25
     with ros_context() as context:
         images = TopicCollector(context, '/camera/image_raw', Image, name='images')
         notes = TopicCollector(context, '/note', String, name='notes')
@@ -130,13 +130,15 @@ def test_replay_delivers_every_message_with_original_stamps_and_spacing(bag):
         assert stamps == [T0 + i * SPACING_NS + STAMP_OFFSET_NS for i in range(N_FRAMES)]
         assert [image_msg_to_rgb(m)[0, 0, 0] for m in images.messages] == [i * 10 for i in range(N_FRAMES)]
         assert [m.data for m in notes.messages] == ['after frame 1', 'after frame 3']
-        # Recorded spacing 100 ms at rate 2 -> 50 ms; 5 gaps span 250 ms. Loose bounds: 2 shared cores.
-        gaps = np.diff(images.arrivals)
-        span = images.arrivals[-1] - images.arrivals[0]
-        assert 0.20 <= span <= 0.40, gaps
-        assert gaps.min() >= 0.015, gaps
-        # the note recorded between frames 1 and 2 arrives between them
-        assert images.arrivals[1] <= notes.arrivals[0] <= images.arrivals[2] + 0.02
+        # Recorded spacing 100 ms at rate 1.25 -> 80 ms; 5 gaps span 400 ms. Measured on the
+        # publisher's source timestamps; a late wake-up shortens the next gap (the schedule is
+        # absolute), so the span is checked, with room for busy shared cores but not for rate 1.
+        gaps = np.diff(images.sent)
+        span = images.sent[-1] - images.sent[0]
+        assert 0.36 <= span <= 0.47, gaps
+        assert (gaps > 0.01).all(), gaps
+        # the note recorded between frames 1 and 2 is sent between them
+        assert images.sent[1] < notes.sent[0] < images.sent[2]
 
 
 def test_clock_carries_bag_time(bag):
