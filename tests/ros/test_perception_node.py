@@ -332,3 +332,42 @@ def test_main_exits_1_with_a_one_line_error(capsys):
     assert main(['--ros-args', '-p', 'max_batch:=0']) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith('metavlm_perception: error: parameter max_batch') and '\n' not in err
+
+
+# -- metavlm_ros.ros.parameters, on a plain node --------------------------------------------------
+
+
+def test_parameter_rules_declare_check_and_notify():
+    from rclpy.node import Node
+
+    from metavlm_ros.ros.parameters import ParameterRules, in_range, one_of
+
+    assert one_of('a', 'b')('a') is None and 'not one of a, b' in one_of('a', 'b')('c')
+    assert in_range(0.0, 1.0)([0.0, 1.0]) is None and '1.5 is outside [0.0, 1.0]' in in_range(0.0, 1.0)(
+        [0.5, 1.5]
+    )
+    seen = []
+    with ros_context(['--ros-args', '-p', 'gain:=0.25', '-p', 'names:=[alpha, beta]']) as context:
+        node = Node('rules_test', context=context)
+        try:
+            rules = ParameterRules(node)
+            assert rules.declare('gain', 0.5, 'a gain', low=0.0, high=1.0, on_change=seen.append) == 0.25
+            desc = node.describe_parameter('gain')
+            assert desc.description == 'a gain' and desc.floating_point_range[0].to_value == 1.0
+            assert rules.declare('names', [], 'names', array_type=Parameter.Type.STRING_ARRAY) == [
+                'alpha',
+                'beta',
+            ]
+            assert rules.declare('mode', 'fast', 'mode', choices=('fast', 'slow')) == 'fast'
+            assert node.describe_parameter('mode').additional_constraints == 'one of: fast, slow'
+            (result,) = node.set_parameters([Parameter('gain', value=2.0)])
+            assert not result.successful and 'out of range' in result.reason
+            (result,) = node.set_parameters([Parameter('mode', value='medium')])
+            assert not result.successful and result.reason == "mode: 'medium' is not one of fast, slow"
+            assert seen == []  # refused changes reach no listener
+            assert node.set_parameters([Parameter('gain', value=0.75)])[0].successful
+            assert seen == [0.75] and rules.value('gain') == 0.75
+            with pytest.raises(ParameterError, match='parameter size: .*outside'):
+                rules.declare('size', 5, 'size', check=in_range(10, 20))
+        finally:
+            node.destroy_node()
