@@ -237,6 +237,8 @@ class PerceptionNode(Node):
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
+                if self._stopping:
+                    return None
                 count = min(self._max_batch, len(self._probes))
                 return [self._probes.popleft() for _ in range(count)], True
             pending, self._camera = self._camera, None
