@@ -64,8 +64,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run both nodes as the options say and print a summary."""
-    if args.loop and args.duration is None:
-        raise ParameterError('--loop needs --duration (otherwise the run never ends)')
     summary = run_nodes(
         args.params,
         source=args.source,
@@ -244,7 +242,11 @@ def run_nodes(
 
     say = log or (lambda _line: None)
     if duration is not None and not duration > 0:
-        raise ParameterError(f'duration must be positive, got {duration:g}')
+        raise ParameterError(f'--duration must be positive, got {duration:g}')
+    if rate is not None and not rate > 0:
+        raise ParameterError(f'--rate must be positive, got {rate:g}')
+    if loop and duration is None:
+        raise ParameterError('--loop needs --duration (otherwise the run never ends)')
     if source is not None and not Path(source).exists():
         raise InputError(f'{source}: no such file or directory')
     nodes = load_parameter_file(params)
@@ -266,6 +268,7 @@ def run_nodes(
             raise ParameterError(f'parameter file refused: {str(exc).splitlines()[0]}') from None
         created: list[Any] = []
         executor = None
+        spinning = spinner = None
         try:
             from metavlm_ros.ros.tester_node import TesterNode
 
@@ -286,7 +289,15 @@ def run_nodes(
             executor = MultiThreadedExecutor(num_threads=4, context=context)
             for node in created:
                 executor.add_node(node)
-            spinner = threading.Thread(target=executor.spin, name='metavlm-run-executor', daemon=True)
+            spinning = threading.Event()
+            spinning.set()
+
+            def spin() -> None:
+                # spin_once in a loop, not spin(): the loop ends before the executor is shut down.
+                while spinning.is_set() and context.ok():
+                    executor.spin_once(timeout_sec=0.1)
+
+            spinner = threading.Thread(target=spin, name='metavlm-run-executor', daemon=True)
             spinner.start()
             say(
                 f'nodes running ({tester.settings.endpoint} endpoint); '
@@ -339,6 +350,9 @@ def run_nodes(
         finally:
             if created:
                 created[0].stop()  # the search worker first: it may be waiting on probe replies
+            if spinner is not None:
+                spinning.clear()
+                spinner.join(5.0)
             if executor is not None:
                 executor.shutdown(timeout_sec=5.0)
             summary = _summary(created[0], published, started) if created else None

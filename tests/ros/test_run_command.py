@@ -87,24 +87,10 @@ def test_missing_inputs_are_refused_before_anything_starts(tmp_path, folder, cap
     assert 'nope.yaml: no such parameter file' in capsys.readouterr().err
     with pytest.raises(InputError, match='no such file or directory'):
         run_nodes(None, source=tmp_path / 'missing')
-    with pytest.raises(ParameterError, match='--loop needs --duration'):
-        from metavlm_ros.commands.run import run as run_command
-
-        run_command(
-            type(
-                'Args',
-                (),
-                dict(
-                    params=None,
-                    source=str(folder),
-                    topic=None,
-                    duration=None,
-                    rate=None,
-                    loop=True,
-                    results_dir=None,
-                ),
-            )()
-        )
+    assert main(['run', '--source', str(folder), '--loop']) == 2
+    assert 'metavlm: error: --loop needs --duration' in capsys.readouterr().err
+    assert main(['run', '--source', str(folder), '--rate', '0']) == 2
+    assert 'metavlm: error: --rate must be positive, got 0' in capsys.readouterr().err
 
 
 def test_parameter_files_are_read_and_rewritten_for_rcl(tmp_path):
