@@ -19,7 +19,7 @@ from metavlm_ros.core.frames import resize_longer_side
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend
 from metavlm_ros.ros.conversions import array_to_prediction, rgb_to_image_msg, stamp_to_ns
 
-__all__ = ['PROBE_QOS', 'LatencyStats', 'RosProbeBackend', 'TransportSizeBackend']
+__all__ = ['PROBE_QOS', 'LatencyStats', 'ProbesReleased', 'RosProbeBackend', 'TransportSizeBackend']
 
 # Probes are requests: none may be lost to a shallow queue, so RELIABLE and deep on both sides.
 PROBE_QOS = QoSProfile(
@@ -28,6 +28,10 @@ PROBE_QOS = QoSProfile(
     reliability=QoSReliabilityPolicy.RELIABLE,
     durability=QoSDurabilityPolicy.VOLATILE,
 )
+
+
+class ProbesReleased(RuntimeError):
+    """The probe endpoint was released (shutdown) while a caller waited for answers."""
 
 
 class TransportSizeBackend(VLMBackend):
@@ -165,7 +169,11 @@ class RosProbeBackend(VLMBackend):
     # -- the VLMBackend interface -------------------------------------------------------------------
 
     def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction | None]:
-        """Send every frame as a probe and wait for the replies; None for those never answered."""
+        """Send every frame as a probe and wait for the replies; None for those never answered.
+
+        Raises:
+            ProbesReleased: `release()` was called (shutdown) before every answer came.
+        """
         results: list[Prediction | None] = [None] * len(frames)
         if not frames:
             return results
@@ -196,6 +204,9 @@ class RosProbeBackend(VLMBackend):
                     if reply is not None and results[i] is None:
                         results[i] = reply
                     self._waiting.pop(stamp, None)
+        if self._closed and any(r is None for r in results):
+            # Answers cut off by a shutdown are not the perception node's failures: record nothing.
+            raise ProbesReleased('probe endpoint released while answers were awaited')
         failed = sum(r is None for r in results)
         self.lost += failed
         if failed == len(frames):
@@ -205,7 +216,7 @@ class RosProbeBackend(VLMBackend):
         return results
 
     def release(self) -> None:
-        """Wake every waiting caller at once: their missing replies become None (used at shutdown)."""
+        """Wake every waiting caller at once; they raise ProbesReleased (used at shutdown)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()

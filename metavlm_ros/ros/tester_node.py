@@ -39,7 +39,7 @@ from metavlm_ros.core.search import ALGORITHMS, Evaluation, SearchConfig, Search
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend, create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
 from metavlm_ros.ros.parameters import ParameterRules
-from metavlm_ros.ros.probe_client import RosProbeBackend, TransportSizeBackend
+from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend, TransportSizeBackend
 from metavlm_ros.ros.visualisation import violation_image
 
 __all__ = [
@@ -557,6 +557,13 @@ class TesterNode(Node):
                 continue
             try:
                 self._search(*job)
+            except ProbesReleased:
+                # Shutdown cut the generation in progress short: it is not recorded; the rest is kept.
+                self.searches_stopped += 1
+                self.state = 'search stopped: shutting down'
+                self.get_logger().info(
+                    'search stopped by shutdown; the generation in progress was not recorded'
+                )
             except MetaVLMError as exc:
                 self.last_error = str(exc)
                 self.get_logger().error(f'search failed: {exc}')
