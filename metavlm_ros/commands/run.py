@@ -353,6 +353,9 @@ def run_nodes(
             if spinner is not None:
                 spinning.clear()
                 spinner.join(5.0)
+                # Callbacks handed to the pool by the last spin_once finish before the executor's
+                # guard condition goes: rclpy destroys it before it joins its pool.
+                time.sleep(0.2)
             if executor is not None:
                 executor.shutdown(timeout_sec=5.0)
             summary = _summary(created[0], published, started) if created else None
