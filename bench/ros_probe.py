@@ -320,6 +320,7 @@ def camera_run(args: argparse.Namespace, context, executor) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (or, with --role camera, the camera process it starts)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--role', choices=('bench', 'camera'), default='bench', help=argparse.SUPPRESS)
     parser.add_argument('--backend', default='clip')

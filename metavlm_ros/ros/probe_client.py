@@ -42,6 +42,7 @@ class TransportSizeBackend(VLMBackend):
     """
 
     def __init__(self, inner: VLMBackend, transport_size: int | None) -> None:
+        """Wrap `inner`; `transport_size` is the longest side sent to it (0 or None: frames as they are)."""
         if transport_size is not None and int(transport_size) < 0:
             raise ParameterError(f'transport_size must be 0 (off) or positive, got {transport_size}')
         self.inner = inner
@@ -108,7 +109,7 @@ class RosProbeBackend(VLMBackend):
     `predict` blocks the calling (search worker) thread; the reply subscription lives in its own
     callback group, so the executor delivers replies on another thread while the worker waits.
     Replies missing after `timeout_s` are asked for once more; those still missing are None, which
-    the search records as failed evaluations. It never waits longer than twice the timeout.
+    the search records as failed evaluations. A call never waits longer than (retries + 1) timeouts.
     """
 
     name = 'ros'
@@ -125,6 +126,21 @@ class RosProbeBackend(VLMBackend):
         probe_topic: str = 'probe',
         reply_topic: str = 'probe/prediction',
     ) -> None:
+        """Create the probe publisher and the reply subscription on `node`.
+
+        Args:
+            node: the node the topics belong to (its executor must spin while `predict` waits).
+            timeout_s: seconds to wait for the answers of one round of probes.
+            retries: how many times missing answers are asked for again.
+            classes: the classes assumed until the first answer names the model's own.
+            kind: 'confidence' or 'count', assumed until the first answer says.
+            callback_group: the group of the reply subscription (default: a group of its own).
+            probe_topic: where frames are sent (relative, remappable).
+            reply_topic: where answers come back.
+
+        Raises:
+            ParameterError: a non-positive timeout or a negative number of retries.
+        """
         if not timeout_s > 0:
             raise ParameterError(f'probe_timeout_s must be positive, got {timeout_s}')
         if retries < 0:
