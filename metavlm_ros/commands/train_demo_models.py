@@ -78,7 +78,14 @@ def run(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    summary = train_demo_models(staging, config, cache=args.cache, log=log, models=models)
+    # A BLIP trained without its CLIP starts from the CLIP already in --out, as in a full run.
+    existing_clip = out / 'demo-clip'
+    vision_from = (
+        existing_clip if 'clip' not in models and (existing_clip / 'config.json').is_file() else None
+    )
+    summary = train_demo_models(
+        staging, config, cache=args.cache, log=log, models=models, vision_from=vision_from
+    )
     for name in models:
         write_model_card(staging / f'demo-{name}', name, summary)
         target = out / f'demo-{name}'

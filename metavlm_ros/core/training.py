@@ -84,7 +84,7 @@ class TrainingConfig:
     patch_size: int = 16
     vision_hidden: int = 96
     vision_layers: int = 3
-    clip_steps: int = 1000
+    clip_steps: int = 2500
     blip_steps: int = 1000
     batch_size: int = 64
     clip_lr: float = 2e-3
@@ -129,6 +129,19 @@ class SceneSet:
     small: np.ndarray
     counts: np.ndarray
     captions: list[str]
+    density: np.ndarray | None = None
+
+
+def _density(truth: Any, width: int, height: int, grid: int) -> np.ndarray:
+    """Per patch cell of the model input, the number of visible objects of each class centred there."""
+    cells = np.zeros((grid, grid, len(CLASSES)), np.float32)
+    for box in truth.boxes:
+        x0, y0, x1, y1 = box['box']
+        # The processors squash the frame to a square, so cells are frame fractions on both axes.
+        col = min(grid - 1, int((x0 + x1) / 2 / width * grid))
+        row = min(grid - 1, int((y0 + y1) / 2 / height * grid))
+        cells[row, col, CLASSES.index(box['class'])] += 1
+    return cells
 
 
 def _resize(frame: np.ndarray, size: int) -> np.ndarray:
@@ -138,13 +151,13 @@ def _resize(frame: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(frame).resize((size, size), Image.BICUBIC))
 
 
-def _render_scene(job: tuple[int, int, int, str, int, int, bool]) -> tuple[list, list, list, list]:
-    """Render `count` frames of one scene, 3 s apart: (full frames, resized frames, counts, captions)."""
+def _render_scene(job: tuple[int, int, int, str, int, int, bool, int]) -> tuple[list, ...]:
+    """Render `count` frames of one scene, 3 s apart: full frames, resized, counts, captions, densities."""
     from .scenes import SceneGenerator, caption
 
-    seed, width, height, environment, count, image_size, keep = job
+    seed, width, height, environment, count, image_size, keep, grid = job
     generator = SceneGenerator(width, height, 10, seed, environment=environment)
-    frames, small, counts, captions = [], [], [], []
+    frames, small, counts, captions, density = [], [], [], [], []
     for k in range(count):
         rgb, truth = generator.frame(k * 30)
         if keep:
@@ -152,7 +165,8 @@ def _render_scene(job: tuple[int, int, int, str, int, int, bool]) -> tuple[list,
         small.append(_resize(rgb, image_size))
         counts.append([int(truth.counts.get(c, 0)) for c in CLASSES])
         captions.append(caption(truth))
-    return frames, small, counts, captions
+        density.append(_density(truth, width, height, grid))
+    return frames, small, counts, captions, density
 
 
 def render_scenes(
@@ -164,6 +178,7 @@ def render_scenes(
     image_size: int = 128,
     keep_frames: bool = False,
     workers: int = 1,
+    grid: int = 8,
 ) -> SceneSet:
     """Render synthetic scenes and their Table 1 captions.
 
@@ -179,6 +194,7 @@ def render_scenes(
         image_size: side of the resized copies in `small`.
         keep_frames: keep the full-size frames (memory: width*height*3 bytes each).
         workers: processes rendering scenes in parallel.
+        grid: side of the per-class object-centre map in `density` (the models' patch grid).
 
     Returns:
         The SceneSet.
@@ -188,7 +204,7 @@ def render_scenes(
         width, height = sizes[j % len(sizes)]
         count = min(frames_per_scene, n_frames - j * frames_per_scene)
         environment = ENVIRONMENTS[j % len(ENVIRONMENTS)]
-        jobs.append((seed + j, width, height, environment, count, image_size, keep_frames))
+        jobs.append((seed + j, width, height, environment, count, image_size, keep_frames, grid))
     if workers > 1:
         from multiprocessing import get_context
 
@@ -199,7 +215,9 @@ def render_scenes(
     frames = [f for part in parts for f in part[0]]
     small = np.stack([f for part in parts for f in part[1]])
     counts = np.asarray([c for part in parts for c in part[2]], np.int64)
-    return SceneSet(frames, small, counts, [c for part in parts for c in part[3]])
+    captions = [c for part in parts for c in part[3]]
+    density = np.stack([d for part in parts for d in part[4]])
+    return SceneSet(frames, small, counts, captions, density)
 
 
 def heldout_set(
@@ -345,7 +363,40 @@ def _vision_config(config: TrainingConfig) -> dict[str, Any]:
         'intermediate_size': 2 * config.vision_hidden,
         'num_hidden_layers': config.vision_layers,
         'num_attention_heads': 4,
+        # CLIP's activation for both, so that the BLIP vision tower can start from the CLIP one.
+        'hidden_act': 'quick_gelu',
     }
+
+
+def _clip_vision_into_blip(clip_dir: Path, blip: Any) -> None:
+    """Start the BLIP vision tower from a trained demo CLIP's (same shape; BLIP fuses q, k, v).
+
+    CLIP's extra pre-encoder LayerNorm has no BLIP counterpart and is dropped; fine-tuning adapts.
+    """
+    import torch
+    from transformers import CLIPModel
+
+    clip = CLIPModel.from_pretrained(clip_dir, local_files_only=True, use_safetensors=True).vision_model
+    vision = blip.vision_model
+    with torch.no_grad():
+        vision.embeddings.class_embedding.copy_(clip.embeddings.class_embedding.view(1, 1, -1))
+        vision.embeddings.patch_embedding.weight.copy_(clip.embeddings.patch_embedding.weight)
+        vision.embeddings.patch_embedding.bias.zero_()
+        vision.embeddings.position_embedding.copy_(clip.embeddings.position_embedding.weight.unsqueeze(0))
+        for theirs, ours in zip(clip.encoder.layers, vision.encoder.layers, strict=True):
+            attention = theirs.self_attn
+            ours.self_attn.qkv.weight.copy_(
+                torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
+            )
+            ours.self_attn.qkv.bias.copy_(
+                torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
+            )
+            ours.self_attn.projection.load_state_dict(attention.out_proj.state_dict())
+            for name in ('layer_norm1', 'layer_norm2'):
+                getattr(ours, name).load_state_dict(getattr(theirs, name).state_dict())
+            ours.mlp.fc1.load_state_dict(theirs.mlp.fc1.state_dict())
+            ours.mlp.fc2.load_state_dict(theirs.mlp.fc2.state_dict())
+        vision.post_layernorm.load_state_dict(clip.post_layernorm.state_dict())
 
 
 _MEAN = np.asarray([0.48145466, 0.4578275, 0.40821073], np.float32)
@@ -367,6 +418,28 @@ def _schedule(step: int, steps: int, peak: float) -> float:
     if step < warm:
         return peak * (step + 1) / warm
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
+def _density_loss(head: Any, tokens: Any, target: np.ndarray | None, flip: np.ndarray) -> Any:
+    """Poisson loss of per-patch object-centre counts predicted from the vision tower's patch tokens.
+
+    Dense supervision (every patch, every class) teaches a small ViT from scratch to find objects far
+    faster than one label per frame; the cell counts are also summed and compared with frame counts.
+    Returns 0 when the data has no density maps.
+    """
+    import torch
+    from torch.nn import functional
+
+    if target is None:
+        return torch.zeros(())
+    target = target.copy()
+    target[flip] = target[flip, :, ::-1]  # the frames were flipped left-right
+    target = torch.from_numpy(target.reshape(len(target), -1, target.shape[-1]))
+    # Patch tokens follow the patch grid row by row, as the density cells do.
+    rate = functional.softplus(head(tokens))
+    cells = functional.poisson_nll_loss(rate, target, log_input=False)
+    totals = functional.poisson_nll_loss(rate.sum(dim=1), target.sum(dim=1), log_input=False)
+    return cells + totals
 
 
 def _pad(rows: list[list[int]], pad: int) -> np.ndarray:
@@ -415,7 +488,8 @@ def _train_clip(
     # Presence logits are an affine map of the cosine, so training them shapes the cosine ranking itself.
     presence_scale = torch.nn.Parameter(torch.tensor(10.0))
     presence_bias = torch.nn.Parameter(torch.zeros(len(CLASSES)))
-    params = [*model.parameters(), presence_scale, presence_bias]
+    density_head = torch.nn.Linear(config.vision_hidden, len(CLASSES))  # training only, not saved
+    params = [*model.parameters(), presence_scale, presence_bias, *density_head.parameters()]
     optimiser = torch.optim.AdamW(params, lr=config.clip_lr, weight_decay=0.05)
     rng = np.random.default_rng(config.seed)
     curve: list[float] = []
@@ -425,9 +499,15 @@ def _train_clip(
         for group in optimiser.param_groups:
             group['lr'] = _schedule(step, config.clip_steps, config.clip_lr)
         idx = rng.choice(len(train.small), config.batch_size, replace=False)
-        pixels = _pixels(train.small[idx], rng.random(len(idx)) < 0.5)
-        image = functional.normalize(
-            model.visual_projection(model.vision_model(pixel_values=pixels).pooler_output)
+        flip = rng.random(len(idx)) < 0.5
+        pixels = _pixels(train.small[idx], flip)
+        vision = model.vision_model(pixel_values=pixels)
+        image = functional.normalize(model.visual_projection(vision.pooler_output))
+        density = _density_loss(
+            density_head,
+            vision.last_hidden_state[:, 1:],
+            None if train.density is None else train.density[idx],
+            flip,
         )
         # Each distinct caption in the batch is one text; frames sharing a caption share the target.
         batch_captions, inverse = np.unique(caption_index[idx], return_inverse=True)
@@ -449,7 +529,7 @@ def _train_clip(
         presence_logits = presence_scale * cosine + presence_bias[None, :, None]
         labels = present[idx][:, :, None].expand_as(presence_logits)
         presence = functional.binary_cross_entropy_with_logits(presence_logits, labels)
-        loss = contrastive + 2.0 * presence
+        loss = contrastive + 2.0 * presence + density
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -461,7 +541,8 @@ def _train_clip(
             curve.append(float(np.mean(running)))
             log(
                 f'clip step {step + 1}/{config.clip_steps} loss {curve[-1]:.4f} '
-                f'(contrastive {contrastive.item():.3f}, presence {presence.item():.3f})'
+                f'(contrastive {contrastive.item():.3f}, presence {presence.item():.3f}, '
+                f'density {density.item():.3f})'
             )
             running = []
     model.eval()
@@ -474,9 +555,17 @@ def _train_clip(
 
 
 def _train_blip(
-    train: SceneSet, config: TrainingConfig, out: Path, log: Callable[[str], None]
+    train: SceneSet,
+    config: TrainingConfig,
+    out: Path,
+    log: Callable[[str], None],
+    vision_from: Path | None = None,
 ) -> list[float]:
-    """Train the demo BLIP to answer the Table 1 prompt by teacher forcing; save it under `out`."""
+    """Train the demo BLIP to answer the Table 1 prompt by teacher forcing; save it under `out`.
+
+    With `vision_from` (a trained demo CLIP), the vision tower starts from the CLIP's: counting is
+    learned much faster from features that already tell the classes apart.
+    """
     import torch
     from torch.nn import functional
     from transformers import BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
@@ -502,9 +591,13 @@ def _train_blip(
     )
     torch.manual_seed(config.seed)
     model = BlipForConditionalGeneration(model_config)
+    if vision_from is not None:
+        _clip_vision_into_blip(vision_from, model)
+        log(f'blip vision tower initialised from {vision_from}')
     # An auxiliary per-class count classifier on the image embedding (not saved) gives the vision encoder
     # a direct counting signal early, which the decoder then reads through cross-attention.
     aux = torch.nn.Linear(config.vision_hidden, len(CLASSES) * (_MAX_AUX_COUNT + 1))
+    density_head = torch.nn.Linear(config.vision_hidden, len(CLASSES))
     # generate() replaces the prompt's [CLS] with [DEC] and drops its final [SEP]; train on that layout.
     prompt = tokenizer(TABLE1_PROMPT, add_special_tokens=False)['input_ids']
     prefix = [tokenizer.bos_token_id, *prompt]
@@ -522,18 +615,27 @@ def _train_blip(
         f'prompt {len(prefix)} tokens'
     )
     aux_targets = torch.from_numpy(np.minimum(train.counts, _MAX_AUX_COUNT))
-    params = [*model.parameters(), *aux.parameters()]
-    optimiser = torch.optim.AdamW(params, lr=config.blip_lr, weight_decay=0.05)
+    params = [*model.parameters(), *aux.parameters(), *density_head.parameters()]
+    vision_ids = {id(p) for p in model.vision_model.parameters()}
+    # A started vision tower learns at a third of the rate, so the decoder's first noisy gradients
+    # do not wash out what it already knows.
+    vision_scale = 1 / 3 if vision_from is not None else 1.0
+    groups = [
+        {'params': [p for p in params if id(p) in vision_ids], 'scale': vision_scale},
+        {'params': [p for p in params if id(p) not in vision_ids], 'scale': 1.0},
+    ]
+    optimiser = torch.optim.AdamW(groups, lr=config.blip_lr, weight_decay=0.05)
     rng = np.random.default_rng(config.seed + 1)
     curve: list[float] = []
     running = []
     model.train()
     for step in range(config.blip_steps):
         for group in optimiser.param_groups:
-            group['lr'] = _schedule(step, config.blip_steps, config.blip_lr)
+            group['lr'] = group['scale'] * _schedule(step, config.blip_steps, config.blip_lr)
         idx = rng.choice(len(train.small), config.batch_size, replace=False)
         width = int(attention[idx].sum(dim=1).max())
-        pixels = _pixels(train.small[idx], rng.random(len(idx)) < 0.5)
+        flip = rng.random(len(idx)) < 0.5
+        pixels = _pixels(train.small[idx], flip)
         output = model(
             pixel_values=pixels,
             input_ids=input_ids[idx, :width],
@@ -543,7 +645,13 @@ def _train_blip(
         counting = functional.cross_entropy(
             aux(output.image_embeds[:, 0]).view(-1, _MAX_AUX_COUNT + 1), aux_targets[idx].reshape(-1)
         )
-        loss = output.loss + 0.5 * counting
+        density = _density_loss(
+            density_head,
+            output.image_embeds[:, 1:],
+            None if train.density is None else train.density[idx],
+            flip,
+        )
+        loss = output.loss + counting + density
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -553,7 +661,7 @@ def _train_blip(
             curve.append(float(np.mean(running)))
             log(
                 f'blip step {step + 1}/{config.blip_steps} loss {curve[-1]:.4f} '
-                f'(aux counting {counting.item():.3f})'
+                f'(aux counting {counting.item():.3f}, density {density.item():.3f})'
             )
             running = []
     model.eval()
@@ -577,10 +685,13 @@ def _cached_scenes(cache: Path | None, key: dict, render: Callable[[], SceneSet]
     if path.is_file():
         data = np.load(path, allow_pickle=False)
         frames = list(data['frames']) if 'frames' in data else []
-        return SceneSet(frames, data['small'], data['counts'], [str(c) for c in data['captions']])
+        density = data['density'] if 'density' in data else None
+        return SceneSet(frames, data['small'], data['counts'], [str(c) for c in data['captions']], density)
     scenes = render()
     cache.mkdir(parents=True, exist_ok=True)
     arrays = {'small': scenes.small, 'counts': scenes.counts, 'captions': np.asarray(scenes.captions)}
+    if scenes.density is not None:
+        arrays['density'] = scenes.density
     if scenes.frames:
         arrays['frames'] = np.stack(scenes.frames)
     np.savez(path.with_suffix('.tmp.npz'), **arrays)
@@ -603,6 +714,7 @@ def datasets(
         'per_scene': config.frames_per_scene,
         'sizes': config.scene_sizes,
         'image_size': config.image_size,
+        'density_grid': config.image_size // config.patch_size,
     }
     log(f'rendering {config.train_frames} training frames ...')
     train = _cached_scenes(
@@ -615,6 +727,7 @@ def datasets(
             sizes=config.scene_sizes,
             image_size=config.image_size,
             workers=config.workers,
+            grid=config.image_size // config.patch_size,
         ),
     )
     log(f'rendering {config.heldout_frames} held-out frames ...')
@@ -634,6 +747,7 @@ def train_demo_models(
     cache: Path | None = None,
     log: Callable[[str], None] = print,
     models: Sequence[str] = ('clip', 'blip'),
+    vision_from: Path | None = None,
 ) -> dict[str, Any]:
     """Render the data, train the demo CLIP and BLIP, evaluate both on the held-out set.
 
@@ -642,7 +756,9 @@ def train_demo_models(
         config: the recipe.
         cache: a directory to keep rendered scenes in between runs (same config, same arrays).
         log: where progress lines go.
-        models: which of 'clip' and 'blip' to train.
+        models: which of 'clip' and 'blip' to train, in this order.
+        vision_from: a trained demo CLIP to start the BLIP vision tower from (None: random
+            initialisation, the default recipe).
 
     Returns:
         A summary: config, seconds, loss curves and held-out metrics per model.
@@ -665,8 +781,10 @@ def train_demo_models(
     for name in models:
         directory = Path(out) / f'demo-{name}'
         t0 = time.monotonic()
-        trainer = _train_clip if name == 'clip' else _train_blip
-        curve = trainer(train, config, directory, log)
+        if name == 'clip':
+            curve = _train_clip(train, config, directory, log)
+        else:
+            curve = _train_blip(train, config, directory, log, vision_from=vision_from)
         seconds = time.monotonic() - t0
         backend = create_backend(name, str(directory), device='cpu')
         if name == 'clip':
@@ -685,6 +803,8 @@ def train_demo_models(
                 log(f'  answer {answer!r}  truth {truth!r}')
         log(f'{name} loss curve (every {config.log_every} steps): {_curve_text(curve)}')
         summary[name] = {'seconds': round(seconds, 1), 'loss_curve': curve, 'heldout': metrics}
+        if name == 'blip':
+            summary[name]['vision_from'] = None if vision_from is None else str(vision_from)
         (directory / 'training.json').write_text(
             json.dumps(summary[name] | {'config': asdict(config)}, indent=1)
         )

@@ -24,7 +24,7 @@ from metavlm_ros.core.vlm import TABLE1_PROMPT, create_backend, resolve_model
 MODELS = Path(metavlm_ros.__file__).resolve().parent / 'models'
 # A prefix of the fixed held-out set (the trainer prints metrics on all of it): big enough that every
 # class has frames with and without it, small enough to judge in seconds.
-HELDOUT_PREFIX = 90
+HELDOUT_PREFIX = 60
 
 
 @pytest.fixture(scope='module')
