@@ -44,6 +44,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument('--blip-steps', type=int, default=defaults.blip_steps, help='BLIP optimiser steps')
     parser.add_argument('--batch-size', type=int, default=defaults.batch_size, help='frames per step')
     parser.add_argument('--threads', type=int, default=defaults.threads, help='torch CPU threads')
+    parser.add_argument(
+        '--blip-vision-from',
+        type=Path,
+        default=None,
+        metavar='CLIP_DIR',
+        help='start the BLIP vision tower from this trained demo CLIP (default: random initialisation)',
+    )
     parser.add_argument('--cache', type=Path, default=None, help='keep rendered scenes here between runs')
     parser.add_argument('--overwrite', action='store_true', help='replace existing demo model directories')
     parser.set_defaults(handler=run)
@@ -78,13 +85,8 @@ def run(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    # A BLIP trained without its CLIP starts from the CLIP already in --out, as in a full run.
-    existing_clip = out / 'demo-clip'
-    vision_from = (
-        existing_clip if 'clip' not in models and (existing_clip / 'config.json').is_file() else None
-    )
     summary = train_demo_models(
-        staging, config, cache=args.cache, log=log, models=models, vision_from=vision_from
+        staging, config, cache=args.cache, log=log, models=models, vision_from=args.blip_vision_from
     )
     for name in models:
         write_model_card(staging / f'demo-{name}', name, summary)
