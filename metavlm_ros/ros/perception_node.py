@@ -21,14 +21,11 @@ from metavlm_ros.core.errors import InputError, MetaVLMError, ParameterError
 from metavlm_ros.core.vlm import BACKENDS, CLASSES, VLMBackend, create_backend
 from metavlm_ros.ros.conversions import convert_image_msg, prediction_to_array
 from metavlm_ros.ros.parameters import ParameterRules
+from metavlm_ros.ros.probe_client import PROBE_QOS
 
 __all__ = ['PROBE_QOS', 'RESULT_QOS', 'PerceptionNode', 'main']
 
 NODE_NAME = 'metavlm_perception'
-# Probes are requests the tester waits for: none may be lost to a shallow queue.
-PROBE_QOS = QoSProfile(
-    history=QoSHistoryPolicy.KEEP_LAST, depth=256, reliability=QoSReliabilityPolicy.RELIABLE
-)
 RESULT_QOS = QoSProfile(
     history=QoSHistoryPolicy.KEEP_LAST, depth=10, reliability=QoSReliabilityPolicy.RELIABLE
 )

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor, ParameterType, SetParametersResult
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
@@ -35,7 +35,14 @@ from metavlm_ros.core.frames import resize_longer_side
 from metavlm_ros.core.metrics import DEFAULT_THRESHOLDS
 from metavlm_ros.core.relations import RELATIONS, apply_composition
 from metavlm_ros.core.results import ResultsStore, to_jsonable
-from metavlm_ros.core.search import ALGORITHMS, Evaluation, SearchConfig, SearchResult, run_search
+from metavlm_ros.core.search import (
+    ALGORITHMS,
+    Evaluation,
+    SearchConfig,
+    SearchResult,
+    evaluation_record,
+    run_search,
+)
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend, create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
 from metavlm_ros.ros.parameters import ParameterRules
@@ -338,6 +345,8 @@ class _Job:
         self.settings = settings
         self.started = time.monotonic()
         self.evaluations = 0
+        # Added to every stored record of this search.
+        self.extra = {'source_stamp': stamp_ns, 'endpoint': settings.endpoint}
 
 
 class TesterNode(Node):
@@ -435,18 +444,6 @@ class TesterNode(Node):
         rules = ParameterRules(self)
         self._rules = rules
         for spec in PARAMETERS:
-            if spec.name == 'class_prompts':
-                # An empty list cannot be declared by its default alone: give the type explicitly.
-                self.declare_parameter(
-                    spec.name,
-                    [],
-                    ParameterDescriptor(
-                        description=spec.description,
-                        type=ParameterType.PARAMETER_STRING_ARRAY,
-                        read_only=True,
-                    ),
-                )
-                continue
             rules.declare(
                 spec.name,
                 spec.default,
@@ -455,6 +452,8 @@ class TesterNode(Node):
                 low=spec.low,
                 high=spec.high,
                 choices=spec.choices,
+                # An empty list default says nothing of its type: rclpy would take it for bytes.
+                array_type=Parameter.Type.STRING_ARRAY if spec.name == 'class_prompts' else None,
             )
 
     def _parameter_values(self) -> dict[str, Any]:
@@ -598,6 +597,7 @@ class TesterNode(Node):
             return
         store = self._results(settings.results_dir)
         job = _Job(frame, msg, stamp_ns, image_id, settings)
+        job.extra['model'] = self.backend.model_id
         with self._lock:
             self._job = job
         self.state = 'searching'
@@ -609,11 +609,7 @@ class TesterNode(Node):
             store=store,
             on_evaluation=self._on_evaluation,
             should_stop=self._should_stop,
-            extra_fields={
-                'source_stamp': stamp_ns,
-                'endpoint': settings.endpoint,
-                'model': self.backend.model_id,
-            },
+            extra_fields=job.extra,
             source=source,
         )
         self._finish(result, job)
@@ -676,21 +672,7 @@ class TesterNode(Node):
         name = f'{_safe(job.image_id)}_violation_e{ev.index:05d}'
         path = store.save_frame(name, followup)
         relative = str(path.relative_to(store.directory))
-        record = {
-            'image': job.image_id,
-            'source_stamp': job.stamp_ns,
-            'index': ev.index,
-            'composition': ev.composition.label,
-            'order': ev.composition.order,
-            'parameters': ev.composition.parameters,
-            'f_trans': ev.f_trans,
-            'f_pred': ev.f_pred,
-            'kind': result.source.kind,
-            'source': result.source.values,
-            'followup': ev.followup.values if ev.followup else None,
-            'violation': ev.violation,
-            'frame': relative,
-        }
+        record = {**evaluation_record(ev, result, job.extra), 'frame': relative}
         # Stored and flushed before it is published: what subscribers saw is always on disk.
         self._violations_file.write(json.dumps(to_jsonable(record), separators=(',', ':')) + '\n')
         self._violations_file.flush()
