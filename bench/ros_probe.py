@@ -35,33 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # such frames fall back to UDP fragments, and with sensor-data (best effort) QoS nearly all are lost.
 # --dds shm gives every process of the bench a shared-memory-only transport with a 64 MiB segment
 # (no UDP at all, so nothing leaves the machine either).
-SHM_PROFILE = """<?xml version="1.0" encoding="UTF-8" ?>
-<dds xmlns="http://www.eprosima.com">
-  <profiles>
-    <transport_descriptors>
-      <transport_descriptor>
-        <transport_id>metavlm_shm</transport_id>
-        <type>SHM</type>
-        <segment_size>67108864</segment_size>
-      </transport_descriptor>
-    </transport_descriptors>
-    <participant profile_name="metavlm_shm_only" is_default_profile="true">
-      <rtps>
-        <userTransports><transport_id>metavlm_shm</transport_id></userTransports>
-        <useBuiltinTransports>false</useBuiltinTransports>
-      </rtps>
-    </participant>
-  </profiles>
-</dds>
-"""
+SHM_PROFILE = Path(__file__).resolve().parents[1] / 'config' / 'fastdds_shm.xml'
 
 
 def use_shm_profile() -> str:
-    """Write the shared-memory profile and make this process and its children use it (before rclpy starts)."""
-    path = Path(tempfile.gettempdir()) / f'metavlm-bench-shm-{os.getpid()}.xml'
-    path.write_text(SHM_PROFILE, encoding='utf-8')
-    os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = str(path)
-    return str(path)
+    """Make this process and its children use the shipped shared-memory profile (before rclpy starts)."""
+    os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = str(SHM_PROFILE)
+    return str(SHM_PROFILE)
 
 
 def rss_mib(pid: int | str = 'self') -> float:
