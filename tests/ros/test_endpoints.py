@@ -108,7 +108,6 @@ def latest(diagnostics):
     return status, {kv.key: kv.value for kv in status.values}
 
 
-@pytest.mark.slow
 def test_tester_waits_for_survives_and_resumes_with_a_restarted_perception_node(tmp_path, tiny_clip_dir):
     results = tmp_path / 'results'
     process = None
