@@ -51,7 +51,6 @@ setup(
     maintainer_email='metavlm-ros@example.org',
     description='Search-based metamorphic testing of vision-language models in underwater robot software.',
     license='Apache-2.0',
-    tests_require=['pytest'],
     entry_points={
         'console_scripts': [
             'metavlm = metavlm_ros.cli:main',
