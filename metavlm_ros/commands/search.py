@@ -29,6 +29,16 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         '--class-prompts', nargs='+', default=None, metavar='PROMPT', help='one CLIP prompt per class'
     )
     group.add_argument('--prompt', default=None, help='the question for count-type models (default: Table 1)')
+    group.add_argument(
+        '--vocabulary',
+        action='append',
+        default=[],
+        metavar='CLASS=WORD,WORD',
+        help='words that count for a class in count-model answers (repeatable), e.g. trash=bottle,can',
+    )
+    group.add_argument(
+        '--max-new-tokens', type=int, default=40, help='longest count-model answer (default: 40)'
+    )
     group.add_argument('--batch-size', type=int, default=32, help='frames per model call (default: 32)')
 
 
@@ -98,20 +108,36 @@ def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
 
 def create_backend_from_args(args: argparse.Namespace):
     """Build the VLM backend the model options describe."""
-    from metavlm_ros.core.vlm import create_backend
+    from metavlm_ros.core.vlm import CLASSES, create_backend
 
     if args.batch_size < 1:
         raise ParameterError(f'--batch-size must be positive, got {args.batch_size}')
+    class_prompts = None
+    if args.class_prompts:
+        classes = args.classes or CLASSES
+        if len(args.class_prompts) != len(classes):
+            raise ParameterError(
+                f'--class-prompts: {len(args.class_prompts)} prompts for {len(classes)} classes, one each'
+            )
+        class_prompts = dict(zip(classes, args.class_prompts, strict=True))
+    vocabularies = {}
+    for item in args.vocabulary:
+        name, _, words = item.partition('=')
+        if not name.strip() or not words.strip():
+            raise ParameterError(f'--vocabulary {item!r}: expected CLASS=WORD,WORD, e.g. trash=bottle,can')
+        vocabularies[name.strip()] = [w.strip() for w in words.split(',') if w.strip()]
     return create_backend(
         args.backend,
         args.model,
         classes=args.classes,
-        class_prompts=args.class_prompts,
+        class_prompts=class_prompts,
         prompt=args.prompt,
         device=args.device,
         dtype=args.dtype,
         confidence=args.confidence,
         batch_size=args.batch_size,
+        vocabularies=vocabularies or None,
+        max_new_tokens=args.max_new_tokens,
     )
 
 

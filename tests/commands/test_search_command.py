@@ -78,3 +78,55 @@ def test_bad_frames_and_models_give_one_line(tmp_path, image_path, tiny_clip_dir
         == 2
     )
     assert 'nomodel' in capsys.readouterr().err
+
+
+def test_class_prompts_map_onto_the_classes(tmp_path, image_path, tiny_clip_dir, capsys):
+    out = tmp_path / 'res'
+    prompts = ['a fish', 'a plant', 'a pipe', 'a bottle']
+    args = [
+        str(image_path),
+        '--population',
+        '4',
+        '--evaluations',
+        '4',
+        '--out',
+        str(out),
+        '--class-prompts',
+        *prompts,
+    ]
+    assert search(args, tiny_clip_dir) == 0
+    assert search([*args[:-1], '--overwrite'], tiny_clip_dir) == 2
+    assert '3 prompts for 4 classes' in capsys.readouterr().err
+
+
+def test_blip_search_with_a_custom_vocabulary(tmp_path, image_path, tiny_blip_dir):
+    out = tmp_path / 'res'
+    code = main(
+        [
+            'search',
+            str(image_path),
+            '--backend',
+            'blip',
+            '--model',
+            str(tiny_blip_dir),
+            '--quiet',
+            '--population',
+            '4',
+            '--evaluations',
+            '4',
+            '--max-new-tokens',
+            '8',
+            '--out',
+            str(out),
+            '--vocabulary',
+            'trash=bottle,can',
+        ]
+    )
+    assert code == 0
+    (summary,) = read_jsonl(out / 'summary.jsonl')
+    assert summary['kind'] == 'count' and set(summary['source']) == {
+        'animal',
+        'vegetation',
+        'object',
+        'trash',
+    }
