@@ -51,6 +51,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar='CLIP_DIR',
         help='start the BLIP vision tower from this trained demo CLIP (default: random initialisation)',
     )
+    parser.add_argument(
+        '--blip-vision-lr-scale',
+        type=float,
+        default=defaults.blip_vision_lr_scale,
+        help='learning-rate factor of a BLIP vision tower started from a CLIP (default 1/3)',
+    )
+    parser.add_argument(
+        '--density-weight', type=float, default=defaults.density_weight, help='weight of the dense loss'
+    )
+    parser.add_argument(
+        '--clip-contrastive-weight',
+        type=float,
+        default=defaults.clip_contrastive_weight,
+        help='weight of the CLIP caption loss',
+    )
+    parser.add_argument(
+        '--gain-range',
+        type=float,
+        nargs=2,
+        default=defaults.gain_range,
+        metavar=('LOW', 'HIGH'),
+        help='brightness augmentation range (default 0.6 1.4)',
+    )
     parser.add_argument('--cache', type=Path, default=None, help='keep rendered scenes here between runs')
     parser.add_argument('--overwrite', action='store_true', help='replace existing demo model directories')
     parser.set_defaults(handler=run)
@@ -72,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
         blip_steps=args.blip_steps,
         batch_size=args.batch_size,
         threads=args.threads,
+        blip_vision_lr_scale=args.blip_vision_lr_scale,
+        density_weight=args.density_weight,
+        clip_contrastive_weight=args.clip_contrastive_weight,
+        gain_range=tuple(args.gain_range),
     ).validate()
     out = Path(args.out)
     for name in models:
