@@ -39,6 +39,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         '--models', default='clip,blip', help='comma-separated subset of clip,blip (default: both)'
     )
     parser.add_argument('--train-frames', type=int, default=defaults.train_frames, help='training frames')
+    parser.add_argument(
+        '--frames-per-scene',
+        type=int,
+        default=defaults.frames_per_scene,
+        help='training frames taken from each scene (fewer: more distinct scenes)',
+    )
     parser.add_argument('--heldout-frames', type=int, default=defaults.heldout_frames, help='held-out frames')
     parser.add_argument('--clip-steps', type=int, default=defaults.clip_steps, help='CLIP optimiser steps')
     parser.add_argument('--blip-steps', type=int, default=defaults.blip_steps, help='BLIP optimiser steps')
@@ -91,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         train_frames=args.train_frames,
         heldout_frames=args.heldout_frames,
+        frames_per_scene=args.frames_per_scene,
         clip_steps=args.clip_steps,
         blip_steps=args.blip_steps,
         batch_size=args.batch_size,
