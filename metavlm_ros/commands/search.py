@@ -108,18 +108,10 @@ def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
 
 def create_backend_from_args(args: argparse.Namespace):
     """Build the VLM backend the model options describe."""
-    from metavlm_ros.core.vlm import CLASSES, create_backend
+    from metavlm_ros.core.vlm import create_backend
 
     if args.batch_size < 1:
         raise ParameterError(f'--batch-size must be positive, got {args.batch_size}')
-    class_prompts = None
-    if args.class_prompts:
-        classes = args.classes or CLASSES
-        if len(args.class_prompts) != len(classes):
-            raise ParameterError(
-                f'--class-prompts: {len(args.class_prompts)} prompts for {len(classes)} classes, one each'
-            )
-        class_prompts = dict(zip(classes, args.class_prompts, strict=True))
     vocabularies = {}
     for item in args.vocabulary:
         name, _, words = item.partition('=')
@@ -130,7 +122,7 @@ def create_backend_from_args(args: argparse.Namespace):
         args.backend,
         args.model,
         classes=args.classes,
-        class_prompts=class_prompts,
+        class_prompts=args.class_prompts,
         prompt=args.prompt,
         device=args.device,
         dtype=args.dtype,

@@ -452,12 +452,30 @@ class _InstructBlipBackend(_CountBackend):
 _BACKEND_CLASSES = {'clip': _ClipBackend, 'blip': _BlipBackend, 'instructblip': _InstructBlipBackend}
 
 
+def _prompts_by_class(
+    class_prompts: Mapping[str, str] | Sequence[str] | None, classes: tuple[str, ...]
+) -> dict[str, str]:
+    """Class prompts as a mapping; a list gives one prompt per class, in order ('' = default)."""
+    if not class_prompts:
+        return {}
+    if isinstance(class_prompts, Mapping):
+        return dict(class_prompts)
+    if isinstance(class_prompts, str):
+        raise ParameterError('class prompts must be one prompt per class, not a single string')
+    prompts = list(class_prompts)
+    if len(prompts) != len(classes):
+        raise ParameterError(
+            f'class prompts: {len(prompts)} prompts for {len(classes)} classes; give one per class'
+        )
+    return {c: p for c, p in zip(classes, prompts, strict=True) if p}
+
+
 def create_backend(
     backend: str,
     model: str,
     *,
     classes: Sequence[str] | None = None,
-    class_prompts: Mapping[str, str] | None = None,
+    class_prompts: Mapping[str, str] | Sequence[str] | None = None,
     prompt: str | None = None,
     device: str = 'auto',
     dtype: str = 'auto',
@@ -472,8 +490,9 @@ def create_backend(
         backend: 'clip', 'blip' or 'instructblip'.
         model: a local directory, a Hugging Face id in the local cache, or 'demo'.
         classes: class ids; default CLASSES.
-        class_prompts: CLIP only: class -> text prompt, overriding DEFAULT_CLASS_PROMPTS; a class with
-            no prompt gets 'a photo of <class> underwater'.
+        class_prompts: CLIP only: class -> text prompt, or one prompt per class in class order ('' keeps
+            the default), overriding DEFAULT_CLASS_PROMPTS; a class with no prompt gets
+            'a photo of <class> underwater'.
         prompt: BLIP/InstructBLIP only: the question; default TABLE1_PROMPT.
         device: 'auto' (CUDA when available, decided now), 'cpu', 'cuda' or 'cuda:N'.
         dtype: 'auto' (float32, except float16 for InstructBLIP on CUDA), 'float32', 'float16', 'bfloat16'.
@@ -495,7 +514,8 @@ def create_backend(
         raise ParameterError(f'classes must be non-empty and distinct, got {list(classes)}')
     common: dict[str, Any] = {'classes': classes, 'device': device, 'dtype': dtype, 'batch_size': batch_size}
     if backend == 'clip':
-        unknown = sorted(set(class_prompts or {}) - set(classes))
+        class_prompts = _prompts_by_class(class_prompts, classes)
+        unknown = sorted(set(class_prompts) - set(classes))
         if unknown:
             raise ParameterError(f'class prompt given for unknown class(es) {", ".join(unknown)}')
         prompts = {c: DEFAULT_CLASS_PROMPTS.get(c, f'a photo of {c} underwater') for c in classes}

@@ -183,13 +183,11 @@ class PerceptionNode(Node):
 
     def _create_backend(self) -> VLMBackend:
         value = self._rules.value
-        classes = list(value('classes'))
-        prompts = {c: p for c, p in zip(classes, value('class_prompts'), strict=False) if p}
         return create_backend(
             value('backend'),
             value('model'),
-            classes=classes,
-            class_prompts=prompts or None,
+            classes=list(value('classes')),
+            class_prompts=list(value('class_prompts')),
             prompt=value('prompt') or None,
             device=value('device'),
             dtype=value('dtype'),

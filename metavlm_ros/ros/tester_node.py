@@ -269,7 +269,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         'dtype': str(values.get('dtype', 'auto')),
         'prompt': str(values.get('prompt', '')) or None,
         'classes': classes,
-        'class_prompts': dict(zip(classes, class_prompts, strict=True)) if class_prompts else None,
+        'class_prompts': class_prompts,
         'confidence': str(values.get('confidence', 'cosine')),
         'batch_size': int(values.get('max_batch', 32)),
     }

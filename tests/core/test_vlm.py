@@ -396,3 +396,19 @@ def test_unknown_tiny_language_model_is_refused(tmp_path):
         build_tiny_model('instructblip', tmp_path, language_model='gpt')
     with pytest.raises(ModelError, match='valid backends'):
         build_tiny_model('llava', tmp_path)
+
+
+def test_class_prompts_as_a_list_follow_the_class_order(tiny_clip_dir):
+    from metavlm_ros.core.vlm import DEFAULT_CLASS_PROMPTS
+
+    backend = create_backend(
+        'clip', str(tiny_clip_dir), device='cpu', class_prompts=['a fish', '', 'a pipe', 'a can']
+    )
+    assert backend.class_prompts == {
+        'animal': 'a fish',
+        'vegetation': DEFAULT_CLASS_PROMPTS['vegetation'],
+        'object': 'a pipe',
+        'trash': 'a can',
+    }
+    with pytest.raises(ParameterError, match='3 prompts for 4 classes'):
+        create_backend('clip', str(tiny_clip_dir), device='cpu', class_prompts=['a', 'b', 'c'])
