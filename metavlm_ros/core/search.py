@@ -251,7 +251,8 @@ def run_search(
         on_evaluation: called for every evaluation after it is stored.
         should_stop: polled between generations; True ends the search early (result.stopped).
         extra_fields: added to every stored record (e.g. model, run, source stamp).
-        source: the source prediction when the caller already has it (never recomputed here).
+        source: the source prediction when the caller already has it (never recomputed here); it must
+            be the prediction of the frame as searched, i.e. after the working-size resize.
 
     Returns:
         The evaluations, the non-dominated set and its hypervolume.
