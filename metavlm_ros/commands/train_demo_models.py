@@ -55,7 +55,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar='CLIP_DIR',
-        help='start the BLIP vision tower from this trained demo CLIP (default: random initialisation)',
+        help=(
+            'start the BLIP vision tower from this trained demo CLIP '
+            '(default: the CLIP trained in the same run, else random initialisation)'
+        ),
     )
     parser.add_argument(
         '--blip-vision-lr-scale',
@@ -65,6 +68,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         '--density-weight', type=float, default=defaults.density_weight, help='weight of the dense loss'
+    )
+    parser.add_argument(
+        '--coverage-weight',
+        type=float,
+        default=defaults.coverage_weight,
+        help='weight of the per-patch class-coverage loss',
     )
     parser.add_argument(
         '--clip-contrastive-weight',
@@ -104,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         blip_vision_lr_scale=args.blip_vision_lr_scale,
         density_weight=args.density_weight,
+        coverage_weight=args.coverage_weight,
         clip_contrastive_weight=args.clip_contrastive_weight,
         gain_range=tuple(args.gain_range),
     ).validate()

@@ -77,29 +77,32 @@ class TrainingConfig:
         clip_contrastive_weight: weight of the CLIP caption loss (low: captions are nearly unique per
             scene and are memorised long before class presence generalises).
         density_weight: weight of the per-patch object-centre loss of both models.
+        coverage_weight: weight of the per-patch class-coverage loss of both models (which patches
+            show any visible part of an object of each class).
         gain_range: per-frame brightness factor range (augmentation; labels do not change).
     """
 
     seed: int = 0
-    train_frames: int = 8000
+    train_frames: int = 12000
     heldout_frames: int = 300
-    frames_per_scene: int = 10
+    frames_per_scene: int = 4
     scene_sizes: tuple[tuple[int, int], ...] = ((384, 216), (256, 144))
     image_size: int = 128
     patch_size: int = 16
     vision_hidden: int = 96
     vision_layers: int = 3
-    clip_steps: int = 1500
-    blip_steps: int = 1500
+    clip_steps: int = 4500
+    blip_steps: int = 2500
     batch_size: int = 64
-    clip_lr: float = 2e-3
+    clip_lr: float = 3e-3
     blip_lr: float = 1e-3
     blip_vision_lr_scale: float = 1 / 3
     clip_contrastive_weight: float = 0.25
     density_weight: float = 3.0
+    coverage_weight: float = 3.0
     gain_range: tuple[float, float] = (0.6, 1.4)
     threads: int = 2
-    workers: int = 3
+    workers: int = 2
     log_every: int = 50
 
     def validate(self) -> TrainingConfig:
@@ -138,6 +141,24 @@ class SceneSet:
     counts: np.ndarray
     captions: list[str]
     density: np.ndarray | None = None
+    coverage: np.ndarray | None = None
+
+
+def _coverage(labels: np.ndarray, truth: Any, grid: int) -> np.ndarray:
+    """Per patch cell of the model input, the fraction of its pixels showing each class.
+
+    Only objects in the ground truth count (what the visibility rule calls visible); `labels` is the
+    generator's object-id map, squashed to the square grid as the processors squash the frame.
+    """
+    import cv2
+
+    cells = np.zeros((grid, grid, len(CLASSES)), np.float32)
+    for index, cls in enumerate(CLASSES):
+        ids = [box['id'] for box in truth.boxes if box['class'] == cls]
+        if ids:
+            mask = np.isin(labels, ids).astype(np.float32)
+            cells[..., index] = cv2.resize(mask, (grid, grid), interpolation=cv2.INTER_AREA)
+    return cells
 
 
 def _density(truth: Any, width: int, height: int, grid: int) -> np.ndarray:
@@ -165,16 +186,17 @@ def _render_scene(job: tuple[int, int, int, str, int, int, bool, int]) -> tuple[
 
     seed, width, height, environment, count, image_size, keep, grid = job
     generator = SceneGenerator(width, height, 10, seed, environment=environment)
-    frames, small, counts, captions, density = [], [], [], [], []
+    frames, small, counts, captions, density, coverage = [], [], [], [], [], []
     for k in range(count):
-        rgb, truth = generator.frame(k * 30)
+        rgb, truth, labels = generator.render(k * 30)
         if keep:
             frames.append(rgb)
         small.append(_resize(rgb, image_size))
         counts.append([int(truth.counts.get(c, 0)) for c in CLASSES])
         captions.append(caption(truth))
         density.append(_density(truth, width, height, grid))
-    return frames, small, counts, captions, density
+        coverage.append(_coverage(labels, truth, grid))
+    return frames, small, counts, captions, density, coverage
 
 
 def render_scenes(
@@ -202,7 +224,7 @@ def render_scenes(
         image_size: side of the resized copies in `small`.
         keep_frames: keep the full-size frames (memory: width*height*3 bytes each).
         workers: processes rendering scenes in parallel.
-        grid: side of the per-class object-centre map in `density` (the models' patch grid).
+        grid: side of the per-class maps in `density` and `coverage` (the models' patch grid).
 
     Returns:
         The SceneSet.
@@ -225,7 +247,8 @@ def render_scenes(
     counts = np.asarray([c for part in parts for c in part[2]], np.int64)
     captions = [c for part in parts for c in part[3]]
     density = np.stack([d for part in parts for d in part[4]])
-    return SceneSet(frames, small, counts, captions, density)
+    coverage = np.stack([c for part in parts for c in part[5]])
+    return SceneSet(frames, small, counts, captions, density, coverage)
 
 
 def heldout_set(
@@ -435,26 +458,46 @@ def _schedule(step: int, steps: int, peak: float) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
 
 
-def _density_loss(head: Any, tokens: Any, target: np.ndarray | None, flip: np.ndarray) -> Any:
-    """Poisson loss of per-patch object-centre counts predicted from the vision tower's patch tokens.
+# A patch counts as showing a class when at least this fraction of its pixels does (a binary target:
+# small objects give as strong a signal as large ones).
+_COVERED = 0.005
+
+
+def _dense_loss(
+    head: Any, tokens: Any, scenes: SceneSet, idx: np.ndarray, flip: np.ndarray, config: TrainingConfig
+) -> Any:
+    """Dense losses on the vision tower's patch tokens: object centres and class coverage per patch.
 
     Dense supervision (every patch, every class) teaches a small ViT from scratch to find objects far
-    faster than one label per frame; the cell counts are also summed and compared with frame counts.
-    Returns 0 when the data has no density maps.
+    faster than one label per frame. `head` maps a patch token to 2 x len(CLASSES) outputs: the
+    expected number of object centres in the patch (Poisson loss; cell counts are also summed and
+    compared with frame counts) and whether the patch shows each class (binary cross-entropy).
+    Patch tokens follow the patch grid row by row, as the map cells do. Returns 0 when the data has
+    no maps.
     """
     import torch
     from torch.nn import functional
 
-    if target is None:
-        return torch.zeros(())
-    target = target.copy()
-    target[flip] = target[flip, :, ::-1]  # the frames were flipped left-right
-    target = torch.from_numpy(target.reshape(len(target), -1, target.shape[-1]))
-    # Patch tokens follow the patch grid row by row, as the density cells do.
-    rate = functional.softplus(head(tokens))
-    cells = functional.poisson_nll_loss(rate, target, log_input=False)
-    totals = functional.poisson_nll_loss(rate.sum(dim=1), target.sum(dim=1), log_input=False)
-    return cells + totals
+    def cells(maps: np.ndarray) -> Any:
+        maps = maps[idx].copy()
+        maps[flip] = maps[flip, :, ::-1]  # the frames were flipped left-right
+        return torch.from_numpy(maps.reshape(len(maps), -1, maps.shape[-1]))
+
+    out = head(tokens)
+    loss = torch.zeros(())
+    if scenes.density is not None and config.density_weight:
+        target = cells(scenes.density)
+        rate = functional.softplus(out[..., : len(CLASSES)])
+        loss = loss + config.density_weight * (
+            functional.poisson_nll_loss(rate, target, log_input=False)
+            + functional.poisson_nll_loss(rate.sum(dim=1), target.sum(dim=1), log_input=False)
+        )
+    if scenes.coverage is not None and config.coverage_weight:
+        covered = (cells(scenes.coverage) > _COVERED).float()
+        loss = loss + config.coverage_weight * functional.binary_cross_entropy_with_logits(
+            out[..., len(CLASSES) :], covered
+        )
+    return loss
 
 
 def _pad(rows: list[list[int]], pad: int) -> np.ndarray:
@@ -503,8 +546,8 @@ def _train_clip(
     # Presence logits are an affine map of the cosine, so training them shapes the cosine ranking itself.
     presence_scale = torch.nn.Parameter(torch.tensor(10.0))
     presence_bias = torch.nn.Parameter(torch.zeros(len(CLASSES)))
-    density_head = torch.nn.Linear(config.vision_hidden, len(CLASSES))  # training only, not saved
-    params = [*model.parameters(), presence_scale, presence_bias, *density_head.parameters()]
+    dense_head = torch.nn.Linear(config.vision_hidden, 2 * len(CLASSES))  # training only, not saved
+    params = [*model.parameters(), presence_scale, presence_bias, *dense_head.parameters()]
     optimiser = torch.optim.AdamW(params, lr=config.clip_lr, weight_decay=0.05)
     rng = np.random.default_rng(config.seed)
     curve: list[float] = []
@@ -518,12 +561,7 @@ def _train_clip(
         pixels = _pixels(train.small[idx], flip, rng.uniform(*config.gain_range, len(idx)))
         vision = model.vision_model(pixel_values=pixels)
         image = functional.normalize(model.visual_projection(vision.pooler_output))
-        density = _density_loss(
-            density_head,
-            vision.last_hidden_state[:, 1:],
-            None if train.density is None else train.density[idx],
-            flip,
-        )
+        dense = _dense_loss(dense_head, vision.last_hidden_state[:, 1:], train, idx, flip, config)
         # Each distinct caption in the batch is one text; frames sharing a caption share the target.
         batch_captions, inverse = np.unique(caption_index[idx], return_inverse=True)
         text_out = model.text_model(
@@ -544,7 +582,7 @@ def _train_clip(
         presence_logits = presence_scale * cosine + presence_bias[None, :, None]
         labels = present[idx][:, :, None].expand_as(presence_logits)
         presence = functional.binary_cross_entropy_with_logits(presence_logits, labels)
-        loss = config.clip_contrastive_weight * contrastive + 2.0 * presence + config.density_weight * density
+        loss = config.clip_contrastive_weight * contrastive + 2.0 * presence + dense
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -557,7 +595,7 @@ def _train_clip(
             log(
                 f'clip step {step + 1}/{config.clip_steps} loss {curve[-1]:.4f} '
                 f'(contrastive {contrastive.item():.3f}, presence {presence.item():.3f}, '
-                f'density {density.item():.3f})'
+                f'dense {dense.item():.3f})'
             )
             running = []
     model.eval()
@@ -612,7 +650,7 @@ def _train_blip(
     # An auxiliary per-class count classifier on the image embedding (not saved) gives the vision encoder
     # a direct counting signal early, which the decoder then reads through cross-attention.
     aux = torch.nn.Linear(config.vision_hidden, len(CLASSES) * (_MAX_AUX_COUNT + 1))
-    density_head = torch.nn.Linear(config.vision_hidden, len(CLASSES))
+    dense_head = torch.nn.Linear(config.vision_hidden, 2 * len(CLASSES))
     # generate() replaces the prompt's [CLS] with [DEC] and drops its final [SEP]; train on that layout.
     prompt = tokenizer(TABLE1_PROMPT, add_special_tokens=False)['input_ids']
     prefix = [tokenizer.bos_token_id, *prompt]
@@ -630,7 +668,7 @@ def _train_blip(
         f'prompt {len(prefix)} tokens'
     )
     aux_targets = torch.from_numpy(np.minimum(train.counts, _MAX_AUX_COUNT))
-    params = [*model.parameters(), *aux.parameters(), *density_head.parameters()]
+    params = [*model.parameters(), *aux.parameters(), *dense_head.parameters()]
     vision_ids = {id(p) for p in model.vision_model.parameters()}
     # A started vision tower learns at a third of the rate, so the decoder's first noisy gradients
     # do not wash out what it already knows.
@@ -660,13 +698,8 @@ def _train_blip(
         counting = functional.cross_entropy(
             aux(output.image_embeds[:, 0]).view(-1, _MAX_AUX_COUNT + 1), aux_targets[idx].reshape(-1)
         )
-        density = _density_loss(
-            density_head,
-            output.image_embeds[:, 1:],
-            None if train.density is None else train.density[idx],
-            flip,
-        )
-        loss = output.loss + counting + config.density_weight * density
+        dense = _dense_loss(dense_head, output.image_embeds[:, 1:], train, idx, flip, config)
+        loss = output.loss + counting + dense
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -676,7 +709,7 @@ def _train_blip(
             curve.append(float(np.mean(running)))
             log(
                 f'blip step {step + 1}/{config.blip_steps} loss {curve[-1]:.4f} '
-                f'(aux counting {counting.item():.3f}, density {density.item():.3f})'
+                f'(aux counting {counting.item():.3f}, dense {dense.item():.3f})'
             )
             running = []
     model.eval()
@@ -701,12 +734,16 @@ def _cached_scenes(cache: Path | None, key: dict, render: Callable[[], SceneSet]
         data = np.load(path, allow_pickle=False)
         frames = list(data['frames']) if 'frames' in data else []
         density = data['density'] if 'density' in data else None
-        return SceneSet(frames, data['small'], data['counts'], [str(c) for c in data['captions']], density)
+        coverage = data['coverage'] if 'coverage' in data else None
+        captions = [str(c) for c in data['captions']]
+        return SceneSet(frames, data['small'], data['counts'], captions, density, coverage)
     scenes = render()
     cache.mkdir(parents=True, exist_ok=True)
     arrays = {'small': scenes.small, 'counts': scenes.counts, 'captions': np.asarray(scenes.captions)}
     if scenes.density is not None:
         arrays['density'] = scenes.density
+    if scenes.coverage is not None:
+        arrays['coverage'] = scenes.coverage
     if scenes.frames:
         arrays['frames'] = np.stack(scenes.frames)
     np.savez(path.with_suffix('.tmp.npz'), **arrays)
@@ -730,6 +767,7 @@ def datasets(
         'sizes': config.scene_sizes,
         'image_size': config.image_size,
         'density_grid': config.image_size // config.patch_size,
+        'maps': ['density', 'coverage'],
     }
     log(f'rendering {config.train_frames} training frames ...')
     train = _cached_scenes(
@@ -772,8 +810,9 @@ def train_demo_models(
         cache: a directory to keep rendered scenes in between runs (same config, same arrays).
         log: where progress lines go.
         models: which of 'clip' and 'blip' to train, in this order.
-        vision_from: a trained demo CLIP to start the BLIP vision tower from (None: random
-            initialisation, the default recipe).
+        vision_from: a trained demo CLIP to start the BLIP vision tower from. None: the CLIP trained
+            in this run when there is one (the default recipe trains both, CLIP first), else random
+            initialisation.
 
     Returns:
         A summary: config, seconds, loss curves and held-out metrics per model.
@@ -799,6 +838,8 @@ def train_demo_models(
         if name == 'clip':
             curve = _train_clip(train, config, directory, log)
         else:
+            if vision_from is None and 'clip' in summary:
+                vision_from = Path(out) / 'demo-clip'
             curve = _train_blip(train, config, directory, log, vision_from=vision_from)
         seconds = time.monotonic() - t0
         backend = create_backend(name, str(directory), device='cpu')

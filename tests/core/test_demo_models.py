@@ -119,6 +119,25 @@ def test_a_short_search_on_a_demo_frame_finds_a_violation(name, request, heldout
     assert any(any(ev.violation.values()) for ev in result.evaluations)
 
 
+def test_coverage_maps_count_only_visible_ground_truth_objects():
+    from metavlm_ros.core.training import _coverage
+
+    # A 4x4-pixel label map on a 2x2 grid: object 0 (a fish in the ground truth) fills the top-left
+    # cell and half the top-right; object 1 fills the bottom-right cell but is not in the ground truth
+    # (too hidden to count), so it covers nothing.
+    labels = np.full((4, 4), -1, np.int16)
+    labels[0:2, 0:3] = 0
+    labels[2:4, 2:4] = 1
+
+    class Truth:
+        boxes = [{'class': 'animal', 'id': 0}]
+
+    cells = _coverage(labels, Truth(), 2)
+    animal = CLASSES.index('animal')
+    assert cells[..., animal] == pytest.approx(np.array([[1.0, 0.5], [0.0, 0.0]]))
+    assert cells.sum() == pytest.approx(1.5)
+
+
 def test_training_config_rejects_bad_values():
     with pytest.raises(ParameterError, match='clip_steps'):
         TrainingConfig(clip_steps=0).validate()
