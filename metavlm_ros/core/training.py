@@ -838,9 +838,10 @@ def train_demo_models(
         if name == 'clip':
             curve = _train_clip(train, config, directory, log)
         else:
-            if vision_from is None and 'clip' in summary:
-                vision_from = Path(out) / 'demo-clip'
-            curve = _train_blip(train, config, directory, log, vision_from=vision_from)
+            start = vision_from
+            if start is None and 'clip' in summary:
+                start = Path(out) / 'demo-clip'
+            curve = _train_blip(train, config, directory, log, vision_from=start)
         seconds = time.monotonic() - t0
         backend = create_backend(name, str(directory), device='cpu')
         if name == 'clip':
@@ -860,7 +861,9 @@ def train_demo_models(
         log(f'{name} loss curve (every {config.log_every} steps): {_curve_text(curve)}')
         summary[name] = {'seconds': round(seconds, 1), 'loss_curve': curve, 'heldout': metrics}
         if name == 'blip':
-            summary[name]['vision_from'] = None if vision_from is None else str(vision_from)
+            summary[name]['vision_from'] = (
+                str(vision_from) if vision_from is not None else 'demo-clip of this run' if start else None
+            )
         (directory / 'training.json').write_text(
             json.dumps(summary[name] | {'config': asdict(config)}, indent=1)
         )
@@ -891,6 +894,11 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
             and all(held['presence'][c] >= 0.85 for c in CLASSES)
         )
         target = 'every answer parsed, exact count >= 0.6 and presence >= 0.85 for every class'
+    start = ''
+    if result.get('vision_from') == 'demo-clip of this run':
+        start = '\n- Vision tower started from the demo CLIP trained in the same run.'
+    elif result.get('vision_from'):
+        start = f"\n- Vision tower started from the demo CLIP in {result['vision_from']}."
     text = f"""# metavlm_ros demo-{name}
 
 **For demonstration only.** A small {kind} that metavlm_ros ships so that `metavlm demo` and
@@ -898,11 +906,11 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
 scenes drawn by `metavlm_ros.core.scenes`; it knows nothing about real footage and must not be
 used to judge real robots or real models.
 
-- Trained by `metavlm train-demo-models --seed {config['seed']} --models {name}` ({steps} steps of
+- Trained by `metavlm train-demo-models --seed {config['seed']}` ({steps} steps of
   {config['batch_size']} frames, {config['threads']} CPU thread(s)) on {config['train_frames']} synthetic
   frames (pool, shallow and deep environments, {config['image_size']}x{config['image_size']} input,
-  horizontal flips), with captions in the Table 1 format and per-patch object-centre maps from the
-  ground truth (docs/demo.md).
+  horizontal flips), with captions in the Table 1 format and per-patch object-centre and
+  class-coverage maps from the ground truth (docs/demo.md).{start}
 - Loads through the normal transformers classes: config.json, model.safetensors, tokenizer and
   processor files (own tokenizer trained with the `tokenizers` library).
 - Training: {result['seconds']:.0f} s on CPU; loss curve and settings in training.json.
