@@ -289,7 +289,13 @@ def test_interrupting_a_looping_replay_exits_0_with_a_summary(bag):
                 lambda: len(notes.messages) >= 3 or process.poll() is not None, 30, notes, 'a second pass'
             )
             process.send_signal(signal.SIGINT)
-            out, err = process.communicate(timeout=20)
+            try:
+                out, err = process.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                # Say where it hung: what the replay had printed by then.
+                process.kill()
+                out, err = process.communicate()
+                pytest.fail(f'replay ignored Ctrl-C for 20 s; stdout {out[-500:]!r} stderr {err[-1500:]!r}')
         finally:
             if process.poll() is None:
                 process.kill()
