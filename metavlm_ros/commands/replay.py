@@ -408,14 +408,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError('metavlm replay needs rclpy (a ROS 2 distribution, or pip install .[ros])') from None
     qos = load_qos_overrides(args.qos_profile_overrides_path) if args.qos_profile_overrides_path else None
 
-    from rclpy.signals import SignalHandlerOptions
     from tqdm import tqdm
 
     context = Context()
-    # Ctrl-C stays Python's KeyboardInterrupt, handled below: rclpy's own handler would shut the
-    # context down from its signal thread while this thread destroys the node, and the two can
-    # deadlock (seen as a replay that ignores Ctrl-C).
-    rclpy.init(args=[], context=context, signal_handler_options=SignalHandlerOptions.NO)
+    rclpy.init(args=[], context=context)
     stop = threading.Event()
     total = None if args.loop else _count(args.bag, args.topic)
     bar = tqdm(total=total, unit='msg', desc='replay', disable=None, file=sys.stderr)

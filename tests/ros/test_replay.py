@@ -283,7 +283,16 @@ def test_interrupting_a_looping_replay_exits_0_with_a_summary(bag):
     command = [sys.executable, '-m', 'metavlm_ros.cli', 'replay', str(bag), '--loop', '--rate', '5']
     with ros_context() as context:
         notes = TopicCollector(context, '/note', String, name='notes')
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The replay must see Ctrl-C as an interactive user's would: a test runner that ignores
+        # SIGINT (some of the in-process ROS tests can leave it so) would pass SIG_IGN on through
+        # exec, and Python then never raises KeyboardInterrupt.
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         try:
             wait_for(
                 lambda: len(notes.messages) >= 3 or process.poll() is not None, 30, notes, 'a second pass'
