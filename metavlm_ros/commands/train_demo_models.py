@@ -67,7 +67,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='learning-rate factor of a BLIP vision tower started from a CLIP (default 1/3)',
     )
     parser.add_argument(
-        '--density-weight', type=float, default=defaults.density_weight, help='weight of the dense loss'
+        '--density-weight',
+        type=float,
+        default=defaults.density_weight,
+        help='weight of the per-patch object-centre loss',
     )
     parser.add_argument(
         '--coverage-weight',

@@ -122,6 +122,15 @@ class TrainingConfig:
             raise ParameterError(
                 f'image_size {self.image_size} is not a multiple of patch_size {self.patch_size}'
             )
+        for name in ('clip_lr', 'blip_lr', 'blip_vision_lr_scale'):
+            if not getattr(self, name) > 0:
+                raise ParameterError(f'{name} must be positive, got {getattr(self, name)!r}')
+        for name in ('clip_contrastive_weight', 'density_weight', 'coverage_weight'):
+            if not getattr(self, name) >= 0:
+                raise ParameterError(f'{name} must be zero or positive, got {getattr(self, name)!r}')
+        low, high = self.gain_range
+        if not 0 < low <= high:
+            raise ParameterError(f'gain_range must be 0 < low <= high, got {low!r} {high!r}')
         return self
 
 
@@ -898,7 +907,7 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
     if result.get('vision_from') == 'demo-clip of this run':
         start = '\n- Vision tower started from the demo CLIP trained in the same run.'
     elif result.get('vision_from'):
-        start = f"\n- Vision tower started from the demo CLIP in {result['vision_from']}."
+        start = f'\n- Vision tower started from the demo CLIP in {result["vision_from"]}.'
     text = f"""# metavlm_ros demo-{name}
 
 **For demonstration only.** A small {kind} that metavlm_ros ships so that `metavlm demo` and

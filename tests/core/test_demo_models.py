@@ -143,6 +143,12 @@ def test_training_config_rejects_bad_values():
         TrainingConfig(clip_steps=0).validate()
     with pytest.raises(ParameterError, match='multiple of patch_size'):
         TrainingConfig(image_size=100, patch_size=16).validate()
+    with pytest.raises(ParameterError, match='coverage_weight'):
+        TrainingConfig(coverage_weight=-1.0).validate()
+    with pytest.raises(ParameterError, match='clip_lr'):
+        TrainingConfig(clip_lr=0.0).validate()
+    with pytest.raises(ParameterError, match='gain_range'):
+        TrainingConfig(gain_range=(1.4, 0.6)).validate()
 
 
 @pytest.mark.slow
