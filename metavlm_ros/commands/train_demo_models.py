@@ -92,6 +92,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar=('LOW', 'HIGH'),
         help='brightness augmentation range (default 0.6 1.4)',
     )
+    parser.add_argument(
+        '--min-input-pixels',
+        type=int,
+        default=defaults.min_input_pixels,
+        help='labelling rule: objects covering fewer pixels of the model input are dropped from the '
+        'ground truth (default 0: the scene generator ground truth unchanged)',
+    )
     parser.add_argument('--cache', type=Path, default=None, help='keep rendered scenes here between runs')
     parser.add_argument('--overwrite', action='store_true', help='replace existing demo model directories')
     parser.set_defaults(handler=run)
@@ -119,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         coverage_weight=args.coverage_weight,
         clip_contrastive_weight=args.clip_contrastive_weight,
         gain_range=tuple(args.gain_range),
+        min_input_pixels=args.min_input_pixels,
     ).validate()
     out = Path(args.out)
     for name in models:

@@ -18,6 +18,7 @@ from metavlm_ros.core.training import (
     heldout_set,
     roc_auc,
     train_demo_models,
+    write_model_card,
 )
 from metavlm_ros.core.vlm import TABLE1_PROMPT, create_backend, resolve_model
 
@@ -149,10 +150,77 @@ def test_training_config_rejects_bad_values():
         TrainingConfig(clip_lr=0.0).validate()
     with pytest.raises(ParameterError, match='gain_range'):
         TrainingConfig(gain_range=(1.4, 0.6)).validate()
+    with pytest.raises(ParameterError, match='min_input_pixels'):
+        TrainingConfig(min_input_pixels=-1).validate()
 
 
-@pytest.mark.slow
+def _truth_with_a_speck():
+    from metavlm_ros.core.scenes import KINDS, GroundTruth
+
+    # A 64x64 label map squashed to a 32x32 model input (4 frame pixels per input pixel): object 3,
+    # a fish, covers 40x40 frame pixels = 400 input pixels; object 7, a crab, 8x8 = 16 input pixels.
+    labels = np.full((64, 64), -1, np.int16)
+    labels[0:40, 0:40] = 3
+    labels[50:58, 50:58] = 7
+    kinds = {k: 0 for c in CLASSES for k in KINDS[c]}
+    kinds.update(fish=1, crab=1)
+    boxes = [
+        {'class': 'animal', 'kind': 'fish', 'id': 3, 'visible': 1.0, 'box': [0, 0, 40, 40]},
+        {'class': 'animal', 'kind': 'crab', 'id': 7, 'visible': 1.0, 'box': [50, 50, 58, 58]},
+    ]
+    counts = dict.fromkeys(CLASSES, 0) | {'animal': 2}
+    return labels, GroundTruth(counts, kinds, boxes, 5, 'pool')
+
+
+def test_demo_labelling_rule_drops_objects_too_small_for_the_model_input():
+    from metavlm_ros.core.scenes import caption
+    from metavlm_ros.core.training import demo_truth
+
+    labels, truth = _truth_with_a_speck()
+    kept = demo_truth(truth, labels, image_size=32, min_pixels=32)
+    assert kept.counts['animal'] == 1 and kept.kind_counts == truth.kind_counts | {'crab': 0}
+    assert [b['id'] for b in kept.boxes] == [3]
+    assert caption(kept).startswith('Animals: 1 fish Vegetation: None')
+    assert kept.frame_index == 5 and kept.environment == 'pool'
+    # The threshold is in pixels of the model input: a 64-pixel input makes the crab 64 pixels.
+    assert demo_truth(truth, labels, image_size=64, min_pixels=32).counts['animal'] == 2
+    assert demo_truth(truth, labels, image_size=32, min_pixels=0) is truth
+    # The generator's truth is left as it was.
+    assert truth.counts['animal'] == 2 and len(truth.boxes) == 2
+
+
+def test_heldout_set_keeps_the_generator_counts_next_to_a_labelling_rule(heldout):
+    # Without a rule the two agree; with one, objects are only removed (and half the held-out
+    # animals are specks of a few input pixels, so some frames change).
+    assert (heldout.counts == heldout.generator_counts).all()
+    ruled = heldout_set(30, min_input_pixels=32)
+    assert (ruled.generator_counts == heldout.generator_counts[:30]).all()
+    assert (ruled.counts <= ruled.generator_counts).all()
+    assert (ruled.counts < ruled.generator_counts).any()
+    assert ruled.environments == [('pool', 'shallow', 'deep')[(i // 3) % 3] for i in range(30)]
+
+
+def test_auc_within_environments_does_not_reward_recognising_the_environment():
+    from metavlm_ros.core.training import SceneSet, auc_by_environment, presence_auc
+
+    # Animals show in every pool frame and in no deep frame; a score that only says "pool" ranks
+    # every positive above every negative over all frames, and is useless within each environment.
+    counts = np.zeros((8, len(CLASSES)), np.int64)
+    counts[:4, 0] = 1
+    counts[[0, 2, 4, 6], 1] = 1
+    environments = ['pool'] * 4 + ['deep'] * 4
+    scores = np.zeros((8, len(CLASSES)))
+    scores[:4] = 1.0
+    scenes = SceneSet([], np.zeros((8, 1, 1, 3), np.uint8), counts, [''] * 8, environments=environments)
+    assert presence_auc(scores, counts)['animal'] == pytest.approx(1.0)
+    within = auc_by_environment(scores, scenes)
+    assert set(within) == {'pool', 'deep'}
+    assert np.isnan(within['pool']['animal']) and np.isnan(within['deep']['animal'])
+    assert within['pool']['vegetation'] == pytest.approx(0.5)
+
+
 def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
+    # A few seconds: the whole recipe (with a labelling rule) at toy size, so the default suite runs it.
     config = TrainingConfig(
         train_frames=12,
         heldout_frames=6,
@@ -161,6 +229,7 @@ def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
         blip_steps=2,
         batch_size=4,
         workers=1,
+        min_input_pixels=32,
     )
     lines = []
     summary = train_demo_models(tmp_path, config, log=lines.append)
@@ -171,3 +240,10 @@ def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
         assert summary[name]['heldout']
     assert any(line.startswith('clip held-out ROC AUC') for line in lines)
     assert any(line.startswith('blip held-out exact count') for line in lines)
+    # Under a labelling rule the same answers are also judged against the generator's truth, and the
+    # CLIP is judged within each environment of the held-out frames (6 frames: pool and shallow).
+    assert any(line.startswith('clip held-out ROC AUC (generator rule)') for line in lines)
+    assert any(line.startswith('blip held-out presence (generator rule)') for line in lines)
+    assert set(summary['clip']['heldout']['auc_by_environment']) == {'pool', 'shallow'}
+    card = write_model_card(tmp_path / 'demo-clip', 'clip', summary).read_text()
+    assert 'generator rule' in card and '| pool |' in card and 'at least 32' in card
