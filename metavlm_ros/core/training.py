@@ -420,9 +420,12 @@ def evaluate_blip(backend: Any, scenes: SceneSet, batch_size: int = 32) -> dict[
     """Counting quality of a count-type backend on a SceneSet (its `counts`): count_metrics plus
     'examples', a few (answer, ground-truth caption) pairs."""
     texts = blip_answers(backend, scenes, batch_size)
-    return count_metrics(texts, scenes.counts) | {
-        'examples': [(texts[i], scenes.captions[i]) for i in range(min(3, len(texts)))],
-    }
+    return count_metrics(texts, scenes.counts) | {'examples': _examples(texts, scenes)}
+
+
+def _examples(texts: Sequence[str], scenes: SceneSet, n: int = 3) -> list[tuple[str, str]]:
+    """The first few (answer, ground-truth caption) pairs."""
+    return list(zip(texts[:n], scenes.captions[:n], strict=False))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -992,7 +995,7 @@ def train_demo_models(
                 if values:
                     log(f'blip held-out exact count{label}: ' + _per_class(values['exact']))
                     log(f'blip held-out presence{label}: ' + _per_class(values['presence']))
-            metrics['examples'] = [(texts[i], heldout.captions[i]) for i in range(min(3, len(texts)))]
+            metrics['examples'] = _examples(texts, heldout)
             for answer, truth in metrics['examples']:
                 log(f'  answer {answer!r}  truth {truth!r}')
         log(f'{name} loss curve (every {config.log_every} steps): {_curve_text(curve)}')
