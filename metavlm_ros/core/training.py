@@ -433,18 +433,23 @@ def _examples(texts: Sequence[str], scenes: SceneSet, n: int = 3) -> list[tuple[
 
 
 def _clip_tokenizer(corpus: Sequence[str], max_length: int) -> Any:
-    """A CLIP byte-level BPE tokenizer learned on the corpus."""
+    """A CLIP byte-level BPE tokenizer learned on the corpus (the same corpus gives the same ids)."""
     from tokenizers import pre_tokenizers, trainers
     from transformers import CLIPTokenizer
 
     # The empty CLIPTokenizer carries CLIP's own normaliser and pre-tokeniser; training its backend
     # and rebuilding from the learned vocabulary keeps loading identical to a released CLIP.
     backend = CLIPTokenizer().backend_tokenizer
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    # The trainer creates the end-of-word symbols ('a</w>') as it meets them in a hash map, so their
+    # ids, and through merge tie-breaking even the merges, change from run to run (tokenizers issue
+    # 1794). Listing them up front, in a fixed order, fixes their ids and makes training repeatable.
+    word_ends = [f'{c}</w>' for c in alphabet]
     trainer = trainers.BpeTrainer(
-        vocab_size=600,
-        special_tokens=['<|startoftext|>', '<|endoftext|>'],
+        vocab_size=600 + len(word_ends),
+        special_tokens=['<|startoftext|>', '<|endoftext|>', *word_ends],
         end_of_word_suffix='</w>',
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=alphabet,
         show_progress=False,
     )
     backend.train_from_iterator(corpus, trainer)
@@ -464,7 +469,13 @@ def _blip_tokenizer(corpus: Sequence[str]) -> Any:
     learner = Tokenizer(models.WordPiece(unk_token='[UNK]'))
     learner.normalizer = normalizers.BertNormalizer(lowercase=False)
     learner.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    learner.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=400, special_tokens=specials))
+    # As for the CLIP tokenizer: the word-continuation symbols ('##a') are listed up front so that
+    # their ids, and the pieces learned, do not depend on hash-map order.
+    pieces = sorted(
+        {f'##{c}' for text in corpus for c in learner.normalizer.normalize_str(text) if not c.isspace()}
+    )
+    trainer = trainers.WordPieceTrainer(vocab_size=400 + len(pieces), special_tokens=[*specials, *pieces])
+    learner.train_from_iterator(corpus, trainer)
     tokenizer = BertTokenizer(
         vocab=learner.get_vocab(), do_lower_case=False, bos_token='[DEC]', model_max_length=160
     )

@@ -111,6 +111,25 @@ def test_demo_blip_tokenizer_keeps_the_table1_spelling():
     assert all(token in processor.tokenizer.get_vocab() for token in SECTION_TOKENS.values())
 
 
+def test_tokenizer_training_is_repeatable():
+    # The tokenizers trainers number some symbols in hash-map order; the recipe must not inherit that.
+    from metavlm_ros.core.scenes import SceneGenerator, caption
+    from metavlm_ros.core.training import _blip_tokenizer, _clip_tokenizer, _corpus
+
+    captions = [caption(SceneGenerator(256, 144, 1, seed).frame(0)[1]) for seed in range(12)]
+    corpus = _corpus(captions)
+    for build in (lambda: _clip_tokenizer(corpus, 48), lambda: _blip_tokenizer(corpus)):
+        vocabularies = [build().get_vocab() for _ in range(4)]
+        assert all(v == vocabularies[0] for v in vocabularies[1:])
+
+    def merges():
+        return json.loads(_clip_tokenizer(corpus, 48).backend_tokenizer.to_str())['model']['merges']
+
+    first = merges()
+    assert merges() == first
+    assert len(first) > 100  # it still learns merges, not only the listed symbols
+
+
 @pytest.mark.parametrize('name', ['clip', 'blip'])
 def test_a_short_search_on_a_demo_frame_finds_a_violation(name, request, heldout):
     backend = request.getfixturevalue(name)
