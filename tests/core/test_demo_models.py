@@ -266,3 +266,21 @@ def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
     assert set(summary['clip']['heldout']['auc_by_environment']) == {'pool', 'shallow'}
     card = write_model_card(tmp_path / 'demo-clip', 'clip', summary).read_text()
     assert 'generator rule' in card and '| pool |' in card and 'at least 32' in card
+
+
+def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
+    # docs/demo.md promises that a seed decides the models; the tokenizers were once the exception.
+    config = TrainingConfig(
+        train_frames=8,
+        heldout_frames=3,
+        frames_per_scene=4,
+        clip_steps=3,
+        blip_steps=3,
+        batch_size=4,
+        workers=1,
+    )
+    for run in ('a', 'b'):
+        train_demo_models(tmp_path / run, config, log=lambda line: None)
+    for name in ('clip', 'blip'):
+        files = [(tmp_path / run / f'demo-{name}' / 'model.safetensors').read_bytes() for run in ('a', 'b')]
+        assert files[0] == files[1], name
