@@ -69,7 +69,9 @@ class TrainingConfig:
         seed: seeds scene generation (training scenes), weight initialisation and batch order.
         train_frames: training frames (rendered once, flipped horizontally as augmentation).
         heldout_frames: frames of the fixed held-out set the metrics are computed on.
-        frames_per_scene: frames taken from each generated scene (seconds apart, so they differ).
+        frames_per_scene: frames taken from each generated scene (seconds apart). One: a small ViT
+            learns to recognise a scene long before it learns animals, so distinct scenes teach it
+            more than more frames of the same scenes (docs/demo.md).
         scene_sizes: (width, height) the scenes are rendered at, cycled over scenes.
         image_size: the models' input resolution (square; frames are resized, not cropped).
         patch_size: ViT patch size of both models.
@@ -89,9 +91,9 @@ class TrainingConfig:
     """
 
     seed: int = 0
-    train_frames: int = 12000
+    train_frames: int = 16000
     heldout_frames: int = 300
-    frames_per_scene: int = 4
+    frames_per_scene: int = 1
     scene_sizes: tuple[tuple[int, int], ...] = ((384, 216), (256, 144))
     image_size: int = 128
     patch_size: int = 16
@@ -1069,6 +1071,8 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
             'held-out truth alike). The generator rule\ncolumn judges the same answers against the scene '
             "generator's own ground truth."
         )
+    scenes = math.ceil(config['train_frames'] / config.get('frames_per_scene', 1))
+    size = config['image_size']
     within = ''
     if held.get('auc_by_environment'):
         # The environments differ in how often each class shows, which the all-frames AUC also rewards.
@@ -1089,8 +1093,8 @@ used to judge real robots or real models.
 
 - Trained by `metavlm train-demo-models --seed {config['seed']}` ({steps} steps of
   {config['batch_size']} frames, {config['threads']} CPU thread(s)) on {config['train_frames']} synthetic
-  frames (pool, shallow and deep environments, {config['image_size']}x{config['image_size']} input,
-  horizontal flips), with captions in the Table 1 format and per-patch object-centre and
+  frames from {scenes} scenes (pool, shallow and deep environments, {size}x{size} input, horizontal
+  flips), with captions in the Table 1 format and per-patch object-centre and
   class-coverage maps from the ground truth (docs/demo.md).{start}
 - Loads through the normal transformers classes: config.json, model.safetensors, tokenizer and
   processor files (own tokenizer trained with the `tokenizers` library).

@@ -76,8 +76,8 @@ def test_heldout_prefix_has_both_labels_for_every_class(heldout):
     assert present.any(axis=0).all() and (~present).any(axis=0).all()
 
 
-# The shipped pair does not reach all the issue-5 thresholds yet (CLIP AUC animal 0.77, trash 0.85;
-# BLIP exact counts 0.38-0.63, presence 0.83-0.90; see the model cards). strict=True: the day a
+# The shipped pair does not reach all the issue-5 thresholds yet (CLIP AUC animal 0.867, trash 0.865;
+# BLIP exact counts 0.36-0.71, presence 0.81-0.95; see the model cards). strict=True: the day a
 # retrained pair meets them these tests report XPASS as a failure and the marks must go.
 BELOW_TARGET = pytest.mark.xfail(strict=True, reason='demo models below the issue-5 held-out thresholds')
 
