@@ -238,18 +238,23 @@ def test_auc_within_environments_does_not_reward_recognising_the_environment():
     assert within['pool']['vegetation'] == pytest.approx(0.5)
 
 
-def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
-    # A few seconds: the whole recipe (with a labelling rule) at toy size, so the default suite runs it.
-    config = TrainingConfig(
-        train_frames=12,
-        heldout_frames=6,
-        frames_per_scene=6,
+def _toy_config(**changes) -> TrainingConfig:
+    """The recipe at toy size (seconds on one process), with `changes` on top."""
+    toy = dict(
+        train_frames=8,
+        heldout_frames=3,
+        frames_per_scene=4,
         clip_steps=2,
         blip_steps=2,
         batch_size=4,
         workers=1,
-        min_input_pixels=32,
     )
+    return TrainingConfig(**(toy | changes))
+
+
+def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
+    # A few seconds: the whole recipe (with a labelling rule) at toy size, so the default suite runs it.
+    config = _toy_config(train_frames=12, heldout_frames=6, frames_per_scene=6, min_input_pixels=32)
     lines = []
     summary = train_demo_models(tmp_path, config, log=lines.append)
     for name in ('clip', 'blip'):
@@ -270,15 +275,7 @@ def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
 
 def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
     # docs/demo.md promises that a seed decides the models; the tokenizers were once the exception.
-    config = TrainingConfig(
-        train_frames=8,
-        heldout_frames=3,
-        frames_per_scene=4,
-        clip_steps=3,
-        blip_steps=3,
-        batch_size=4,
-        workers=1,
-    )
+    config = _toy_config(clip_steps=3, blip_steps=3)
     for run in ('a', 'b'):
         train_demo_models(tmp_path / run, config, log=lambda line: None)
     for name in ('clip', 'blip'):
