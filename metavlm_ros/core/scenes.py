@@ -69,8 +69,9 @@ class GroundTruth:
         counts: Class -> number of visible objects (every class present, zeros included).
         kind_counts: Kind -> number of visible objects (every kind present, zeros included).
         boxes: One dict per visible object: 'class', 'kind', 'id' (stable across the frames of a
-            scene), 'visible' (fraction of the object visible) and 'box' [x0, y0, x1, y1] in output
-            pixels, x1 and y1 exclusive, of the object's visible pixels.
+            scene), 'visible' (fraction of the object visible), 'area' (fraction of the frame its
+            visible pixels cover) and 'box' [x0, y0, x1, y1] in output pixels, x1 and y1 exclusive,
+            of the object's visible pixels.
         frame_index: The frame number in the scene.
         environment: 'pool', 'shallow' or 'deep'.
     """
@@ -1317,6 +1318,7 @@ class SceneGenerator:
                     'kind': obj.kind,
                     'id': obj.index,
                     'visible': round(min(1.0, seen / total), 3),
+                    'area': seen / (self.iw * self.ih),
                     'box': box,
                 }
             )

@@ -172,21 +172,17 @@ class SceneSet:
     environments: list[str] | None = None
 
 
-def demo_truth(truth: Any, labels: np.ndarray, image_size: int, min_pixels: int) -> Any:
+def demo_truth(truth: Any, image_size: int, min_pixels: int) -> Any:
     """The ground truth under a labelling rule: the generator's, less the objects whose visible
     part covers fewer than `min_pixels` pixels once the frame is resized to the model input.
 
     The generator's own rule is set for full-resolution footage and keeps objects down to 0.04 % of
-    the frame, a 3x3 speck in a 128x128 input.
-
-    `labels` is the generator's object-id map (any resolution: areas are frame fractions).
+    the frame, a 3x3 speck in a 128x128 input. Each box's 'area' (the fraction of the frame its
+    visible pixels cover) gives its size in the input: the processors squash the frame to a square.
     """
     if min_pixels <= 0:
         return truth
-    ids = labels[labels >= 0].astype(np.int64).ravel()
-    visible = np.bincount(ids, minlength=max((b['id'] for b in truth.boxes), default=0) + 1)
-    scale = image_size * image_size / labels.size
-    boxes = [b for b in truth.boxes if visible[b['id']] * scale >= min_pixels]
+    boxes = [b for b in truth.boxes if b['area'] * image_size * image_size >= min_pixels]
     counts = dict.fromkeys(truth.counts, 0)
     kind_counts = dict.fromkeys(truth.kind_counts, 0)
     for box in boxes:
@@ -240,7 +236,7 @@ def _render_scene(job: tuple[int, int, int, str, int, int, bool, int, int]) -> t
     frames, small, counts, captions, density, coverage, generator_counts = [], [], [], [], [], [], []
     for k in range(count):
         rgb, full_truth, labels = generator.render(k * 30)
-        truth = demo_truth(full_truth, labels, image_size, min_pixels)
+        truth = demo_truth(full_truth, image_size, min_pixels)
         if keep:
             frames.append(rgb)
         small.append(_resize(rgb, image_size))

@@ -176,34 +176,30 @@ def test_training_config_rejects_bad_values():
 def _truth_with_a_speck():
     from metavlm_ros.core.scenes import KINDS, GroundTruth
 
-    # A 64x64 label map squashed to a 32x32 model input (4 frame pixels per input pixel): object 3,
-    # a fish, covers 40x40 frame pixels = 400 input pixels; object 7, a crab, 8x8 = 16 input pixels.
-    labels = np.full((64, 64), -1, np.int16)
-    labels[0:40, 0:40] = 3
-    labels[50:58, 50:58] = 7
+    # A 64x64 frame squashed to a 32x32 model input (4 frame pixels per input pixel): object 3, a
+    # fish, shows 40x40 frame pixels = 400 input pixels; object 7, a crab, 8x8 = 16 input pixels.
     kinds = {k: 0 for c in CLASSES for k in KINDS[c]}
     kinds.update(fish=1, crab=1)
-    boxes = [
-        {'class': 'animal', 'kind': 'fish', 'id': 3, 'visible': 1.0, 'box': [0, 0, 40, 40]},
-        {'class': 'animal', 'kind': 'crab', 'id': 7, 'visible': 1.0, 'box': [50, 50, 58, 58]},
-    ]
+    fish = {'class': 'animal', 'kind': 'fish', 'id': 3, 'visible': 1.0, 'box': [0, 0, 40, 40]}
+    crab = {'class': 'animal', 'kind': 'crab', 'id': 7, 'visible': 1.0, 'box': [50, 50, 58, 58]}
+    boxes = [fish | {'area': 1600 / 4096}, crab | {'area': 64 / 4096}]
     counts = dict.fromkeys(CLASSES, 0) | {'animal': 2}
-    return labels, GroundTruth(counts, kinds, boxes, 5, 'pool')
+    return GroundTruth(counts, kinds, boxes, 5, 'pool')
 
 
 def test_demo_labelling_rule_drops_objects_too_small_for_the_model_input():
     from metavlm_ros.core.scenes import caption
     from metavlm_ros.core.training import demo_truth
 
-    labels, truth = _truth_with_a_speck()
-    kept = demo_truth(truth, labels, image_size=32, min_pixels=32)
+    truth = _truth_with_a_speck()
+    kept = demo_truth(truth, image_size=32, min_pixels=32)
     assert kept.counts['animal'] == 1 and kept.kind_counts == truth.kind_counts | {'crab': 0}
     assert [b['id'] for b in kept.boxes] == [3]
     assert caption(kept).startswith('Animals: 1 fish Vegetation: None')
     assert kept.frame_index == 5 and kept.environment == 'pool'
     # The threshold is in pixels of the model input: a 64-pixel input makes the crab 64 pixels.
-    assert demo_truth(truth, labels, image_size=64, min_pixels=32).counts['animal'] == 2
-    assert demo_truth(truth, labels, image_size=32, min_pixels=0) is truth
+    assert demo_truth(truth, image_size=64, min_pixels=32).counts['animal'] == 2
+    assert demo_truth(truth, image_size=32, min_pixels=0) is truth
     # The generator's truth is left as it was.
     assert truth.counts['animal'] == 2 and len(truth.boxes) == 2
 

@@ -13,6 +13,7 @@ from metavlm_ros.core.scenes import (
     ENVIRONMENTS,
     KIND_CLASS,
     KINDS,
+    MIN_VISIBLE_AREA,
     MIN_VISIBLE_FRACTION,
     GroundTruth,
     SceneGenerator,
@@ -83,6 +84,8 @@ def test_ground_truth_matches_what_was_drawn(width, height, environment):
             assert MIN_VISIBLE_FRACTION <= b['visible'] <= 1.0
             ys, xs = np.nonzero(labels == b['id'])
             assert xs.size > 0
+            # 'area' is the share of the frame the visible pixels cover, at least the rule's minimum.
+            assert b['area'] == xs.size / labels.size and b['area'] >= MIN_VISIBLE_AREA
             # The box is exactly the scaled bounding box of the object's visible pixels.
             expected = [
                 int(np.floor(xs.min() * sx)),
