@@ -127,6 +127,11 @@ def run_demo(out: Path, *, frames: int, evaluations: int, seed: int, log: Any = 
             f'({summary["failed"]} failed), {summary["frames_dropped"]} frame(s) dropped while searching, '
             f'{summary["seconds"]:.0f} s.'
         ]
+        if summary['searches_paused_disk']:
+            notes.append(
+                f'{summary["searches_paused_disk"]} frame(s) not searched: the results disk was below '
+                "the tester's min_free_disk_mb."
+            )
         sections.append(DemoSection(f'demo {backend.upper()} through ROS', results, records, kind, notes))
         log(
             f'  {backend}: {summary["searches"]} search(es), {summary["evaluations"]} evaluations, '

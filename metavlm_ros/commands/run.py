@@ -80,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
         f'{summary["violations"]} violation(s), {summary["frames_dropped"]} frame(s) dropped, '
         f'{summary["seconds"]:.1f} s; results in {summary["results_dir"]}/'
     )
+    if summary['searches_paused_disk']:
+        print(
+            f'{summary["searches_paused_disk"]} frame(s) not searched: the results disk was below '
+            'min_free_disk_mb (free space, or lower the parameter)'
+        )
     return 0
 
 
@@ -228,7 +233,8 @@ def run_nodes(
         should_stop: polled; True ends the run early.
 
     Returns:
-        A summary: frames_published, frames_received, frames_dropped, searches, evaluations, failed,
+        A summary: frames_published, frames_received, frames_dropped, searches, searches_paused_disk,
+        evaluations, failed,
         violations, violation_rate, last_hypervolume, results_dir, endpoint, seconds.
 
     Raises:
@@ -391,6 +397,7 @@ def _summary(tester: Any, published: int, started: float) -> dict[str, Any]:
         'frames_received': tester.frames_received,
         'frames_dropped': tester.frames_dropped,
         'searches': tester.searches_done,
+        'searches_paused_disk': tester.searches_paused_disk,
         'evaluations': tester.evaluations,
         'failed': tester.evaluations_failed,
         'violations': tester.violations,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -18,6 +19,7 @@ __all__ = [
     'PARETO',
     'SUMMARY',
     'ResultsStore',
+    'free_disk_bytes',
     'iter_jsonl',
     'read_jsonl',
     'record_key',
@@ -55,10 +57,21 @@ class ResultsStore:
     Every record is written as one line and flushed (and fsync'ed when `durable`) before the call
     returns, so a killed run keeps everything it finished. Reopening a directory appends: nothing
     already written is ever truncated, unless `overwrite` asks for a clean directory.
+
+    `reserve_bytes` keeps free space on the directory's file system for the rest of the machine
+    (onboard, the robot's own logs share the disk): while less than that is free, follow-up PNGs,
+    by far the largest results, are not written (`save_frame` returns None and counts them in
+    `frames_skipped`). Records are always written; they are small.
     """
 
     def __init__(
-        self, directory: str | Path, *, overwrite: bool = False, durable: bool = False, resume: bool = False
+        self,
+        directory: str | Path,
+        *,
+        overwrite: bool = False,
+        durable: bool = False,
+        resume: bool = False,
+        reserve_bytes: int = 0,
     ) -> None:
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
@@ -69,6 +82,8 @@ class ResultsStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.frames_dir = self.directory / 'frames'
         self.durable = durable
+        self.reserve_bytes = reserve_bytes
+        self.frames_skipped = 0
         self._files: dict[str, IO[str]] = {}
         # On resume, a search that was cut short is run again from its seed; the evaluations it
         # had already written are recognised by their key and not written twice.
@@ -112,8 +127,15 @@ class ResultsStore:
         """Append one search summary to summary.jsonl."""
         self._append(SUMMARY, record)
 
-    def save_frame(self, name: str, rgb: np.ndarray) -> Path:
-        """Write an RGB frame as PNG under frames/ and return its path."""
+    def low_on_space(self) -> bool:
+        """Whether the results file system has less free space than `reserve_bytes` (never when 0)."""
+        return self.reserve_bytes > 0 and free_disk_bytes(self.directory) < self.reserve_bytes
+
+    def save_frame(self, name: str, rgb: np.ndarray) -> Path | None:
+        """Write an RGB frame as PNG under frames/ and return its path (None: skipped, see low_on_space)."""
+        if self.low_on_space():
+            self.frames_skipped += 1
+            return None
         self.frames_dir.mkdir(exist_ok=True)
         path = self.frames_dir / f'{name}.png'
         tmp = path.with_suffix('.tmp.png')
@@ -134,6 +156,14 @@ class ResultsStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def free_disk_bytes(path: str | Path) -> int:
+    """Free bytes (for an unprivileged writer) on the file system of `path` or its nearest existing parent."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
 
 
 def search_key(record: dict) -> tuple:

@@ -370,7 +370,8 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
         name = f'{_safe(result.image)}_{result.algorithm}_s{result.seed}_e{ev.index:05d}'
         path = store.save_frame(name, followup_frame)
         record = evaluation_record(ev, result, extra)
-        record.update(rank=rank, frame=str(path.relative_to(store.directory)))
+        # frame is None when the store's disk reserve was reached and the PNG was not written.
+        record.update(rank=rank, frame=None if path is None else str(path.relative_to(store.directory)))
         store.append_pareto(record)
     store.append_summary(summary_record(result, backend, extra))
 

@@ -34,7 +34,7 @@ from metavlm_ros.core.errors import InputError, MetaVLMError, ParameterError
 from metavlm_ros.core.frames import resize_longer_side
 from metavlm_ros.core.metrics import DEFAULT_THRESHOLDS
 from metavlm_ros.core.relations import RELATIONS, apply_composition
-from metavlm_ros.core.results import ResultsStore, to_jsonable
+from metavlm_ros.core.results import ResultsStore, free_disk_bytes, to_jsonable
 from metavlm_ros.core.search import (
     ALGORITHMS,
     Evaluation,
@@ -71,6 +71,7 @@ TRANSPORTS = ('raw', 'compressed')
 FAILED_ROUNDS_TO_PAUSE = 3
 # How long a stopping tester lets the generation in progress finish before it abandons its probes.
 STOP_GRACE_S = 5.0
+MIB = 1024 * 1024
 
 # Violations and their images are results: RELIABLE, so rqt_image_view and rviz both receive them.
 RESULT_QOS = QoSProfile(
@@ -91,6 +92,7 @@ class TesterSettings:
     probe_timeout_s: float = 5.0
     frame_period_s: float = 5.0
     results_dir: str = 'results/ros'
+    min_free_disk_mb: int = 1024
     image_transport: str = 'raw'
     report_threshold: float = 0.05
     publish_violation_images: bool = True
@@ -155,6 +157,13 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         'frame_period_s', 5.0, 'least seconds between the starts of two searches', low=0.0, high=86400.0
     ),
     ParameterSpec('results_dir', 'results/ros', 'directory of the JSON Lines records and follow-up PNGs'),
+    ParameterSpec(
+        'min_free_disk_mb',
+        1024,
+        'free space (MiB) kept on the results disk: below it searches pause and PNGs are not written; 0: off',
+        low=0,
+        high=1_000_000_000,
+    ),
     ParameterSpec('image_transport', 'raw', 'camera transport', True, choices=TRANSPORTS),
     ParameterSpec('publish_violation_images', True, 'publish violation_image'),
     ParameterSpec('violation_image_height', 360, 'panel height of violation_image', low=32, high=4096),
@@ -280,6 +289,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         probe_timeout_s=probe_timeout_s,
         frame_period_s=frame_period_s,
         results_dir=results_dir,
+        min_free_disk_mb=int(values.get('min_free_disk_mb', 1024)),
         image_transport=transport,
         report_threshold=report_threshold,
         publish_violation_images=bool(values.get('publish_violation_images', True)),
@@ -393,6 +403,10 @@ class TesterNode(Node):
         self.last_hypervolume = float('nan')
         self.last_rate = float('nan')
         self.last_error = ''
+        self.searches_paused_disk = 0  # frames not searched because the results disk was below its reserve
+        self.disk_free_mb = float('nan')
+        self._disk_low = False
+        self._stopped_for_disk = False
         self.camera_callback_max_s = 0.0
         self.state = 'waiting for frames'
 
@@ -575,6 +589,10 @@ class TesterNode(Node):
                     self._job = None
 
     def _search(self, msg: Any, settings: TesterSettings) -> None:
+        if self._check_disk(settings):
+            self.searches_paused_disk += 1
+            self.state = 'paused: results disk below min_free_disk_mb'
+            return
         try:
             frame = image_msg_to_rgb(msg)
         except InputError as exc:
@@ -596,6 +614,8 @@ class TesterNode(Node):
             self.get_logger().warning('the perception node did not answer; frame skipped, waiting for it')
             return
         store = self._results(settings.results_dir)
+        store.reserve_bytes = settings.min_free_disk_mb * MIB
+        self._stopped_for_disk = False
         job = _Job(frame, msg, stamp_ns, image_id, settings)
         job.extra['model'] = self.backend.model_id
         with self._lock:
@@ -617,7 +637,30 @@ class TesterNode(Node):
     def _should_stop(self) -> bool:
         if self._stopping.is_set():
             return True
+        job = self._job
+        if job is not None and self._check_disk(job.settings):
+            self._stopped_for_disk = True
+            return True
         return self.probe is not None and self.probe.consecutive_failed_rounds >= FAILED_ROUNDS_TO_PAUSE
+
+    def _check_disk(self, settings: TesterSettings) -> bool:
+        """Measure the results disk's free space; True while it is below min_free_disk_mb (never when 0).
+
+        Each change between enough and too little space is logged once.
+        """
+        free = free_disk_bytes(settings.results_dir) / MIB
+        self.disk_free_mb = free
+        low = settings.min_free_disk_mb > 0 and free < settings.min_free_disk_mb
+        if low and not self._disk_low:
+            self.get_logger().warning(
+                f'only {free:.0f} MiB free on the disk of {settings.results_dir}, below min_free_disk_mb '
+                f'{settings.min_free_disk_mb}: searches pause and follow-up PNGs are not written '
+                'until space is freed'
+            )
+        elif self._disk_low and not low:
+            self.get_logger().info(f'{free:.0f} MiB free on the results disk again: searches resume')
+        self._disk_low = low
+        return low
 
     def _finish(self, result: SearchResult, job: _Job) -> None:
         self.searches_done += 1
@@ -625,7 +668,12 @@ class TesterNode(Node):
         self.last_rate = len(result.evaluations) / max(result.seconds, 1e-9)
         if result.stopped:
             self.searches_stopped += 1
-            reason = 'shutting down' if self._stopping.is_set() else 'the perception node stopped answering'
+            if self._stopping.is_set():
+                reason = 'shutting down'
+            elif self._stopped_for_disk:
+                reason = 'the results disk fell below min_free_disk_mb'
+            else:
+                reason = 'the perception node stopped answering'
             self.state = 'search stopped: ' + reason
             self.get_logger().warning(
                 f'search of {job.image_id} stopped after {len(result.evaluations)} evaluations ({reason}); '
@@ -670,15 +718,17 @@ class TesterNode(Node):
         followup = apply_composition(job.frame, ev.composition)
         store = self._results(job.settings.results_dir)
         name = f'{_safe(job.image_id)}_violation_e{ev.index:05d}'
-        path = store.save_frame(name, followup)
-        relative = str(path.relative_to(store.directory))
+        path = store.save_frame(name, followup)  # None: the disk reserve was reached, PNG not written
+        relative = None if path is None else str(path.relative_to(store.directory))
         record = {**evaluation_record(ev, result, job.extra), 'frame': relative}
         # Stored and flushed before it is published: what subscribers saw is always on disk.
         self._violations_file.write(json.dumps(to_jsonable(record), separators=(',', ':')) + '\n')
         self._violations_file.flush()
         array = DiagnosticArray()
         array.header = job.header
-        array.status = [violation_status(ev, result.source, job.stamp_ns, image=job.image_id, frame=relative)]
+        array.status = [
+            violation_status(ev, result.source, job.stamp_ns, image=job.image_id, frame=relative or '')
+        ]
         self.violations_pub.publish(array)
         if job.settings.publish_violation_images:
             size = job.settings.transport_size
@@ -707,7 +757,10 @@ class TesterNode(Node):
             rate = self.last_rate
         answering = self.perception_answering
         level, message = DiagnosticStatus.OK, self.state
-        if self.probe is not None and not self._endpoint_ready():
+        if self._check_disk(self.settings):
+            level = DiagnosticStatus.WARN
+            message = f'results disk nearly full: {self.disk_free_mb:.0f} MiB free, searches paused'
+        elif self.probe is not None and not self._endpoint_ready():
             level, message = DiagnosticStatus.WARN, 'perception node absent: no subscriber on probe'
         elif answering is False and self.probe is not None and self.probe.sent > 0:
             level, message = DiagnosticStatus.WARN, 'perception node not answering probes'
@@ -728,6 +781,9 @@ class TesterNode(Node):
             'frames_received': self.frames_received,
             'frames_dropped': self.frames_dropped,
             'frames_unreadable': self.frames_unreadable,
+            'disk_free_mb': self.disk_free_mb,
+            'searches_paused_disk': self.searches_paused_disk,
+            'frames_not_saved': self._store.frames_skipped if self._store is not None else 0,
             'camera_callback_max_ms': self.camera_callback_max_s * 1000.0,
             'perception_answering': 'n/a' if answering is None else str(answering).lower(),
             'last_error': self.last_error,

@@ -1,6 +1,7 @@
 """The search: budget, seeding, batching, caching, failures, stored records, NSGA-II against Rand."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from metavlm_ros.core.encoding import SearchSpace
 from metavlm_ros.core.errors import InputError, ParameterError
 from metavlm_ros.core.metrics import hypervolume, non_dominated
-from metavlm_ros.core.results import ResultsStore, read_jsonl
+from metavlm_ros.core.results import ResultsStore, free_disk_bytes, read_jsonl
 from metavlm_ros.core.search import SearchConfig, run_search
 from metavlm_ros.core.stats import a12
 from tests.conftest import make_frame
@@ -180,6 +181,24 @@ def test_resumed_search_writes_each_record_once(tmp_path, frame):
     full = (tmp_path / 'full' / 'evaluations.jsonl').read_text().splitlines()
     resumed = (tmp_path / 'cut' / 'evaluations.jsonl').read_text().splitlines()
     assert [json.loads(x) for x in resumed] == [json.loads(x) for x in full]
+
+
+def test_a_disk_reserve_larger_than_the_free_space_keeps_records_but_skips_pngs(tmp_path, frame):
+    free = free_disk_bytes(tmp_path / 'not' / 'yet' / 'made')  # measured on the nearest existing parent
+    assert abs(free - shutil.disk_usage(tmp_path).free) < 2**26  # other writers may move it a little
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1)
+    with ResultsStore(tmp_path / 'out', reserve_bytes=free * 1000) as store:
+        result = run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
+        assert store.low_on_space()
+    assert result.pareto
+    pareto = read_jsonl(tmp_path / 'out' / 'pareto.jsonl')
+    assert len(pareto) == len(result.pareto) == store.frames_skipped
+    assert all(p['frame'] is None for p in pareto)
+    assert not (tmp_path / 'out' / 'frames').exists()
+    assert len(read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')) == 30
+    with ResultsStore(tmp_path / 'off', reserve_bytes=0) as store:
+        assert not store.low_on_space()
+        assert store.save_frame('x', frame).is_file()
 
 
 def test_working_size_shrinks_the_frame_first():

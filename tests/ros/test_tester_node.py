@@ -1,5 +1,6 @@
 """The tester node with an in-process stand-in model: violations, images, diagnostics, drops, parameters."""
 
+import shutil
 import threading
 
 import cv2
@@ -10,11 +11,13 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
+from metavlm_ros.core import results as results_module
 from metavlm_ros.core.encoding import Composition
 from metavlm_ros.core.errors import ParameterError
 from metavlm_ros.core.results import read_jsonl
 from metavlm_ros.core.search import Evaluation
 from metavlm_ros.core.vlm import Prediction, VLMBackend
+from metavlm_ros.ros import tester_node
 from metavlm_ros.ros.conversions import image_msg_to_rgb
 from metavlm_ros.ros.tester_node import (
     PARAMETERS,
@@ -286,6 +289,64 @@ def test_a_new_transport_size_applies_to_the_next_search(graph):
     g.wait(lambda: g.tester.searches_done == 2, message='the second search')
     # 160x120 -> longer side 40: 40x30, source and follow-ups alike.
     assert set(g.backend.shapes) == {(30, 40, 3)}
+
+
+def test_a_results_disk_below_its_reserve_pauses_searches_until_the_reserve_is_lowered(graph):
+    # No disk has a petabyte free: the reserve is not met, so the frame must not be searched.
+    g = graph(min_free_disk_mb=1_000_000_000)
+    g.camera.publish(make_frame(96, 72, seed=1))
+    g.wait(lambda: g.tester.searches_paused_disk == 1, message='the paused search')
+    assert g.tester.searches_done == 0
+    assert g.backend.calls == 0
+    assert not (g.results / 'evaluations.jsonl').exists()
+    count = len(g.diagnostics.messages)
+    g.wait(lambda: len(g.diagnostics.messages) > count, 3, 'a diagnostics message')
+    status = g.diagnostics.messages[-1].status[0]
+    kv = values_of(status)
+    assert status.level == DiagnosticStatus.WARN
+    assert status.message.startswith('results disk nearly full')
+    assert kv['searches_paused_disk'] == '1'
+    free_mb = shutil.disk_usage(g.results.parent).free / 2**20
+    assert float(kv['disk_free_mb']) == pytest.approx(free_mb, rel=0.05)
+
+    assert g.tester.set_parameters([Parameter('min_free_disk_mb', value=0)])[0].successful
+    g.camera.publish(make_frame(96, 72, seed=2))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search once the reserve is off')
+    assert len(read_jsonl(g.results / 'evaluations.jsonl')) == 18
+    count = len(g.diagnostics.messages)
+    g.wait(lambda: len(g.diagnostics.messages) > count, 3, 'a diagnostics message')
+    assert g.diagnostics.messages[-1].status[0].level == DiagnosticStatus.OK
+
+
+def test_a_disk_filling_during_a_search_stops_it_and_keeps_records_without_pngs(graph, monkeypatch):
+    backend = StatsBackend()
+    reserve_mb = 100
+
+    def free_bytes(_path):
+        # Plenty until the model has answered the source frame and two generations, then 1 MiB.
+        return (10_000 if backend.calls < 3 else 1) * 2**20
+
+    monkeypatch.setattr(tester_node, 'free_disk_bytes', free_bytes)
+    monkeypatch.setattr(results_module, 'free_disk_bytes', free_bytes)
+    g = graph(backend=backend, evaluations=60, min_free_disk_mb=reserve_mb)
+    g.camera.publish(make_frame(160, 120, seed=5))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    assert g.tester.searches_stopped == 1
+    assert g.tester.state == 'search stopped: the results disk fell below min_free_disk_mb'
+    records = read_jsonl(g.results / 'evaluations.jsonl')
+    assert 6 <= len(records) < 60  # records are still written, the search ends early
+    assert len(read_jsonl(g.results / 'summary.jsonl')) == 1
+    written = read_jsonl(g.results / 'violations.jsonl') + read_jsonl(g.results / 'pareto.jsonl')
+    skipped = [r for r in written if r['frame'] is None]
+    assert skipped, 'the last generation and the Pareto set come after the disk filled'
+    # The first generation's violations were judged with room on the disk, the later ones without.
+    violations = read_jsonl(g.results / 'violations.jsonl')
+    assert all((r['frame'] is None) == (r['generation'] >= 1) for r in violations)
+    assert any(r['frame'] is not None for r in violations)
+    assert all(r['frame'] is None for r in read_jsonl(g.results / 'pareto.jsonl'))
+    pngs = list((g.results / 'frames').glob('*.png')) if (g.results / 'frames').exists() else []
+    assert len(pngs) == len(written) - len(skipped)
+    assert values_of(g.tester.diagnostics())['frames_not_saved'] == str(len(skipped))
 
 
 @pytest.mark.parametrize(
