@@ -178,6 +178,15 @@ class RosProbeBackend(VLMBackend):
         return self._publisher.get_subscription_count()
 
     @property
+    def connected(self) -> bool:
+        """Whether probes can go out and answers come back: both probe topics are matched.
+
+        Discovery matches the two directions separately; an answer published before its direction
+        is matched is lost, and the probe has to be sent again after `timeout_s`.
+        """
+        return self.subscribers > 0 and self._subscription.get_publisher_count() > 0
+
+    @property
     def answering(self) -> bool:
         """Whether the perception node is there and answered the last round of probes."""
         return self.subscribers > 0 and self.answered > 0 and self.consecutive_failed_rounds == 0

@@ -517,7 +517,7 @@ class TesterNode(Node):
         return self.probe.answering
 
     def _endpoint_ready(self) -> bool:
-        return self.probe is None or self.probe.subscribers > 0
+        return self.probe is None or self.probe.connected
 
     # -- camera and scheduling ----------------------------------------------------------------------
 
@@ -761,7 +761,7 @@ class TesterNode(Node):
             level = DiagnosticStatus.WARN
             message = f'results disk nearly full: {self.disk_free_mb:.0f} MiB free, searches paused'
         elif self.probe is not None and not self._endpoint_ready():
-            level, message = DiagnosticStatus.WARN, 'perception node absent: no subscriber on probe'
+            level, message = DiagnosticStatus.WARN, 'perception node absent: probe topics not matched'
         elif answering is False and self.probe is not None and self.probe.sent > 0:
             level, message = DiagnosticStatus.WARN, 'perception node not answering probes'
         latency = self.probe.latency if self.probe is not None else None
