@@ -234,8 +234,8 @@ def run_nodes(
 
     Returns:
         A summary: frames_published, frames_received, frames_dropped, searches, searches_paused_disk,
-        evaluations, failed,
-        violations, violation_rate, last_hypervolume, results_dir, endpoint, seconds.
+        evaluations, failed, violations, violation_rate, last_hypervolume, results_dir, endpoint,
+        seconds.
 
     Raises:
         InputError, ParameterError, ModelError: bad footage, parameters or model (nothing is left running).
