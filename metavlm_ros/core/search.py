@@ -1,4 +1,4 @@
-"""The search (DESIGN 1.5): NSGA-II (MetaVLM) and random search (Rand) over compositions of relations."""
+"""The search (docs/method.md, Search): NSGA-II (MetaVLM) and the paper's Rand over compositions."""
 
 from __future__ import annotations
 
@@ -9,15 +9,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.algorithms.soo.nonconvex.random_search import RandomSearch
+from pymoo.core.algorithm import Algorithm
 from pymoo.core.evaluator import Evaluator
 from pymoo.core.population import Population
 from pymoo.core.problem import Problem
+from pymoo.core.sampling import Sampling
 from pymoo.operators.crossover.sbx import SBX
 from pymoo.operators.mutation.pm import PM
 from pymoo.operators.sampling.rnd import FloatRandomSampling
 from pymoo.problems.static import StaticProblem
+from pymoo.util.display.multi import MultiObjectiveOutput
 
-from metavlm_ros.core.encoding import N_VAR, Composition, SearchSpace, decode
+from metavlm_ros.core.encoding import N_RELATIONS, N_VAR, Composition, SearchSpace, decode
 from metavlm_ros.core.errors import InputError, ModelError, ParameterError
 from metavlm_ros.core.frames import resize_longer_side
 from metavlm_ros.core.metrics import (
@@ -39,14 +43,15 @@ __all__ = [
     'ALGORITHMS',
     'Evaluation',
     'SearchConfig',
+    'RandSampling',
     'SearchResult',
     'evaluation_record',
+    'rand_genotypes',
     'run_search',
     'summary_record',
     'validate_frame',
 ]
 
-ALGORITHMS = ('nsga2', 'random')
 
 # The authors' NSGA-II operator settings (DESIGN 1.5).
 SBX_PROB, SBX_ETA = 0.9, 15
@@ -292,38 +297,72 @@ def run_search(
             progress(len(batch))
 
     xl, xu = _bounds(config.space)
-    if config.algorithm == 'random':
-        _random_search(judge, config, xl, xu, record, should_stop, result)
-    else:
-        _nsga2_search(judge, config, xl, xu, record, should_stop, result)
+    _drive(judge, config, xl, xu, record, should_stop, result)
 
     _finish(result, judge, backend, store, extra, started)
     return result
 
 
-def _random_search(judge, config, xl, xu, record, should_stop, result) -> None:
-    rng = np.random.default_rng(config.seed)
-    done, generation = 0, 0
-    while done < config.evaluations:
-        if should_stop is not None and should_stop():
-            result.stopped = True
-            return
-        size = min(config.population, config.evaluations - done)
-        genotypes = rng.uniform(xl, xu, size=(size, N_VAR))
-        record(judge.judge(genotypes, generation, done))
-        done += size
-        generation += 1
+class RandSampling(Sampling):
+    """The paper's Rand: order k uniform in 1..n, a uniformly random k-subset, uniform parameters.
+
+    n is the number of relations the search space enables (6 by default), so every order gets
+    about 1/n of the budget and the identity is never drawn. Genotypes are ordinary 12-variable
+    genotypes (flags 1.0 / 0.0, parameters in the space's ranges): `decode` turns them into
+    compositions applied in the fixed relation order, exactly as for NSGA-II.
+    """
+
+    def __init__(self, space: SearchSpace):
+        super().__init__()
+        self.space = space
+
+    def _do(self, problem, n_samples, *args, random_state=None, **kwargs) -> np.ndarray:
+        return rand_genotypes(self.space, int(n_samples), random_state)
 
 
-def _nsga2_search(judge, config, xl, xu, record, should_stop, result) -> None:
-    problem = _CompositionProblem(xl, xu)
-    algorithm = NSGA2(
+def rand_genotypes(space: SearchSpace, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` genotypes of the paper's Rand (docs/method.md, Search) drawn with `rng`."""
+    enabled = np.flatnonzero(space.enabled)
+    orders = rng.integers(1, enabled.size + 1, size=n)
+    # A uniformly random k-subset: the k enabled relations with the smallest random keys.
+    keys = rng.random((n, enabled.size))
+    rank = np.argsort(np.argsort(keys, axis=1), axis=1)
+    active = np.zeros((n, N_RELATIONS), dtype=bool)
+    active[:, enabled] = rank < orders[:, None]
+    low, high = np.asarray(space.low, float), np.asarray(space.high, float)
+    genotypes = np.empty((n, N_VAR))
+    genotypes[:, 0::2] = active
+    genotypes[:, 1::2] = low + (high - low) * rng.random((n, N_RELATIONS))
+    return genotypes
+
+
+def _nsga2(config: SearchConfig) -> Algorithm:
+    return NSGA2(
         pop_size=config.population,
         sampling=FloatRandomSampling(),
         crossover=SBX(prob=SBX_PROB, eta=SBX_ETA),
         mutation=PM(prob=1.0, prob_var=PM_PROB_VAR, eta=PM_ETA),
         eliminate_duplicates=True,
     )
+
+
+def _rand(config: SearchConfig) -> Algorithm:
+    return RandomSearch(
+        n_points_per_iteration=config.population,
+        sampling=RandSampling(config.space),
+        output=MultiObjectiveOutput(),
+    )
+
+
+# One registry of algorithms: every caller reads it, one loop (_drive) runs them all.
+_ALGORITHM_FACTORIES: dict[str, Callable[[SearchConfig], Algorithm]] = {'nsga2': _nsga2, 'random': _rand}
+ALGORITHMS = tuple(_ALGORITHM_FACTORIES)
+
+
+def _drive(judge, config, xl, xu, record, should_stop, result) -> None:
+    """Run any pymoo algorithm by ask/tell on the composition problem, with an exact budget."""
+    problem = _CompositionProblem(xl, xu)
+    algorithm = _ALGORITHM_FACTORIES[config.algorithm](config)
     algorithm.setup(problem, termination=('n_eval', config.evaluations), seed=config.seed, verbose=False)
     done, generation = 0, 0
     while done < config.evaluations:
