@@ -24,9 +24,11 @@ __all__ = [
     'SUPPORTED_ENCODINGS',
     'array_to_prediction',
     'convert_image_msg',
+    'error_to_array',
     'image_msg_to_rgb',
     'latency_of',
     'prediction_to_array',
+    'refusal_of',
     'rgb_to_image_msg',
     'stamp_to_ns',
     'ns_to_stamp',
@@ -268,6 +270,26 @@ def prediction_to_array(
     return DiagnosticArray(header=Header(stamp=header.stamp, frame_id=header.frame_id), status=[status])
 
 
+def error_to_array(header: Header, model_id: str, reason: str) -> DiagnosticArray:
+    """The answer to a frame that could not be judged: the prediction form with level ERROR.
+
+    One DiagnosticStatus named 'metavlm/prediction', level ERROR, message the reason, hardware_id the
+    model, no values; the header is copied, so a probe's stamp identifies the refused request.
+    """
+    status = DiagnosticStatus(
+        level=DiagnosticStatus.ERROR, name=PREDICTION_STATUS, message=str(reason), hardware_id=str(model_id)
+    )
+    return DiagnosticArray(header=Header(stamp=header.stamp, frame_id=header.frame_id), status=[status])
+
+
+def refusal_of(msg: DiagnosticArray) -> str | None:
+    """The reason of an error answer made by `error_to_array`; None for a prediction."""
+    status = _find_status(msg)
+    if status.level == DiagnosticStatus.ERROR:
+        return status.message or 'refused without a reason'
+    return None
+
+
 def _find_status(msg: DiagnosticArray) -> DiagnosticStatus:
     for status in msg.status:
         if status.name == PREDICTION_STATUS:
@@ -279,11 +301,14 @@ def array_to_prediction(msg: DiagnosticArray) -> Prediction:
     """Read a Prediction back from a `prediction` / `probe/prediction` message.
 
     Raises:
-        InputError: no 'metavlm/prediction' status, no or unknown 'kind', or a value that is not a number.
+        InputError: no 'metavlm/prediction' status, an error answer (level ERROR), no or unknown 'kind',
+            or a value that is not a number.
     """
     from metavlm_ros.core.vlm import Prediction  # core.vlm pulls in torch; keep image conversions light
 
     status = _find_status(msg)
+    if status.level == DiagnosticStatus.ERROR:
+        raise InputError(f'the frame was not judged: {status.message}')
     pairs = {item.key: item.value for item in status.values}
     kind = pairs.get('kind')
     if kind not in ('count', 'confidence'):

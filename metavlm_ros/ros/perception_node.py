@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import rclpy
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -19,9 +19,9 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from metavlm_ros.core.errors import InputError, MetaVLMError, ParameterError
 from metavlm_ros.core.vlm import BACKENDS, CLASSES, VLMBackend, create_backend
-from metavlm_ros.ros.conversions import convert_image_msg, prediction_to_array
+from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
 from metavlm_ros.ros.parameters import ParameterRules
-from metavlm_ros.ros.probe_client import PROBE_QOS
+from metavlm_ros.ros.probe_client import PROBE_QOS, LatencyStats
 
 __all__ = ['PROBE_QOS', 'RESULT_QOS', 'PerceptionNode', 'main']
 
@@ -32,6 +32,8 @@ RESULT_QOS = QoSProfile(
 # Bound on probes waiting for the model; beyond it the oldest (already timed out at the tester) go.
 MAX_PENDING_PROBES = 4096
 WARN_PERIOD_S = 5.0
+DIAGNOSTICS_PERIOD_S = 1.0
+DIAGNOSTIC_STATUS = 'metavlm_perception: model'
 
 
 @dataclass
@@ -50,6 +52,7 @@ class PerceptionCounters:
     probes: int = 0
     probes_answered: int = 0
     probes_dropped: int = 0
+    probes_refused: int = 0  # answered with an error (level ERROR, the reason) instead of a prediction
     predict_calls: int = 0
     conversion_failures: int = 0
     inference_failures: int = 0
@@ -89,7 +92,10 @@ class PerceptionNode(Node):
             super().destroy_node()  # a node that failed to start must not linger in its context
             raise
 
+        self.latency = LatencyStats()
+        self._reported = PerceptionCounters()  # the counters at the previous /diagnostics
         self.prediction_pub = self.create_publisher(DiagnosticArray, 'prediction', RESULT_QOS)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
         self.probe_prediction_pub = self.create_publisher(DiagnosticArray, 'probe/prediction', PROBE_QOS)
         if self._rules.value('image_transport') == 'compressed':
             self.create_subscription(
@@ -98,6 +104,7 @@ class PerceptionNode(Node):
         else:
             self.create_subscription(Image, 'image', self._on_camera, qos_profile_sensor_data)
         self.create_subscription(Image, 'probe', self._on_probe, PROBE_QOS)
+        self.create_timer(DIAGNOSTICS_PERIOD_S, self.publish_diagnostics)
 
         self._worker = threading.Thread(target=self._work, name='metavlm-perception', daemon=True)
         self._worker.start()
@@ -262,9 +269,12 @@ class PerceptionNode(Node):
             except InputError as exc:
                 self.counters.conversion_failures += 1
                 self.get_logger().warning(
-                    f'frame skipped ({self.counters.conversion_failures} so far): {exc}',
+                    f'{"probe" if is_probe else "camera frame"} skipped '
+                    f'({self.counters.conversion_failures} unreadable so far): {exc}',
                     throttle_duration_sec=WARN_PERIOD_S,
                 )
+                if is_probe:
+                    self._refuse([item], f'unreadable frame: {exc}')
                 continue
             self.counters.downscaled += int(reduced)
             frames.append(rgb)
@@ -278,6 +288,8 @@ class PerceptionNode(Node):
             self.get_logger().error(
                 f'model failed on {len(frames)} frame(s): {exc}', throttle_duration_sec=WARN_PERIOD_S
             )
+            if is_probe:
+                self._refuse(kept, f'model failed: {exc}')
             return
         finally:
             self.counters.predict_calls += 1
@@ -289,10 +301,70 @@ class PerceptionNode(Node):
             publisher.publish(
                 prediction_to_array(prediction, item.msg.header, self.backend.model_id, latency_ms)
             )
+            self.latency.add(done - item.arrived)
             if is_probe:
                 self.counters.probes_answered += 1
             else:
                 self.counters.predictions += 1
+
+    def _refuse(self, items: list[_Pending], reason: str) -> None:
+        """Answer probes that cannot be judged with an error, so the tester need not wait them out."""
+        for item in items:
+            self.probe_prediction_pub.publish(error_to_array(item.msg.header, self.backend.model_id, reason))
+            self.counters.probes_refused += 1
+
+    # -- health ---------------------------------------------------------------------------------------
+
+    def diagnostics(self) -> DiagnosticStatus:
+        """The node's health as one DiagnosticStatus (published on /diagnostics once a second).
+
+        WARN while frames were unreadable, probes refused or model calls failed since the last one.
+        """
+        now, before = self.counters, self._reported
+        self._reported = PerceptionCounters(**vars(now))
+        trouble = [
+            f'{count} {what}'
+            for count, what in (
+                (now.conversion_failures - before.conversion_failures, 'unreadable frame(s)'),
+                (now.probes_refused - before.probes_refused, 'probe(s) refused'),
+                (now.inference_failures - before.inference_failures, 'frame(s) lost to model failures'),
+            )
+            if count
+        ]
+        level = DiagnosticStatus.WARN if trouble else DiagnosticStatus.OK
+        message = ', '.join(trouble) + ' in the last period' if trouble else 'judging frames'
+        values = {
+            'probes': now.probes,
+            'probes_answered': now.probes_answered,
+            'probes_refused': now.probes_refused,
+            'probes_dropped': now.probes_dropped,
+            'camera_frames': now.camera_frames,
+            'camera_frames_replaced': now.camera_frames_replaced,
+            'predictions': now.predictions,
+            'frames_unreadable': now.conversion_failures,
+            'inference_failures': now.inference_failures,
+            'frames_downscaled': now.downscaled,
+            'pending': self.pending(),
+            'latency_p50_ms': self.latency.percentile_ms(50),
+            'latency_p95_ms': self.latency.percentile_ms(95),
+        }
+        return DiagnosticStatus(
+            level=level,
+            name=DIAGNOSTIC_STATUS,
+            message=message,
+            hardware_id=str(self.backend.model_id),
+            values=[
+                KeyValue(key=k, value=f'{v:.3f}' if isinstance(v, float) else str(v))
+                for k, v in values.items()
+            ],
+        )
+
+    def publish_diagnostics(self) -> None:
+        """Publish the health status on /diagnostics."""
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        array.status = [self.diagnostics()]
+        self.diagnostics_pub.publish(array)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 

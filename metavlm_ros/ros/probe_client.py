@@ -17,7 +17,7 @@ from sensor_msgs.msg import Image
 from metavlm_ros.core.errors import ParameterError
 from metavlm_ros.core.frames import resize_longer_side
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend
-from metavlm_ros.ros.conversions import array_to_prediction, rgb_to_image_msg, stamp_to_ns
+from metavlm_ros.ros.conversions import array_to_prediction, refusal_of, rgb_to_image_msg, stamp_to_ns
 
 __all__ = ['PROBE_QOS', 'LatencyStats', 'ProbesReleased', 'RosProbeBackend', 'TransportSizeBackend']
 
@@ -110,6 +110,8 @@ class RosProbeBackend(VLMBackend):
     callback group, so the executor delivers replies on another thread while the worker waits.
     Replies missing after `timeout_s` are asked for once more; those still missing are None, which
     the search records as failed evaluations. A call never waits longer than (retries + 1) timeouts.
+    A frame the perception node refuses (an error answer: unreadable frame, model failure) is None
+    at once, without a retry; `errors` holds the reasons of the last call, by frame index.
     """
 
     name = 'ros'
@@ -157,10 +159,13 @@ class RosProbeBackend(VLMBackend):
         self.answered = 0
         self.retried = 0
         self.lost = 0
+        self.refused = 0
+        self.errors: dict[int, str] = {}  # frame index -> the perception node's reason, last call
         self.consecutive_failed_rounds = 0
         self.last_reply_time: float | None = None
         self._cond = threading.Condition()
         self._replies: dict[int, Prediction] = {}
+        self._refusals: dict[int, str] = {}  # stamp (ns) -> reason of an error answer
         self._waiting: dict[int, float] = {}  # stamp (ns) -> monotonic send time
         self._last_stamp = 0
         self._closed = False
@@ -189,7 +194,8 @@ class RosProbeBackend(VLMBackend):
     @property
     def answering(self) -> bool:
         """Whether the perception node is there and answered the last round of probes."""
-        return self.subscribers > 0 and self.answered > 0 and self.consecutive_failed_rounds == 0
+        answers = self.answered + self.refused  # a refusal is an answer: the node is there
+        return self.subscribers > 0 and answers > 0 and self.consecutive_failed_rounds == 0
 
     # -- the VLMBackend interface -------------------------------------------------------------------
 
@@ -200,6 +206,7 @@ class RosProbeBackend(VLMBackend):
             ProbesReleased: `release()` was called (shutdown) before every answer came.
         """
         results: list[Prediction | None] = [None] * len(frames)
+        self.errors = {}
         if not frames:
             return results
         missing = list(range(len(frames)))
@@ -215,7 +222,11 @@ class RosProbeBackend(VLMBackend):
             with self._cond:
                 while True:
                     # A late reply to the first attempt is as good as a reply to the retry.
-                    missing = [i for i in missing if not any(s in self._replies for s in stamps[i])]
+                    missing = [
+                        i
+                        for i in missing
+                        if not any(s in self._replies or s in self._refusals for s in stamps[i])
+                    ]
                     remaining = deadline - time.monotonic()
                     if not missing or remaining <= 0 or self._closed:
                         break
@@ -228,11 +239,20 @@ class RosProbeBackend(VLMBackend):
                     reply = self._replies.pop(stamp, None)
                     if reply is not None and results[i] is None:
                         results[i] = reply
+                    reason = self._refusals.pop(stamp, None)
+                    if reason is not None:
+                        self.errors[i] = reason
                     self._waiting.pop(stamp, None)
+            # A retry may have been answered where an earlier copy was refused.
+            self.errors = {i: reason for i, reason in self.errors.items() if results[i] is None}
         if self._closed and any(r is None for r in results):
             # Answers cut off by a shutdown are not the perception node's failures: record nothing.
             raise ProbesReleased('probe endpoint released while answers were awaited')
-        failed = sum(r is None for r in results)
+        for i, reason in self.errors.items():
+            self.node.get_logger().warning(
+                f'the perception node refused frame {i}: {reason}', throttle_duration_sec=5.0
+            )
+        failed = sum(r is None for r in results) - len(self.errors)
         self.lost += failed
         if failed == len(frames):
             self.consecutive_failed_rounds += 1
@@ -277,13 +297,19 @@ class RosProbeBackend(VLMBackend):
             if sent_at is None:
                 return  # not ours, or an answer that came after its caller gave up
             try:
-                prediction = array_to_prediction(msg)
+                reason = refusal_of(msg)
+                prediction = None if reason is not None else array_to_prediction(msg)
             except Exception as exc:  # a malformed reply counts as no reply, never as a crash
-                self.node.get_logger().warning(f'unreadable probe reply: {exc}')
+                self.node.get_logger().warning(f'unreadable probe reply: {exc}', throttle_duration_sec=5.0)
+                return
+            self.last_reply_time = now
+            if prediction is None:
+                self._refusals[stamp] = reason
+                self.refused += 1
+                self._cond.notify_all()
                 return
             self._replies[stamp] = prediction
             self.answered += 1
-            self.last_reply_time = now
             self.latency.add(now - sent_at)
             self.kind = prediction.kind
             self.classes = tuple(prediction.values)

@@ -42,6 +42,7 @@ from metavlm_ros.core.search import (
     SearchResult,
     evaluation_record,
     run_search,
+    validate_frame,
 )
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend, create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
@@ -71,6 +72,8 @@ TRANSPORTS = ('raw', 'compressed')
 FAILED_ROUNDS_TO_PAUSE = 3
 # How long a stopping tester lets the generation in progress finish before it abandons its probes.
 STOP_GRACE_S = 5.0
+# Least seconds between two warnings about unreadable camera frames (a broken camera sends many).
+WARN_PERIOD_S = 5.0
 MIB = 1024 * 1024
 
 # Violations and their images are results: RELIABLE, so rqt_image_view and rviz both receive them.
@@ -403,6 +406,7 @@ class TesterNode(Node):
         self.last_hypervolume = float('nan')
         self.last_rate = float('nan')
         self.last_error = ''
+        self.last_error_time: float | None = None  # time.monotonic() of last_error
         self.searches_paused_disk = 0  # frames not searched because the results disk was below its reserve
         self.disk_free_mb = float('nan')
         self._disk_low = False
@@ -578,10 +582,10 @@ class TesterNode(Node):
                     'search stopped by shutdown; the generation in progress was not recorded'
                 )
             except MetaVLMError as exc:
-                self.last_error = str(exc)
+                self._error(str(exc))
                 self.get_logger().error(f'search failed: {exc}')
             except Exception as exc:  # a bug in one search must not end the node
-                self.last_error = f'{type(exc).__name__}: {exc}'
+                self._error(f'{type(exc).__name__}: {exc}')
                 self.get_logger().error(f'search failed: {self.last_error}')
             finally:
                 with self._lock:
@@ -594,10 +598,15 @@ class TesterNode(Node):
             self.state = 'paused: results disk below min_free_disk_mb'
             return
         try:
-            frame = image_msg_to_rgb(msg)
+            # validate_frame: what the search would refuse (a 1x1 frame) is unreadable too.
+            frame = validate_frame(image_msg_to_rgb(msg))
         except InputError as exc:
             self.frames_unreadable += 1
-            self.get_logger().warning(f'camera frame skipped: {exc}')
+            self._error(f'camera frame unreadable: {exc}')
+            self.get_logger().warning(
+                f'camera frame skipped ({self.frames_unreadable} unreadable so far): {exc}',
+                throttle_duration_sec=WARN_PERIOD_S,
+            )
             return
         frame = np.ascontiguousarray(resize_longer_side(frame, settings.search.working_size))
         # Run-time changes of these take effect here, between searches, never within one.
@@ -609,6 +618,11 @@ class TesterNode(Node):
         self.state = 'judging the source frame'
         # The source prediction doubles as a health check of the perception node.
         source = self.backend.predict([frame])[0]
+        if source is None and self.probe is not None and 0 in self.probe.errors:
+            self.frames_unreadable += 1
+            self._error(f'the perception node refused the frame: {self.probe.errors[0]}')
+            self.get_logger().warning(self.last_error, throttle_duration_sec=WARN_PERIOD_S)
+            return
         if source is None:
             self.state = 'perception node not answering'
             self.get_logger().warning('the perception node did not answer; frame skipped, waiting for it')
@@ -662,8 +676,14 @@ class TesterNode(Node):
         self._disk_low = low
         return low
 
+    def _error(self, text: str) -> None:
+        self.last_error, self.last_error_time = text, time.monotonic()
+
     def _finish(self, result: SearchResult, job: _Job) -> None:
         self.searches_done += 1
+        if not result.stopped:
+            # A search that ran to its end shows that the error is past: /diagnostics clears it.
+            self.last_error, self.last_error_time = '', None
         self.last_hypervolume = result.hypervolume
         self.last_rate = len(result.evaluations) / max(result.seconds, 1e-9)
         if result.stopped:
@@ -787,6 +807,9 @@ class TesterNode(Node):
             'camera_callback_max_ms': self.camera_callback_max_s * 1000.0,
             'perception_answering': 'n/a' if answering is None else str(answering).lower(),
             'last_error': self.last_error,
+            'last_error_age_s': (
+                float('nan') if self.last_error_time is None else time.monotonic() - self.last_error_time
+            ),
         }
         return DiagnosticStatus(
             level=level,

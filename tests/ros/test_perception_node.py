@@ -2,18 +2,28 @@
 parameters refused at run time, garbage frames survived, clean shutdown."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.srv import SetParameters
+from rclpy.executors import MultiThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.core.errors import InputError, ParameterError
 from metavlm_ros.core.vlm import VLMBackend, create_backend
-from metavlm_ros.ros.conversions import array_to_prediction, image_msg_to_rgb, latency_of, stamp_to_ns
+from metavlm_ros.ros.conversions import (
+    array_to_prediction,
+    image_msg_to_rgb,
+    latency_of,
+    refusal_of,
+    stamp_to_ns,
+)
 from metavlm_ros.ros.perception_node import PROBE_QOS, PerceptionNode, main
+from metavlm_ros.ros.probe_client import RosProbeBackend
 from tests.conftest import make_frame
 from tests.ros.helpers import CameraPublisher, TopicCollector, ros_context, wait_for
 
@@ -258,8 +268,9 @@ def test_garbage_frames_are_counted_and_the_node_goes_on(tiny_clip_dir, clip):
             odd.data = bytes(12)
             tester.publish_msg(odd)
             good = tester.publish(make_frame(32, 24), 42)
-            wait_for(lambda: len(replies.messages) == 1, 20, nodes, 'the reply to the good probe')
-            assert stamp_to_ns(replies.messages[0].header.stamp) == good
+            wait_for(lambda: len(replies.messages) == 3, 20, nodes, 'the replies (two of them errors)')
+            answers = [m for m in replies.messages if refusal_of(m) is None]
+            assert [stamp_to_ns(m.header.stamp) for m in answers] == [good]
             assert node.counters.conversion_failures == 2
             assert node._worker.is_alive()
         finally:
@@ -371,3 +382,92 @@ def test_parameter_rules_declare_check_and_notify():
                 rules.declare('size', 5, 'size', check=in_range(10, 20))
         finally:
             node.destroy_node()
+
+
+def _malformed_probes():
+    bad_encoding = Image(height=2, width=2, encoding='weird', step=6)
+    bad_encoding.data = bytes(12)
+    bad_length = Image(height=10, width=10, encoding='rgb8', step=30)
+    bad_length.data = bytes(7)  # step*height is 300
+    zero_size = Image(height=0, width=0, encoding='rgb8', step=0)
+    out = []
+    for i, (msg, words) in enumerate(
+        [(bad_encoding, "encoding 'weird'"), (bad_length, '7 bytes'), (zero_size, 'empty image')]
+    ):
+        msg.header.stamp.sec, msg.header.stamp.nanosec = 100 + i, 7
+        msg.header.frame_id = 'metavlm_probe'
+        out.append((msg, words))
+    return out
+
+
+def test_malformed_probes_get_an_error_answer_and_diagnostics_count_them(tiny_clip_dir, clip):
+    with ros_context() as context:
+        node = PerceptionNode(
+            context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir, batch_wait_ms=0)
+        )
+        tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
+        replies = TopicCollector(context, 'probe/prediction', DiagnosticArray, PROBE_QOS)
+        health = TopicCollector(context, '/diagnostics', DiagnosticArray, name='health_sink')
+        nodes = [node, tester, replies, health]
+        try:
+            wait_for(lambda: tester.publisher.get_subscription_count() > 0, 5, nodes, 'probe subscriber')
+            wait_for(lambda: node.probe_prediction_pub.get_subscription_count() > 0, 5, nodes)
+            malformed = _malformed_probes()
+            for msg, _words in malformed:
+                tester.publish_msg(msg)
+            good = tester.publish(make_frame(32, 24), 42)
+            wait_for(lambda: len(replies.messages) == 4, 20, nodes, 'an answer to every probe')
+            by_stamp = {stamp_to_ns(m.header.stamp): m for m in replies.messages}
+            for msg, words in malformed:
+                answer = by_stamp[stamp_to_ns(msg.header.stamp)]
+                assert answer.header.frame_id == 'metavlm_probe'
+                (status,) = answer.status
+                assert status.level == DiagnosticStatus.ERROR
+                assert status.name == 'metavlm/prediction'
+                assert status.message.startswith('unreadable frame:') and words in status.message
+                assert refusal_of(answer) == status.message
+                with pytest.raises(InputError, match='not judged'):
+                    array_to_prediction(answer)
+            assert array_to_prediction(by_stamp[good]).kind == 'confidence'
+            assert node.counters.probes_refused == 3 and node.counters.probes_answered == 1
+
+            def reported():
+                mine = [s for m in health.messages for s in m.status if s.name == 'metavlm_perception: model']
+                return mine and {kv.key: kv.value for kv in mine[-1].values}.get('probes_refused') == '3'
+
+            wait_for(reported, 5, nodes, "the perception node's /diagnostics")
+            status = [s for m in health.messages for s in m.status if s.hardware_id == clip.model_id][-1]
+            kv = {item.key: item.value for item in status.values}
+            assert kv['probes_answered'] == '1' and kv['frames_unreadable'] == '3'
+            assert float(kv['latency_p50_ms']) > 0
+            assert status.hardware_id == clip.model_id
+        finally:
+            for n in nodes:
+                n.destroy_node()
+
+
+def test_a_failing_model_answers_the_probe_client_with_the_reason_at_once(tiny_clip_dir):
+    with ros_context() as context:
+        node = PerceptionNode(
+            context=context, backend=FailingBackend(), parameter_overrides=overrides(tiny_clip_dir)
+        )
+        client_node = rclpy.create_node('probe_client', context=context)
+        client = RosProbeBackend(client_node, timeout_s=10.0)
+        executor = MultiThreadedExecutor(num_threads=3, context=context)
+        for n in (node, client_node):
+            executor.add_node(n)
+        spinner = threading.Thread(target=executor.spin, daemon=True)
+        spinner.start()
+        try:
+            deadline = time.monotonic() + 5
+            while not client.connected and time.monotonic() < deadline:
+                time.sleep(0.02)
+            started = time.monotonic()
+            assert client.predict([make_frame(32, 24)]) == [None]
+            assert time.monotonic() - started < 5.0, 'the error answer ends the wait, not the 10 s timeout'
+            assert client.errors[0].startswith('model failed:')
+            assert client.retried == 0 and client.lost == 0
+        finally:
+            executor.shutdown(timeout_sec=2)
+            for n in (node, client_node):
+                n.destroy_node()

@@ -12,7 +12,7 @@ from sensor_msgs.msg import Image
 
 from metavlm_ros.core.errors import ParameterError
 from metavlm_ros.core.vlm import Prediction, VLMBackend
-from metavlm_ros.ros.conversions import image_msg_to_rgb, prediction_to_array
+from metavlm_ros.ros.conversions import error_to_array, image_msg_to_rgb, prediction_to_array
 from metavlm_ros.ros.probe_client import (
     PROBE_QOS,
     LatencyStats,
@@ -53,6 +53,9 @@ class Responder(Node):
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         self.seen.append(stamp)
         if self.mode == 'silent':
+            return
+        if self.mode == 'refuse_narrow' and msg.width < 45:
+            self.pub.publish(error_to_array(msg.header, 'scripted', f'unreadable frame: {msg.width} px'))
             return
         if self.mode == 'ignore_first':
             key = bytes(msg.data)
@@ -296,3 +299,19 @@ def test_latency_percentiles():
     # The window keeps the last four: 20, 30, 40, 50 ms; median 35, p95 48.5 (linear interpolation).
     assert stats.percentile_ms(50) == pytest.approx(35.0)
     assert stats.percentile_ms(95) == pytest.approx(48.5)
+
+
+def test_a_refused_frame_is_a_per_frame_error_at_once_without_a_retry(graph):
+    context, client, add = graph
+    responder = add(Responder(context, mode='refuse_narrow'))
+    backend = RosProbeBackend(client, timeout_s=5.0)
+    wait_matched(backend, responder)
+    started = time.monotonic()
+    predictions = backend.predict(frames(3))  # widths 40 (refused), 48, 56
+    assert time.monotonic() - started < 2.0, 'an error answer must not be waited out like a lost one'
+    assert predictions[0] is None
+    assert [p.values['width'] for p in predictions[1:]] == [48.0, 56.0]
+    assert backend.errors == {0: 'unreadable frame: 40 px'}
+    assert len(responder.seen) == 3 and backend.retried == 0
+    assert backend.refused == 1 and backend.lost == 0
+    assert backend.answering  # a refusal is an answer: the perception node is there

@@ -18,7 +18,7 @@ from metavlm_ros.core.results import read_jsonl
 from metavlm_ros.core.search import Evaluation
 from metavlm_ros.core.vlm import Prediction, VLMBackend
 from metavlm_ros.ros import tester_node
-from metavlm_ros.ros.conversions import image_msg_to_rgb
+from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg
 from metavlm_ros.ros.tester_node import (
     PARAMETERS,
     coerce_parameters,
@@ -427,3 +427,49 @@ def test_violation_image_layout_and_labels():
     assert picture.shape[1] == 80 + 4 + 80  # the follow-up is brought to the source's height
     assert format_change('animal', 0.2, 0.25, 'confidence') == 'animal 0.200 -> 0.250 (+0.050)'
     assert format_change('animal', 2, 0, 'count') == 'animal 2 -> 0 (-2)'
+
+
+def _malformed(kind: str) -> Image:
+    if kind == 'one_pixel':
+        return rgb_to_image_msg(np.zeros((1, 1, 3), np.uint8), 5_000_000_000)
+    if kind == 'one_row':
+        return rgb_to_image_msg(np.zeros((1, 64, 3), np.uint8), 5_000_000_000)
+    if kind == 'bad_encoding':
+        msg = rgb_to_image_msg(make_frame(32, 24), 5_000_000_000)
+        msg.encoding = 'yuv422_yuy2_x'
+        return msg
+    msg = rgb_to_image_msg(make_frame(32, 24), 5_000_000_000)  # bad_length
+    msg.data = bytes(msg.data)[:-7]
+    return msg
+
+
+@pytest.mark.parametrize('kind', ['one_pixel', 'one_row', 'bad_encoding', 'bad_length'])
+def test_unreadable_frames_are_counted_and_the_error_clears_after_a_good_search(graph, kind):
+    g = graph()
+    errors = []
+    real_error = g.tester.get_logger().error
+
+    def spy(text, *args, **kwargs):
+        errors.append(text)
+        return real_error(text, *args, **kwargs)
+
+    g.tester.get_logger().error = spy
+    g.camera.publish_msg(_malformed(kind))
+    g.wait(lambda: g.tester.frames_unreadable == 1, 10, 'the frame to be counted as unreadable')
+    assert g.tester.searches_done == 0
+    assert not [e for e in errors if 'search failed' in e], errors
+    count = len(g.diagnostics.messages)
+    g.wait(lambda: len(g.diagnostics.messages) > count, 3, 'diagnostics after the unreadable frame')
+    kv = values_of(g.diagnostics.messages[-1].status[0])
+    assert kv['frames_unreadable'] == '1'
+    assert kv['last_error'].startswith('camera frame unreadable')
+    assert 0 <= float(kv['last_error_age_s']) < 5
+
+    g.camera.publish(make_frame(64, 48, seed=3))
+    g.wait(lambda: g.tester.searches_done == 1, message='a good search')
+    count = len(g.diagnostics.messages)
+    g.wait(lambda: len(g.diagnostics.messages) > count, 3, 'diagnostics after the good search')
+    kv = values_of(g.diagnostics.messages[-1].status[0])
+    assert kv['frames_unreadable'] == '1'
+    assert kv['last_error'] == ''
+    assert kv['last_error_age_s'] == 'nan'
