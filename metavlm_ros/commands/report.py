@@ -23,6 +23,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         choices=('all', 'final', 'pareto'),
         help='solution set of the RQ2/RQ3 tables: all evaluations (default), final generation, or pareto',
     )
+    parser.add_argument(
+        '--rq3',
+        default='run',
+        choices=('run', 'pooled'),
+        help='samples of the RQ3 test: one mean strength per image and run (default), or every violating '
+        'pair pooled (the tables say so)',
+    )
     parser.add_argument('--no-plots', action='store_true', help='tables only')
     parser.set_defaults(handler=run)
 
@@ -31,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     """Build and write the report; returns the exit code."""
     from metavlm_ros.core.report import build_report, render_markdown, write_report
 
-    report = build_report(args.results, solutions=args.solutions)
+    report = build_report(args.results, solutions=args.solutions, rq3=args.rq3)
     out = Path(args.out) if args.out else Path(args.results) / 'report'
     written = write_report(report, out, fmt=args.format, plots=not args.no_plots)
     if args.format == 'md':

@@ -24,6 +24,8 @@ from metavlm_ros.core.stats import compare
 __all__ = [
     'APPROACH',
     'FORMATS',
+    'NOT_SIGNIFICANT',
+    'RQ3_SAMPLES',
     'SOLUTION_SETS',
     'CampaignResults',
     'CellResult',
@@ -43,8 +45,16 @@ SOLUTION_SETS = {
     'final': "the last generation's evaluations of each search (NSGA-II's last offspring, Rand's last batch)",
     'pareto': "each search's non-dominated set (f_pred > 0)",
 }
+# What one RQ3 sample is: the mean strength of one search (the default, as RQ1 takes one
+# hypervolume per search) or every violating pair of every search pooled.
+RQ3_SAMPLES = {
+    'run': 'one value per (image, run): the mean violation strength of that search',
+    'pooled': 'every violating pair of every image and run pooled (not the paper-level statistic)',
+}
 # The paper's names of the two approaches.
 APPROACH = {'nsga2': 'MetaVLM', 'random': 'Rand'}
+# What the paper prints instead of an effect size when a difference is not significant.
+NOT_SIGNIFICANT = '≡'
 ORDERS = (1, 2, 3, 4, 5, 6)
 TOP_COMPOSITIONS = 10
 
@@ -252,18 +262,24 @@ def _slug(text: str) -> str:
     return ''.join(c if c.isalnum() else '_' for c in text).strip('_').lower()
 
 
-def build_report(directory: str | Path, solutions: str = 'all', alpha: float = 0.05) -> Report:
+def build_report(
+    directory: str | Path, solutions: str = 'all', alpha: float = 0.05, rq3: str = 'run'
+) -> Report:
     """Compute every table of the report from a results directory.
 
     Args:
         directory: The campaign results directory.
         solutions: The solution set of the RQ2/RQ3 tables: 'all' (default), 'final' or 'pareto'.
         alpha: Significance level of the Mann-Whitney tests.
+        rq3: The samples RQ3's test compares: 'run' (default: one mean strength per image and run)
+            or 'pooled' (every violating pair).
 
     Raises:
         InputError: Not a campaign results directory.
-        ParameterError: Unknown solution set.
+        ParameterError: Unknown solution set or RQ3 sample.
     """
+    if rq3 not in RQ3_SAMPLES:
+        raise ParameterError(f'unknown RQ3 sample "{rq3}" (choose from {", ".join(RQ3_SAMPLES)})')
     results = load_results(directory, solutions)
     planned = results.campaign.get('cells', 0)
     notes = [
@@ -273,6 +289,7 @@ def build_report(directory: str | Path, solutions: str = 'all', alpha: float = 0
         'out; order-0 solutions (the identity, never a violation) are left out of RQ2 and RQ3.',
         'MR3 (histogram equalisation) at its nominal clip limit 1.0 is active yet costs 0 in f_trans, and '
         "still changes the image (DESIGN 1.1): this explains MR3's presence in low-cost compositions.",
+        f'RQ3 samples: {RQ3_SAMPLES[rq3]}.',
     ]
     tables: list[Table] = []
     rq1 = _rq1(results, alpha)
@@ -289,7 +306,7 @@ def build_report(directory: str | Path, solutions: str = 'all', alpha: float = 0
             for algorithm in results.algorithms:
                 tables.append(_rq22(results, model, algorithm, criterion))
         for criterion in results.criteria(model):
-            tables.append(_rq3(results, model, criterion))
+            tables.append(_rq3(results, model, criterion, alpha, rq3))
     return Report(results=results, tables=tables, notes=notes)
 
 
@@ -297,11 +314,17 @@ def _hypervolumes(cells: Iterable[CellResult]) -> list[float]:
     return [float(c.summary['hypervolume']) for c in cells if c.summary.get('hypervolume') is not None]
 
 
+def _effect(outcome: Any) -> str:
+    """The paper's effect column: the A12 magnitude when significant, else the equivalence sign."""
+    return outcome.magnitude if outcome.significant else NOT_SIGNIFICANT
+
+
 def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
     """Table 4: per image and model, MetaVLM's and Rand's hypervolumes across runs compared."""
     if not {'nsga2', 'random'} <= set(results.algorithms):
         return []
     rows = []
+    outcomes: dict[tuple[str, str], Any] = {}
     totals: dict[str, Counter] = {}
     for model in results.models:
         tally = totals.setdefault(model, Counter())
@@ -310,7 +333,7 @@ def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
             theirs = _hypervolumes(results.of(model, 'random', image))
             if not ours or not theirs:
                 continue
-            outcome = compare(ours, theirs, alpha=alpha)
+            outcome = outcomes[model, image] = compare(ours, theirs, alpha=alpha)
             better = {'first': 'MetaVLM', 'second': 'Rand'}.get(outcome.better, 'no significant difference')
             tally[{'first': 'wins', 'second': 'losses'}.get(outcome.better, 'ties')] += 1
             means = float(np.mean(ours)), float(np.mean(theirs))
@@ -323,7 +346,7 @@ def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
                     *means,
                     outcome.p,
                     outcome.a12,
-                    outcome.magnitude,
+                    _effect(outcome),
                     better,
                 ]
             )
@@ -336,7 +359,8 @@ def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
                  'A12', 'magnitude', 'better'],
         rows=rows,
         formats=['', '', 'd', 'd', '.4f', '.4f', 'p', '.3f', '', ''],
-        note=f'Two-sided Mann-Whitney U, significant when p < {alpha:g}; A12 is MetaVLM over Rand.',
+        note=f'Two-sided Mann-Whitney U, significant when p < {alpha:g}; A12 is MetaVLM over Rand; '
+        f'magnitude {NOT_SIGNIFICANT} when the difference is not significant, as in the paper.',
     )  # fmt: skip
     total_rows = [[m, t['wins'], t['losses'], t['ties']] for m, t in totals.items() if sum(t.values())]
     overall = Counter()
@@ -350,7 +374,39 @@ def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
         rows=total_rows,
         formats=['', 'd', 'd', 'd'],
     )
-    return [table, summary]
+    return [table, _table4(results, outcomes, alpha), summary]
+
+
+def _table4(results: CampaignResults, outcomes: dict[tuple[str, str], Any], alpha: float) -> Table:
+    """RQ1 laid out as the paper's Table 4: one row per image, the models side by side."""
+    models = [m for m in results.models if any(key[0] == m for key in outcomes)]
+    columns, formats = ['image'], ['']
+    for model in models:
+        columns += [f'{model} p', f'{model} A12', f'{model} best']
+        formats += ['p', '', '']
+    rows = []
+    for image in results.images:
+        if not any((m, image) in outcomes for m in models):
+            continue
+        row: list[Any] = [image]
+        for model in models:
+            outcome = outcomes.get((model, image))
+            if outcome is None:
+                row += [None, None, None]
+                continue
+            best = {'first': 'MetaVLM', 'second': 'Rand'}.get(outcome.better, NOT_SIGNIFICANT)
+            row += [outcome.p, _effect(outcome), best]
+        rows.append(row)
+    return Table(
+        key='table4',
+        title='Table 4 view: hypervolume, MetaVLM vs Rand, one row per image',
+        columns=columns,
+        rows=rows,
+        formats=formats,
+        note=f"The RQ1 table above, laid out as the paper's Table 4. A12: the magnitude of MetaVLM over "
+        f'Rand (negligible, small, medium, large) when p < {alpha:g}, else {NOT_SIGNIFICANT}; best: the '
+        f'approach with the higher hypervolume when the difference is significant, else {NOT_SIGNIFICANT}.',
+    )
 
 
 def _non_identity(cells: Iterable[CellResult]) -> list[dict]:
@@ -365,7 +421,8 @@ def _rq21(results: CampaignResults, model: str) -> Table:
     per_algorithm = {}
     for algorithm in results.algorithms:
         name = APPROACH.get(algorithm, algorithm)
-        columns += [f'{name} occurrence %'] + [f'{name} VR % ({_criterion_label(k)})' for k in criteria]
+        columns.append(f'{name} occurrence %')
+        columns += [f'{name} VR (Eq. 6) % ({_criterion_label(k)})' for k in criteria]
         formats += ['%'] + ['%'] * len(criteria)
         per_algorithm[algorithm] = _non_identity(results.of(model, algorithm))
     rows = []
@@ -387,7 +444,8 @@ def _rq21(results: CampaignResults, model: str) -> Table:
         rows=rows,
         formats=formats,
         note=f'Solution set: {SOLUTION_SETS[results.solutions]}. Solutions of order 1-6: {counts}. '
-        'Occurrence: share of the solutions with that order.',
+        'Occurrence: share of the solutions with that order. VR (Eq. 6): violations over solutions of '
+        'that order.',
     )
 
 
@@ -416,12 +474,15 @@ def _rq22(results: CampaignResults, model: str, algorithm: str, criterion: str) 
         key=f'rq2_2-{_slug(model)}-{algorithm}-{_slug(criterion)}',
         title=f'RQ2.2 (Table 6): top compositions by share of violations, {model}, {name}, '
         f'{_criterion_label(criterion)}',
-        columns=['rank', 'composition', 'order', 'violations', 'share %', 'solutions', 'VR %'],
+        columns=['rank', 'composition', 'order', 'violations', 'share of violations %', 'solutions',
+                 'VR (Eq. 6) %'],
         rows=rows,
         formats=['d', '', 'd', 'd', '%', 'd', '%'],
         note=f'Solution set: {SOLUTION_SETS[results.solutions]}. {total} violations among {len(records)} '
-        'solutions of order 1-6.',
-    )
+        'solutions of order 1-6. Share of violations: the composition\'s violations over all violations '
+        "(the column the paper's Table 6 calls VR). VR (Eq. 6): the composition's violations over its "
+        'solutions.',
+    )  # fmt: skip
 
 
 def _strengths(records: Iterable[dict], order: int, criterion: str) -> list[float]:
@@ -435,16 +496,16 @@ def _strengths(records: Iterable[dict], order: int, criterion: str) -> list[floa
     return values
 
 
-def _rq3(results: CampaignResults, model: str, criterion: str) -> Table:
-    """Table 7: violation strength by order and algorithm, MetaVLM vs Rand by A12."""
+def _rq3(results: CampaignResults, model: str, criterion: str, alpha: float, samples: str) -> Table:
+    """Table 7: violation strength by order and algorithm, MetaVLM vs Rand by Mann-Whitney and A12."""
     algorithms = results.algorithms
-    records = {a: _non_identity(results.of(model, a)) for a in algorithms}
+    cells = {a: results.of(model, a) for a in algorithms}
     columns = ['order']
     formats = ['d']
     for algorithm in algorithms:
         name = APPROACH.get(algorithm, algorithm)
-        columns += [f'{name} VS', f'{name} violations']
-        formats += ['.4f', 'd']
+        columns += [f'{name} VS', f'{name} violations', f'{name} samples']
+        formats += ['.4f', 'd', 'd']
     paired = {'nsga2', 'random'} <= set(algorithms)
     if paired:
         columns += ['p', 'A12', 'magnitude']
@@ -452,25 +513,39 @@ def _rq3(results: CampaignResults, model: str, criterion: str) -> Table:
     rows = []
     for order in ORDERS:
         row: list[Any] = [order]
-        samples = {}
+        tested = {}
         for algorithm in algorithms:
-            values = samples[algorithm] = _strengths(records[algorithm], order, criterion)
-            row += [float(np.mean(values)) if values else None, len(values)]
+            # One list of strengths per search (image, run); searches without a violation give none.
+            per_search = [_strengths(c.solutions, order, criterion) for c in cells[algorithm]]
+            pooled = [v for values in per_search for v in values]
+            if samples == 'run':
+                tested[algorithm] = [float(np.mean(values)) for values in per_search if values]
+            else:
+                tested[algorithm] = pooled
+            row += [float(np.mean(pooled)) if pooled else None, len(pooled), len(tested[algorithm])]
         if paired:
-            if samples['nsga2'] and samples['random']:
-                outcome = compare(samples['nsga2'], samples['random'])
-                row += [outcome.p, outcome.a12, outcome.magnitude]
+            if tested['nsga2'] and tested['random']:
+                outcome = compare(tested['nsga2'], tested['random'], alpha=alpha)
+                row += [outcome.p, outcome.a12, _effect(outcome)]
             else:
                 row += [None, None, None]
         rows.append(row)
+    sample_note = (
+        'Samples: searches (image, run) with a violation of that order; the test compares their mean '
+        'strengths'
+        if samples == 'run'
+        else 'Samples: every violating pair, pooled over images and runs (POOLED, not one value per run)'
+    )
+    title = f'RQ3 (Table 7): violation strength by order, {model}, {_criterion_label(criterion)}'
     return Table(
         key=f'rq3-{_slug(model)}-{_slug(criterion)}',
-        title=f'RQ3 (Table 7): violation strength by order, {model}, {_criterion_label(criterion)}',
+        title=title if samples == 'run' else f'{title} (pooled pairs)',
         columns=columns,
         rows=rows,
         formats=formats,
-        note=f'Solution set: {SOLUTION_SETS[results.solutions]}. VS: mean over violating solutions of the '
-        'summed differences of the violating classes (Eqs. 7-8); A12 is MetaVLM over Rand.',
+        note=f'Solution set: {SOLUTION_SETS[results.solutions]}. VS: mean over all violating solutions of '
+        f'the summed differences of the violating classes (Eqs. 7-8). {sample_note}. Two-sided '
+        f'Mann-Whitney U and A12 of MetaVLM over Rand; magnitude {NOT_SIGNIFICANT} when p >= {alpha:g}.',
     )
 
 
@@ -521,13 +596,21 @@ def _header_lines(report: Report) -> list[str]:
 
 
 def render_csv(table: Table) -> str:
-    """One table as CSV with raw (unformatted) values; empty fields for 'not applicable'."""
+    """One table as CSV, unrounded (percentages in % columns); empty fields for 'not applicable'."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator='\n')
     writer.writerow(table.columns)
+    formats = table.formats or [''] * len(table.columns)
     for row in table.rows:
-        writer.writerow(['' if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
+        writer.writerow([_csv_value(v, fmt) for v, fmt in zip(row, formats, strict=True)])
     return buffer.getvalue()
+
+
+def _csv_value(value: Any, fmt: str) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ''
+    # A column labelled % holds percentages, unrounded (the tables keep fractions internally).
+    return 100.0 * value if fmt == '%' else value
 
 
 def render_html(report: Report, plots: Sequence[tuple[str, str]] = ()) -> str:
