@@ -148,8 +148,9 @@ def _objectives(f_trans: ArrayLike, f_pred: ArrayLike) -> tuple[np.ndarray, np.n
 def non_dominated(f_trans: ArrayLike, f_pred: ArrayLike) -> np.ndarray:
     """Indices (ascending) of the non-dominated points when minimising f_trans and maximising f_pred.
 
-    Of exact duplicates only the first index is kept; points with a nan objective (failed
-    evaluations) are never in the set.
+    A point is in the set when no other point is at least as good in both objectives and better in
+    one; points with identical objectives are all kept (they add no hypervolume, and none of them
+    dominates the others). Points with a nan objective (failed evaluations) are never in the set.
 
     Raises:
         ParameterError: when the two arrays differ in length.
@@ -158,12 +159,16 @@ def non_dominated(f_trans: ArrayLike, f_pred: ArrayLike) -> np.ndarray:
     valid = np.flatnonzero(~(np.isnan(t) | np.isnan(p)))
     if valid.size == 0:
         return np.empty(0, dtype=np.intp)
-    # Sweep by f_trans ascending, f_pred descending, index ascending: a point is non-dominated
-    # exactly when its f_pred beats every point before it (ties are dominated or duplicates).
-    order = valid[np.lexsort((valid, -p[valid], t[valid]))]
-    best_before = np.maximum.accumulate(np.concatenate(([-np.inf], p[order][:-1])))
-    keep = order[p[order] > best_before]
-    return np.sort(keep)
+    # Sweep by f_trans ascending, f_pred descending: a point is non-dominated exactly when its f_pred
+    # is the best of its f_trans group and beats every group of smaller f_trans.
+    order = valid[np.lexsort((-p[valid], t[valid]))]
+    ts, ps = t[order], p[order]
+    starts = np.concatenate(([True], ts[1:] != ts[:-1]))
+    group = np.cumsum(starts) - 1
+    group_best = ps[starts]
+    best_before = np.maximum.accumulate(np.concatenate(([-np.inf], group_best[:-1])))
+    keep = (ps == group_best[group]) & (ps > best_before[group])
+    return np.sort(order[keep])
 
 
 def hypervolume(f_trans: ArrayLike, f_pred: ArrayLike, n_classes: int) -> float:

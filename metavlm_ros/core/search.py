@@ -403,11 +403,15 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
     result.seconds = time.perf_counter() - started
     if store is None:
         return
+    saved: dict[tuple, Any] = {}
     for rank, i in enumerate(result.pareto):
         ev = result.evaluations[i]
-        followup_frame = apply_composition(judge.frame, ev.composition)
-        name = f'{_safe(result.image)}_{result.algorithm}_s{result.seed}_e{ev.index:05d}'
-        path = store.save_frame(name, followup_frame)
+        # A composition judged again (from the cache) ties with itself: one PNG serves every copy.
+        if ev.composition.key not in saved:
+            followup_frame = apply_composition(judge.frame, ev.composition)
+            name = f'{_safe(result.image)}_{result.algorithm}_s{result.seed}_e{ev.index:05d}'
+            saved[ev.composition.key] = store.save_frame(name, followup_frame)
+        path = saved[ev.composition.key]
         record = evaluation_record(ev, result, extra)
         # frame is None when the store's disk reserve was reached and the PNG was not written.
         record.update(rank=rank, frame=None if path is None else str(path.relative_to(store.directory)))

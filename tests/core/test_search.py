@@ -59,8 +59,25 @@ def test_source_prediction_is_computed_once_and_repeated_compositions_are_cached
     assert len(active) > 10
     assert result.frames_judged == 2  # the source and the one distinct follow-up
     assert sum(ev.cached for ev in active) == len(active) - 1
+    # Every copy has the same objectives: none dominates another, all are on the front.
+    assert result.pareto == [ev.index for ev in active]
     # MR3 at its nominal clip limit costs nothing yet still changes the image.
     assert all(ev.f_trans == 0 for ev in active)
+
+
+def test_ties_on_the_front_are_all_kept_and_share_one_png(tmp_path, frame):
+    space = SearchSpace.from_options(
+        enabled=['histogram_equalization'], ranges={'histogram_equalization': (1.5, 1.5)}
+    )
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, space=space, seed=1)
+    with ResultsStore(tmp_path / 'out') as store:
+        result = run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
+    active = [ev.index for ev in result.evaluations if ev.composition.order == 1]
+    assert len(active) > 1 and result.pareto == active
+    pareto = read_jsonl(tmp_path / 'out' / 'pareto.jsonl')
+    assert [p['index'] for p in pareto] == active
+    assert len({p['frame'] for p in pareto}) == 1
+    assert len(list((tmp_path / 'out' / 'frames').iterdir())) == 1
 
 
 def test_order_zero_is_never_a_violation(frame):
