@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     'RELATIONS',
     'RELATION_BY_ID',
+    'WARPS',
     'Relation',
     'apply_composition',
     'apply_relation',
@@ -29,6 +30,11 @@ __all__ = [
 _RANGE_TOLERANCE = 1e-9
 
 CLAHE_TILES = (16, 16)
+
+# How a composition's geometric relations are resampled (docs/method.md, Warps): 'fused' composes
+# adjacent affine relations into one warp (one interpolation); 'sequential' resamples after every
+# relation, as the paper's code does.
+WARPS = ('fused', 'sequential')
 
 
 @dataclass(frozen=True)

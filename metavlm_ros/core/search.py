@@ -33,7 +33,7 @@ from metavlm_ros.core.metrics import (
     violation_strength_of,
 )
 from metavlm_ros.core.objectives import f_pred, f_trans
-from metavlm_ros.core.relations import apply_composition
+from metavlm_ros.core.relations import WARPS, apply_composition
 
 if TYPE_CHECKING:
     from metavlm_ros.core.results import ResultsStore
@@ -69,6 +69,7 @@ class SearchConfig:
     space: SearchSpace = field(default_factory=SearchSpace.default)
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
     working_size: int | None = None
+    warp: str = 'fused'
 
     def validate(self) -> SearchConfig:
         if self.algorithm not in ALGORITHMS:
@@ -81,6 +82,8 @@ class SearchConfig:
             raise ParameterError(f'evaluations must be a positive budget, got {self.evaluations}')
         if not self.thresholds or any(not 0 < t < 1 for t in self.thresholds):
             raise ParameterError(f'thresholds must lie in (0, 1), got {list(self.thresholds)}')
+        if self.warp not in WARPS:
+            raise ParameterError(f'unknown warp {self.warp!r} (choose from {", ".join(WARPS)})')
         if self.working_size is not None and int(self.working_size) < 0:
             raise ParameterError(f'working size must be positive, got {self.working_size}')
         return self
@@ -118,6 +121,7 @@ class SearchResult:
     model_calls: int
     frames_judged: int
     stopped: bool = False
+    warp: str = 'fused'
 
     @property
     def violations_by_order(self) -> dict[str, dict[int, tuple[int, int]]]:
@@ -165,7 +169,7 @@ class _Judge:
                 pending.setdefault(comp.key, comp)
         fresh: dict[tuple, Prediction | None] = {}
         if pending:
-            followups = [apply_composition(self.frame, comp) for comp in pending.values()]
+            followups = [self.followup_frame(comp) for comp in pending.values()]
             predictions = self.backend.predict(followups)
             self.model_calls += 1
             self.frames_judged += len(followups)
@@ -205,6 +209,10 @@ class _Judge:
                 )
             )
         return evaluations
+
+    def followup_frame(self, composition: Composition) -> np.ndarray:
+        """The follow-up frame of a composition, warped as the search's configuration says."""
+        return apply_composition(self.frame, composition, fuse=self.config.warp == 'fused')
 
     def _no_violation(self) -> dict[str, bool]:
         return dict.fromkeys(violation_flags(self.source, self.source, self.config.thresholds), False)
@@ -283,6 +291,7 @@ def run_search(
         seconds=0.0,
         model_calls=1,
         frames_judged=1,
+        warp=config.warp,
     )
     extra = dict(extra_fields or {})
 
@@ -408,7 +417,7 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
         ev = result.evaluations[i]
         # A composition judged again (from the cache) ties with itself: one PNG serves every copy.
         if ev.composition.key not in saved:
-            followup_frame = apply_composition(judge.frame, ev.composition)
+            followup_frame = judge.followup_frame(ev.composition)
             name = f'{_safe(result.image)}_{result.algorithm}_s{result.seed}_e{ev.index:05d}'
             saved[ev.composition.key] = store.save_frame(name, followup_frame)
         path = saved[ev.composition.key]
@@ -462,6 +471,7 @@ def summary_record(result: SearchResult, backend: Any = None, extra: dict | None
         'kind': result.source.kind,
         'source': result.source.values,
         'source_text': result.source.text,
+        'warp': result.warp,
         'evaluations': len(result.evaluations),
         'failed': sum(ev.failed for ev in result.evaluations),
         'model_calls': result.model_calls,

@@ -10,6 +10,7 @@ import pytest
 from metavlm_ros.core.encoding import SearchSpace, decode
 from metavlm_ros.core.errors import InputError, ParameterError
 from metavlm_ros.core.metrics import hypervolume, non_dominated
+from metavlm_ros.core.relations import apply_composition
 from metavlm_ros.core.results import ResultsStore, free_disk_bytes, read_jsonl
 from metavlm_ros.core.search import SearchConfig, rand_genotypes, run_search
 from metavlm_ros.core.stats import a12
@@ -78,6 +79,30 @@ def test_ties_on_the_front_are_all_kept_and_share_one_png(tmp_path, frame):
     assert [p['index'] for p in pareto] == active
     assert len({p['frame'] for p in pareto}) == 1
     assert len(list((tmp_path / 'out' / 'frames').iterdir())) == 1
+
+
+@pytest.mark.parametrize('warp', ['fused', 'sequential'])
+def test_the_warp_setting_decides_how_follow_ups_are_resampled(warp, frame):
+    judged = []
+
+    class Spy(ImageStatsBackend):
+        def predict(self, frames):
+            judged.extend(frames)
+            return super().predict(frames)
+
+    config = SearchConfig(algorithm='random', population=10, evaluations=20, seed=3, warp=warp)
+    result = run_search(frame, Spy(), config)
+    assert result.warp == warp
+    fresh = [ev for ev in result.evaluations if not ev.cached]
+    assert len(judged) == 1 + len(fresh)
+    fused_differs = 0
+    for ev, followup in zip(fresh, judged[1:], strict=True):
+        assert np.array_equal(followup, apply_composition(frame, ev.composition, fuse=warp == 'fused'))
+        fused_differs += not np.array_equal(
+            apply_composition(frame, ev.composition, fuse=True),
+            apply_composition(frame, ev.composition, fuse=False),
+        )
+    assert fused_differs > 0  # the setting matters for some of these compositions
 
 
 def test_order_zero_is_never_a_violation(frame):
@@ -293,6 +318,7 @@ def test_working_size_shrinks_the_frame_first():
         (SearchConfig(population=1), 'population'),
         (SearchConfig(algorithm='tabu'), 'algorithm'),
         (SearchConfig(thresholds=(0.0,)), 'thresholds'),
+        (SearchConfig(warp='bicubic'), 'warp'),
     ],
 )
 def test_bad_configs_are_refused(config, message, frame):
