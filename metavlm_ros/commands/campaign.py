@@ -27,7 +27,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         '--scheduler', default=None, metavar='ADDR', help='Dask scheduler address (default: a local cluster)'
     )
     parser.add_argument(
-        '--threads', type=int, default=None, metavar='N', help='torch threads per worker (default: cores / N)'
+        '--threads',
+        type=int,
+        default=None,
+        metavar='N',
+        help="torch threads per cell (default: the config's threads, 1); recorded with every cell",
     )
     parser.add_argument('--force', action='store_true', help='continue a directory made with another config')
     parser.add_argument('--no-progress', action='store_true', help='no progress bar')

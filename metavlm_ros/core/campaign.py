@@ -72,6 +72,8 @@ _TOP_KEYS = {
     'thresholds',
     'working_size',
     'relations',
+    'warp',
+    'threads',
 }
 _FRAME_KEYS = {'sources', 'topic', 'every', 'start', 'end', 'max_frames', 'size', 'generate'}
 _GENERATE_KEYS = {'count', 'size', 'seed'}
@@ -149,6 +151,10 @@ class CampaignConfig:
     thresholds: tuple[float, ...] = (0.01, 0.03, 0.05)
     working_size: int | None = None
     relations: dict | None = None
+    # Campaigns reproduce the paper, which resamples after every relation (docs/method.md, Warps).
+    warp: str = 'sequential'
+    # Torch threads per cell, whatever the executor: float sums (and so the tables) depend on it.
+    threads: int = 1
 
     def to_dict(self) -> dict:
         """The normalised configuration (every default filled in) as plain JSON values."""
@@ -170,6 +176,7 @@ class CampaignConfig:
             space=_search_space(self.relations),
             thresholds=tuple(self.thresholds),
             working_size=self.working_size,
+            warp=self.warp,
         )
 
 
@@ -297,6 +304,12 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
     evaluations = problems.integer('evaluations', data.get('evaluations'), 1, 3000)
     seed = problems.integer('seed', data.get('seed'), 0, 0)
     working_size = problems.integer('working_size', data.get('working_size'), 8, None)
+    threads = problems.integer('threads', data.get('threads'), 1, 1)
+    from metavlm_ros.core.relations import WARPS
+
+    warp = data.get('warp', 'sequential')
+    if warp not in WARPS:
+        problems.add('warp', f'must be one of {", ".join(WARPS)}, got {warp!r}')
 
     thresholds: tuple[float, ...] = (0.01, 0.03, 0.05)
     raw_thresholds = data.get('thresholds')
@@ -364,6 +377,8 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
         thresholds=thresholds,
         working_size=working_size,
         relations=relations or None,
+        warp=str(warp),
+        threads=threads,
     )
 
 
@@ -723,13 +738,14 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
     from metavlm_ros.core.search import run_search
 
     started = time.time()
-    if task.threads:
-        with contextlib.suppress(ImportError):
-            import torch
+    torch_threads = None
+    with contextlib.suppress(ImportError):
+        import torch
 
-            # Several workers share the machine: one torch pool each, sized to its share of the cores.
-            if torch.get_num_threads() != task.threads:
-                torch.set_num_threads(task.threads)
+        # The same pool size in every executor: torch's float sums depend on it, and the tables on them.
+        if task.threads and torch.get_num_threads() != task.threads:
+            torch.set_num_threads(task.threads)
+        torch_threads = torch.get_num_threads()
     load_start = time.perf_counter()
     backend = _backend_for(task.model.key())
     load_seconds = time.perf_counter() - load_start
@@ -762,6 +778,7 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
         'hypervolume': result.hypervolume,
         'host': socket.gethostname(),
         'pid': os.getpid(),
+        'torch_threads': torch_threads,
         'model_id': getattr(backend, 'model_id', task.model.model),
     }
     return CellOutcome(cell=cell, files=files, timing=timing)
@@ -919,9 +936,10 @@ def run_campaign(
         workers: Worker processes (local executor, or the local Dask cluster).
         scheduler: Address of a running Dask scheduler; None starts a loopback-only local cluster.
         force: Continue a results directory made with a different configuration.
-        threads: Torch threads per worker; default the machine's cores divided by `workers` (none
-            set for a remote scheduler). Floating-point sums depend on it, and NSGA-II follows them:
-            bit-identical reruns need the same value.
+        threads: Torch threads per cell, overriding the configuration's `threads` (default 1) for
+            this invocation; every cell records the value it ran with. Floating-point sums depend on
+            it, and NSGA-II follows them: the tables are the same on every executor only with the same
+            value, which is why it does not follow the executor or the number of workers.
         progress: Show a progress bar with an ETA on stderr.
         log: Receives one-line status messages.
 
@@ -972,8 +990,8 @@ def run_campaign(
         _write_json_atomic(out / CAMPAIGN_FILE, record)
 
         frames = {im.index: im.rgb for im in images}
-        if threads is None and scheduler is None:
-            threads = max(1, (os.cpu_count() or 1) // workers)
+        if threads is None:
+            threads = config.threads
         models = config.models
         stamps = {im.index: im.stamp_ns for im in images}
         tasks = [

@@ -53,6 +53,10 @@ RQ3_SAMPLES = {
 }
 # The paper's names of the two approaches.
 APPROACH = {'nsga2': 'MetaVLM', 'random': 'Rand'}
+WARP_NOTES = {
+    'fused': 'adjacent affine relations resampled once',
+    'sequential': 'resampled after every relation, as the paper',
+}
 # What the paper prints instead of an effect size when a difference is not significant.
 NOT_SIGNIFICANT = '≡'
 ORDERS = (1, 2, 3, 4, 5, 6)
@@ -591,6 +595,15 @@ def _header_lines(report: Report) -> list[str]:
         lines.append(
             f'- Model {model["name"]}: {model["backend"]} `{model["model"]}`, weights sha256 {digest[:16]}'
         )
+    # Campaigns made before the warp setting existed used fused warps.
+    warp = config.get('warp', 'fused')
+    lines.append(f'- Warps: {warp} ({WARP_NOTES.get(warp, "unknown")}; docs/method.md, Warps)')
+    threads = Counter(str(c.info.get('torch_threads', 'not recorded')) for c in report.results.cells)
+    if len(threads) > 1:
+        mixed = ', '.join(f'{t} ({n} cells)' for t, n in sorted(threads.items()))
+        lines.append(f'- Torch threads per cell: MIXED, {mixed}: float sums may differ in the last digits')
+    elif threads:
+        lines.append(f'- Torch threads per cell: {next(iter(threads))}')
     lines.append(f'- Solution set: {SOLUTION_SETS[report.results.solutions]}')
     return lines
 

@@ -20,7 +20,7 @@ from metavlm_ros.core.campaign import (
     run_campaign,
 )
 from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.report import build_report, render_markdown
+from metavlm_ros.core.report import build_report, write_report
 from tests.conftest import make_frame
 
 
@@ -209,18 +209,26 @@ def test_campaign_dask_local_cluster_loopback_only(tmp_path, image_dir, tiny_cli
             yield outcome
 
     monkeypatch.setattr(campaign, '_run_dask', spy)
-    config = small_config(image_dir, tiny_clip_dir, runs=1)
-    out = tmp_path / 'dask'
-    result = run_campaign(config, out, executor='dask', workers=1, progress=False, threads=1)
-    assert (result.total, result.completed) == (4, 4)
+    config = small_config(image_dir, tiny_clip_dir, runs=2)
+    # Two 1-thread Dask workers against one in-process worker on all the cores, as users run them:
+    # no thread count given, so each cell takes the configuration's.
+    (tmp_path / 'dask').mkdir()
+    result = run_campaign(config, tmp_path / 'dask' / 'results', executor='dask', workers=2, progress=False)
+    assert (result.total, result.completed) == (8, 8)
     assert seen, 'the local cluster listens somewhere'
     assert all(ip in ('127.0.0.1', '::1') for ip in seen), seen
+    (tmp_path / 'local').mkdir()
+    run_campaign(config, tmp_path / 'local' / 'results', progress=False)
 
-    # Same seeds and threads in-process: the same report.
-    local = tmp_path / 'local'
-    run_campaign(config, local, progress=False, threads=1)
-    tables = [render_markdown(build_report(d)).split('- Images:')[1] for d in (out, local)]
-    assert tables[0] == tables[1]
+    reports = []
+    for executor in ('dask', 'local'):
+        monkeypatch.chdir(tmp_path / executor)  # the report names its results directory: the same name
+        cells = [json.loads(p.read_text()) for p in Path('results/cells').glob('*/cell.json')]
+        assert {c['torch_threads'] for c in cells} == {config.threads} == {1}
+        (path,) = write_report(build_report('results'), 'report', plots=False)
+        reports.append(path.read_bytes())
+    assert b'- Torch threads per cell: 1' in reports[0]
+    assert reports[0] == reports[1]
 
 
 def test_executor_options_checked(tmp_path, image_dir, tiny_clip_dir):
@@ -304,3 +312,20 @@ def test_relations_narrow_every_cell(tmp_path, image_dir, tiny_clip_dir):
     assert all(0.0 <= r['parameters'].get('shear', 0.0) <= 0.1 for r in records)
     with pytest.raises(ParameterError, match=r'relations.ranges.shear: must be \[low, high\], got 5'):
         small_config(image_dir, tiny_clip_dir, relations={'ranges': {'shear': 5}})
+
+
+def test_campaigns_warp_sequentially_by_default_and_say_so(tmp_path, image_dir, tiny_clip_dir):
+    config = small_config(image_dir, tiny_clip_dir, runs=1, algorithms=['random'], evaluations=6)
+    assert (config.warp, config.search_config('random', 0).warp) == ('sequential', 'sequential')
+    fused = small_config(image_dir, tiny_clip_dir, warp='fused')
+    assert fused.search_config('nsga2', 0).warp == 'fused'
+    assert fused.fingerprint() != config.fingerprint()  # the warps change the follow-up frames
+    with pytest.raises(ParameterError, match="warp: must be one of fused, sequential, got 'bilinear'"):
+        small_config(image_dir, tiny_clip_dir, warp='bilinear')
+    with pytest.raises(ParameterError, match='threads: must be >= 1, got 0'):
+        small_config(image_dir, tiny_clip_dir, threads=0)
+    run_campaign(config, tmp_path / 'out', progress=False)
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / 'out' / 'cells').glob('*/summary.jsonl')]
+    assert len(summaries) == 2 and {s['warp'] for s in summaries} == {'sequential'}
+    (path,) = write_report(build_report(tmp_path / 'out'), tmp_path / 'report', plots=False)
+    assert '- Warps: sequential (resampled after every relation, as the paper' in path.read_text()
