@@ -1,4 +1,4 @@
-"""The 12-variable genotype of MetaVLM (DESIGN 1.2): search space, compositions and decoding."""
+"""The 12-variable genotype of MetaVLM (docs/method.md §2): search space, compositions and decoding."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def _six(values: Iterable, what: str) -> tuple:
 class SearchSpace:
     """Which relations the search may activate, and the (possibly narrowed) range of each parameter.
 
-    Every range must lie inside the DESIGN range of its relation; a relation that is not enabled
-    is never active whatever its flag says.
+    Every range must lie inside the Table 2 range of its relation (docs/method.md §1); a relation
+    that is not enabled is never active whatever its flag says.
     """
 
     enabled: tuple[bool, ...] = (True,) * N_RELATIONS
@@ -72,7 +72,7 @@ class SearchSpace:
 
     @classmethod
     def default(cls) -> SearchSpace:
-        """All six relations enabled over their full DESIGN ranges."""
+        """All six relations enabled over their full Table 2 ranges."""
         return cls()
 
     @classmethod
@@ -88,7 +88,7 @@ class SearchSpace:
             ranges: relation id -> (low, high) narrowing that relation's range.
 
         Raises:
-            ParameterError: on an unknown relation, an empty selection, or a range outside the DESIGN range.
+            ParameterError: on an unknown relation, an empty selection, or a range outside the Table 2 range.
         """
         if enabled is None:
             flags = [True] * N_RELATIONS

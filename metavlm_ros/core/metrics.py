@@ -1,4 +1,4 @@
-"""Violations, violation rate and strength, non-dominated sets and hypervolume (DESIGN 1.4)."""
+"""Violations, violation rate and strength, non-dominated sets and hypervolume (docs/method.md §4-5)."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def non_dominated(f_trans: ArrayLike, f_pred: ArrayLike) -> np.ndarray:
 
 
 def hypervolume(f_trans: ArrayLike, f_pred: ArrayLike, n_classes: int) -> float:
-    """Hypervolume of a set of (f_trans, f_pred) points on DESIGN 1.4's normalised objectives.
+    """Hypervolume of a set of (f_trans, f_pred) points on the normalised objectives of docs/method.md §5.
 
     f_trans is divided by 6 and f_pred, clipped to [0, n_classes], by n_classes; the indicator
     minimises (f_trans_n, -f_pred_n) against the reference point (1, 0), so the result is in [0, 1].

@@ -1,4 +1,4 @@
-"""The two objectives of MetaVLM's search (DESIGN 1.3): f_trans (minimise) and f_pred (maximise)."""
+"""The two objectives of MetaVLM (docs/method.md §3, Eqs. 1-3): f_trans (minimise) and f_pred (maximise)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The six metamorphic relations of MetaVLM (DESIGN 1.1) and their composition, implemented with OpenCV."""
+"""The six metamorphic relations of Table 2 (docs/method.md §1) and their composition, with OpenCV."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ _RANGE_TOLERANCE = 1e-9
 
 CLAHE_TILES = (16, 16)
 
-# How a composition's geometric relations are resampled (docs/method.md, Warps): 'fused' composes
+# How a composition's geometric relations are resampled (docs/method.md §8): 'fused' composes
 # adjacent affine relations into one warp (one interpolation); 'sequential' resamples after every
 # relation, as the paper's code does.
 WARPS = ('fused', 'sequential')
@@ -206,7 +206,7 @@ def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndar
     Args:
         frame: RGB uint8 array of shape (H, W, 3).
         relation_id: one of the ids in RELATIONS, e.g. 'rotation'.
-        value: the relation's parameter, inside its DESIGN range.
+        value: the relation's parameter, inside its Table 2 range.
 
     Returns:
         A new RGB uint8 array of the same shape (never the input array itself).

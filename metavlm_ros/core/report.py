@@ -292,7 +292,7 @@ def build_report(
         "search's non-dominated set over all its evaluations. Failed evaluations (no model answer) are left "
         'out; order-0 solutions (the identity, never a violation) are left out of RQ2 and RQ3.',
         'MR3 (histogram equalisation) at its nominal clip limit 1.0 is active yet costs 0 in f_trans, and '
-        "still changes the image (DESIGN 1.1): this explains MR3's presence in low-cost compositions.",
+        "still changes the image (docs/method.md §1): this explains MR3's presence in low-cost compositions.",
         f'RQ3 samples: {RQ3_SAMPLES[rq3]}.',
     ]
     tables: list[Table] = []
@@ -597,7 +597,7 @@ def _header_lines(report: Report) -> list[str]:
         )
     # Campaigns made before the warp setting existed used fused warps.
     warp = config.get('warp', 'fused')
-    lines.append(f'- Warps: {warp} ({WARP_NOTES.get(warp, "unknown")}; docs/method.md, Warps)')
+    lines.append(f'- Warps: {warp} ({WARP_NOTES.get(warp, "unknown")}; docs/method.md §8)')
     threads = Counter(str(c.info.get('torch_threads', 'not recorded')) for c in report.results.cells)
     if len(threads) > 1:
         mixed = ', '.join(f'{t} ({n} cells)' for t, n in sorted(threads.items()))

@@ -1,4 +1,4 @@
-"""The search (docs/method.md, Search): NSGA-II (MetaVLM) and the paper's Rand over compositions."""
+"""The search (docs/method.md §7): NSGA-II (MetaVLM) and the paper's Rand over compositions."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-# The authors' NSGA-II operator settings (DESIGN 1.5).
+# The authors' NSGA-II operator settings (docs/method.md §7).
 SBX_PROB, SBX_ETA = 0.9, 15
 PM_PROB_VAR, PM_ETA = 1 / N_VAR, 10
 
@@ -185,7 +185,7 @@ class _Judge:
             followup = self.source if comp.order == 0 else fresh.get(comp.key, self.cache.get(comp.key))
             failed = followup is None
             if failed or comp.order == 0:
-                # Order 0 is the identity and never a violation (DESIGN 1.2).
+                # Order 0 is the identity and never a violation (docs/method.md §2).
                 flags = self._no_violation()
                 strength: dict[str, float | None] = dict.fromkeys(flags)
                 prediction_change = 0.0
@@ -330,7 +330,7 @@ class RandSampling(Sampling):
 
 
 def rand_genotypes(space: SearchSpace, n: int, rng: np.random.Generator) -> np.ndarray:
-    """`n` genotypes of the paper's Rand (docs/method.md, Search) drawn with `rng`."""
+    """`n` genotypes of the paper's Rand (docs/method.md §7) drawn with `rng`."""
     enabled = np.flatnonzero(space.enabled)
     orders = rng.integers(1, enabled.size + 1, size=n)
     # A uniformly random k-subset: the k enabled relations with the smallest random keys.

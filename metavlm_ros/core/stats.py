@@ -1,4 +1,4 @@
-"""Statistics across repeated runs (DESIGN 1.4): Mann-Whitney U, Vargha-Delaney A12 and its magnitudes."""
+"""Statistics across repeated runs (docs/method.md §6): Mann-Whitney U, Vargha-Delaney A12, magnitudes."""
 
 from __future__ import annotations
 

@@ -238,7 +238,7 @@ def _confidence_summary(values: dict[str, float]) -> str:
 def prediction_to_array(
     prediction: Prediction, header: Header, model_id: str, latency_ms: float
 ) -> DiagnosticArray:
-    """Build the `prediction` / `probe/prediction` message of DESIGN section 3.
+    """Build the `prediction` / `probe/prediction` message of docs/ros.md.
 
     One DiagnosticStatus named 'metavlm/prediction': hardware_id is the model, message the generated
     text (count-type models) or a confidence summary (CLIP), values one KeyValue per class (value as

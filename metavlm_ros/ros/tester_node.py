@@ -314,7 +314,7 @@ def _threshold_key(flags: Mapping[str, bool], threshold: float) -> str:
 def violation_status(
     ev: Evaluation, source: Prediction, source_stamp_ns: int, *, image: str = '', frame: str = ''
 ) -> DiagnosticStatus:
-    """The `violations` status of one violating evaluation (DESIGN 3).
+    """The `violations` status of one violating evaluation (docs/ros.md).
 
     Level ERROR when severe (f_pred reaches half the number of classes), WARN otherwise; the message
     is the composition label; values: composition, order, each active relation's parameter, f_trans,

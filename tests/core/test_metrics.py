@@ -1,4 +1,4 @@
-"""Tests of violations, violation rate and strength, non-dominated sets and hypervolume (DESIGN 1.4)."""
+"""Tests of violations, violation rate and strength, non-dominated sets, hypervolume (docs/method.md §4-5)."""
 
 import math
 from dataclasses import dataclass, field

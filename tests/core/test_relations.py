@@ -113,7 +113,7 @@ def test_clahe_at_clip_one_still_changes_a_low_contrast_frame():
 
 
 def test_downsampling_by_half_is_nearest_down_and_up():
-    # s = 0.5 lies below the DESIGN range, so it goes through the relation's kernel directly:
+    # s = 0.5 lies below the Table 2 range, so it goes through the relation's kernel directly:
     # (8, 6) -> (4, 3) -> (8, 6) keeps pixel (2 * (x // 2), 2 * (y // 2)).
     from metavlm_ros.core.relations import _downsample
 

@@ -168,7 +168,7 @@ def test_violations_are_stored_then_published_with_their_fields(graph):
         assert status.message == record['composition'] == kv['composition']
         assert int(kv['order']) == record['order']
         assert int(kv['source_stamp']) == stamp
-        # f_trans from the published MR parameters and Table 2 (Eq. 1 of DESIGN 1.3).
+        # f_trans from the published MR parameters and Table 2 (Eq. 1, docs/method.md §3).
         params_ = {k: float(v) for k, v in kv.items() if k in TABLE2}
         assert len(params_) == record['order']
         f_trans = sum(abs(v - TABLE2[k][0]) / TABLE2[k][1] for k, v in params_.items())
