@@ -83,6 +83,7 @@ _MODEL_KEYS = {
     'model',
     'classes',
     'class_prompts',
+    'prompts',
     'prompt',
     'confidence',
     'device',
@@ -120,6 +121,7 @@ class ModelSpec:
     model: str
     classes: tuple[str, ...] | None = None
     class_prompts: dict | None = None
+    prompts: str = 'default'
     prompt: str | None = None
     confidence: str = 'cosine'
     device: str = 'auto'
@@ -151,7 +153,7 @@ class CampaignConfig:
     thresholds: tuple[float, ...] = (0.01, 0.03, 0.05)
     working_size: int | None = None
     relations: dict | None = None
-    # Campaigns reproduce the paper, which resamples after every relation (docs/method.md, Warps).
+    # Campaigns reproduce the paper, which resamples after every relation (docs/method.md §8).
     warp: str = 'sequential'
     # Torch threads per cell, whatever the executor: float sums (and so the tables) depend on it.
     threads: int = 1
@@ -510,6 +512,13 @@ def _parse_models(raw: Any, base_dir: Path, problems: _Problems) -> list[ModelSp
             problems.add(f'{where}.vocabularies', f'must map class -> list of words, got {vocabularies!r}')
             vocabularies = None
         prompt = problems.string(f'{where}.prompt', item.get('prompt'))
+        from metavlm_ros.core.vlm import PROMPT_PRESETS
+
+        prompts = item.get('prompts', 'default')
+        if prompts not in PROMPT_PRESETS:
+            problems.add(f'{where}.prompts', f'must be one of {", ".join(PROMPT_PRESETS)}, got {prompts!r}')
+        elif prompts != 'default' and backend != 'clip':
+            problems.add(f'{where}.prompts', 'prompt presets are for clip models (count models take prompt)')
         confidence = item.get('confidence', 'cosine')
         if confidence not in ('cosine', 'softmax'):
             problems.add(f'{where}.confidence', f'must be cosine or softmax, got {confidence!r}')
@@ -531,6 +540,7 @@ def _parse_models(raw: Any, base_dir: Path, problems: _Problems) -> list[ModelSp
                 model=model or '',
                 classes=classes,
                 class_prompts=class_prompts,
+                prompts=str(prompts),
                 prompt=prompt,
                 confidence=str(confidence),
                 device=device,
@@ -719,6 +729,7 @@ def _backend_for(key: str):
         spec.model,
         classes=spec.classes,
         class_prompts=spec.class_prompts,
+        prompts=spec.prompts,
         prompt=spec.prompt,
         device=spec.device,
         dtype=spec.dtype,

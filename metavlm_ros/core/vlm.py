@@ -19,6 +19,8 @@ __all__ = [
     'BACKENDS',
     'CLASSES',
     'DEFAULT_CLASS_PROMPTS',
+    'PAPER_CLASS_PROMPTS',
+    'PROMPT_PRESETS',
     'TABLE1_PROMPT',
     'Prediction',
     'VLMBackend',
@@ -30,13 +32,29 @@ __all__ = [
 #: Backend names accepted by create_backend, in the order help texts list them.
 BACKENDS: tuple[str, ...] = ('clip', 'blip', 'instructblip')
 
-#: CLIP's zero-shot text prompt per class (one prompt per class, DESIGN 1.6).
+#: CLIP's zero-shot text prompt per class (one prompt per class, docs/method.md §9).
 DEFAULT_CLASS_PROMPTS: dict[str, str] = {
     'animal': 'a photo of an animal underwater',
     'vegetation': 'a photo of vegetation underwater',
     'object': 'a photo of a man-made object underwater',
     'trash': 'a photo of trash underwater',
 }
+
+#: The authors' CLIP prompts, one per category, as in their published scripts (ViT-L/14@336px, raw
+#: cosine similarities; docs/models.md).
+PAPER_CLASS_PROMPTS: dict[str, str] = {
+    'animal': 'an underwater image containing fish, sharks, turtles, dolphins, jellyfish, and sea creatures '
+    'with count',
+    'vegetation': 'an underwater image containing seaweed, coral reefs, kelp, sea grass, and aquatic plants '
+    'with count',
+    'object': 'an underwater image containing diving equipment, ropes, nets, tools, and man-made structures '
+    'with count',
+    'trash': 'an underwater image containing plastic bottles, trash bags, marine debris, and garbage in '
+    'water with count',
+}
+
+#: Named CLIP prompt sets: `prompts: paper` selects the authors' prompts.
+PROMPT_PRESETS: dict[str, dict[str, str]] = {'default': DEFAULT_CLASS_PROMPTS, 'paper': PAPER_CLASS_PROMPTS}
 
 #: The count prompt of the paper's Table 1, sent to BLIP and InstructBLIP.
 TABLE1_PROMPT = (
@@ -476,6 +494,7 @@ def create_backend(
     *,
     classes: Sequence[str] | None = None,
     class_prompts: Mapping[str, str] | Sequence[str] | None = None,
+    prompts: str = 'default',
     prompt: str | None = None,
     device: str = 'auto',
     dtype: str = 'auto',
@@ -491,8 +510,9 @@ def create_backend(
         model: a local directory, a Hugging Face id in the local cache, or 'demo'.
         classes: class ids; default CLASSES.
         class_prompts: CLIP only: class -> text prompt, or one prompt per class in class order ('' keeps
-            the default), overriding DEFAULT_CLASS_PROMPTS; a class with no prompt gets
-            'a photo of <class> underwater'.
+            the preset's), overriding the preset; a class neither names gets 'a photo of <class> underwater'.
+        prompts: CLIP only: the prompt preset, a key of PROMPT_PRESETS: 'default' or 'paper' (the
+            authors' four category prompts).
         prompt: BLIP/InstructBLIP only: the question; default TABLE1_PROMPT.
         device: 'auto' (CUDA when available, decided now), 'cpu', 'cuda' or 'cuda:N'.
         dtype: 'auto' (float32, except float16 for InstructBLIP on CUDA), 'float32', 'float16', 'bfloat16'.
@@ -514,13 +534,18 @@ def create_backend(
         raise ParameterError(f'classes must be non-empty and distinct, got {list(classes)}')
     common: dict[str, Any] = {'classes': classes, 'device': device, 'dtype': dtype, 'batch_size': batch_size}
     if backend == 'clip':
+        if prompts not in PROMPT_PRESETS:
+            raise ParameterError(
+                f'unknown prompt preset {prompts!r} (choose from {", ".join(PROMPT_PRESETS)})'
+            )
         class_prompts = _prompts_by_class(class_prompts, classes)
         unknown = sorted(set(class_prompts) - set(classes))
         if unknown:
             raise ParameterError(f'class prompt given for unknown class(es) {", ".join(unknown)}')
-        prompts = {c: DEFAULT_CLASS_PROMPTS.get(c, f'a photo of {c} underwater') for c in classes}
-        prompts.update(class_prompts or {})
-        return _ClipBackend(model, class_prompts=prompts, confidence=confidence, **common)
+        preset = PROMPT_PRESETS[prompts]
+        chosen = {c: preset.get(c, f'a photo of {c} underwater') for c in classes}
+        chosen.update(class_prompts or {})
+        return _ClipBackend(model, class_prompts=chosen, confidence=confidence, **common)
     return _BACKEND_CLASSES[backend](
         model,
         prompt=TABLE1_PROMPT if prompt is None else prompt,

@@ -84,7 +84,7 @@ def test_config_file_defaults_and_relative_paths(tmp_path, image_dir, tiny_clip_
     path.write_text(f'frames: [images]\nmodels:\n  - backend: clip\n    model: {tiny_clip_dir}\n')
     config = load_config(path)
     assert config.frames.sources == (str(image_dir.resolve()),)
-    # DESIGN 1.5 defaults, and the paper's 10 runs.
+    # docs/method.md §7 defaults, and the paper's 10 runs.
     assert (config.runs, config.population, config.evaluations, config.algorithms) == (
         10,
         30,
@@ -329,3 +329,23 @@ def test_campaigns_warp_sequentially_by_default_and_say_so(tmp_path, image_dir, 
     assert len(summaries) == 2 and {s['warp'] for s in summaries} == {'sequential'}
     (path,) = write_report(build_report(tmp_path / 'out'), tmp_path / 'report', plots=False)
     assert '- Warps: sequential (resampled after every relation, as the paper' in path.read_text()
+
+
+def test_models_take_the_paper_prompt_preset(image_dir, tiny_clip_dir):
+    config = small_config(
+        image_dir,
+        tiny_clip_dir,
+        models=[{'backend': 'clip', 'model': str(tiny_clip_dir), 'prompts': 'paper'}],
+    )
+    assert config.models[0].prompts == 'paper'
+    assert small_config(image_dir, tiny_clip_dir).models[0].prompts == 'default'
+    from metavlm_ros.core.campaign import _backend_for
+    from metavlm_ros.core.vlm import PAPER_CLASS_PROMPTS
+
+    assert _backend_for(config.models[0].key()).class_prompts == PAPER_CLASS_PROMPTS
+    with pytest.raises(ParameterError, match=r"models\[0\]\.prompts: must be one of default, paper, got 'x'"):
+        small_config(
+            image_dir,
+            tiny_clip_dir,
+            models=[{'backend': 'clip', 'model': str(tiny_clip_dir), 'prompts': 'x'}],
+        )

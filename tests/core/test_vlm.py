@@ -13,6 +13,8 @@ from metavlm_ros.core.errors import InputError, ModelError, ParameterError
 from metavlm_ros.core.tiny import build_tiny_model
 from metavlm_ros.core.vlm import (
     CLASSES,
+    DEFAULT_CLASS_PROMPTS,
+    PAPER_CLASS_PROMPTS,
     TABLE1_PROMPT,
     Prediction,
     create_backend,
@@ -120,6 +122,28 @@ def test_clip_text_embeddings_are_computed_once(clip, monkeypatch):
 
     monkeypatch.setattr(clip.model, 'get_text_features', fail)
     _check(clip.predict(FRAMES[:2]), 'confidence', 2)
+
+
+def test_clip_paper_prompt_preset_is_the_authors_and_the_default_stays(tiny_clip_dir, clip):
+    paper = create_backend('clip', str(tiny_clip_dir), device='cpu', prompts='paper')
+    # The authors' four category prompts, word for word, with raw cosine similarities.
+    assert paper.class_prompts['animal'] == (
+        'an underwater image containing fish, sharks, turtles, dolphins, jellyfish, and sea creatures '
+        'with count'
+    )
+    assert paper.class_prompts['trash'] == (
+        'an underwater image containing plastic bottles, trash bags, marine debris, and garbage in water '
+        'with count'
+    )
+    assert paper.class_prompts == PAPER_CLASS_PROMPTS and paper.confidence == 'cosine'
+    assert clip.class_prompts == DEFAULT_CLASS_PROMPTS  # the current prompts remain the default preset
+    assert paper.predict(FRAMES[:1])[0].values != clip.predict(FRAMES[:1])[0].values
+    mixed = create_backend(
+        'clip', str(tiny_clip_dir), device='cpu', prompts='paper', class_prompts={'trash': 'a can'}
+    )
+    assert mixed.class_prompts == {**PAPER_CLASS_PROMPTS, 'trash': 'a can'}
+    with pytest.raises(ParameterError, match="unknown prompt preset 'authors' .choose from default, paper"):
+        create_backend('clip', str(tiny_clip_dir), device='cpu', prompts='authors')
 
 
 def test_clip_custom_classes_and_prompts(tiny_clip_dir, clip):
