@@ -122,3 +122,14 @@ def test_report_formats_and_refusal(tmp_path, campaign_yaml, capsys):
     assert main(['campaign', str(campaign_yaml), '--out', str(out), '--no-progress']) == 2
     assert 'different campaign config' in capsys.readouterr().err
     assert main(['report', str(tmp_path / 'nothing')]) == 2
+
+
+def test_report_rq3_samples_option(tmp_path, capsys):
+    fixture = ROOT / 'tests' / 'fixtures' / 'campaign_results'
+    assert main(['report', str(fixture), '--no-plots', '--out', str(tmp_path / 'run')]) == 0
+    per_run = capsys.readouterr().out
+    assert 'RQ3 samples: one value per (image, run)' in per_run and '(pooled pairs)' not in per_run
+    assert main(['report', str(fixture), '--no-plots', '--rq3', 'pooled', '--out', str(tmp_path / 'p')]) == 0
+    pooled = capsys.readouterr().out
+    assert '## RQ3 (Table 7): violation strength by order, clip:tiny, Th=1% (pooled pairs)' in pooled
+    assert not (fixture / 'report').exists()
