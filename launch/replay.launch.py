@@ -1,5 +1,7 @@
 """Replay a bag with `ros2 bag play` into the metavlm_ros perception and tester nodes."""
 
+from pathlib import Path
+
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription, OpaqueFunction
 from launch.launch_description import LaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
@@ -11,13 +13,28 @@ PACKAGE = 'metavlm_ros'
 FORWARDED = ('camera_topic', 'backend', 'model', 'params_file', 'vlm_endpoint', 'use_sim_time')
 
 
+def _bag_path(name: str) -> str:
+    """The bag `name` refers to: itself, or the bag directory an older `metavlm scenes` wrote."""
+    from metavlm_ros.core.bags import resolve_bag
+    from metavlm_ros.core.errors import BagError
+
+    try:
+        return str(resolve_bag(name))
+    except BagError:
+        return name  # ros2 bag play says what is wrong with it
+
+
 def _bag_play(context, *args, **kwargs):
     """`ros2 bag play` with the camera QoS override, and --clock when the nodes use sim time."""
 
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
-    cmd = ['ros2', 'bag', 'play', arg('bag'), '--qos-profile-overrides-path', arg('qos_overrides')]
+    bag = _bag_path(arg('bag'))
+    cmd = ['ros2', 'bag', 'play', bag, '--qos-profile-overrides-path', arg('qos_overrides')]
+    storage = {'.mcap': 'mcap', '.db3': 'sqlite3'}.get(Path(bag).suffix.lower())
+    if storage and Path(bag).is_file():
+        cmd += ['--storage', storage]  # a lone storage file: Humble's rosbag2 does not guess it
     cmd += ['--rate', arg('rate')]
     if arg('loop').lower() in ('true', '1', 'yes'):
         cmd.append('--loop')

@@ -34,6 +34,10 @@ RawMessage = tuple[str, str, int, bytes]
 
 def _bag_location(path: Path) -> Path:
     """The rosbag2 directory or storage file to open; BagError when `path` is not one."""
+    from metavlm_ros.core.bags import resolve_bag
+
+    if not path.exists() and path.suffix.lower() in ('.mcap', '.db3'):
+        path = resolve_bag(path)  # the directory an older `scenes --out NAME.mcap` wrote
     if not path.exists():
         raise BagError(f'bag not found: {path}')
     if path.is_dir():

@@ -254,7 +254,12 @@ def run_nodes(
     if loop and duration is None:
         raise ParameterError('--loop needs --duration (otherwise the run never ends)')
     if source is not None and not Path(source).exists():
-        raise InputError(f'{source}: no such file or directory')
+        from metavlm_ros.core.bags import resolve_bag
+        from metavlm_ros.core.frames import BAG_SUFFIXES
+
+        if Path(source).suffix.lower() not in BAG_SUFFIXES:
+            raise InputError(f'{source}: no such file or directory')
+        source = resolve_bag(source)  # BagError when there is no such bag either
     nodes = load_parameter_file(params)
     tester_values = dict(nodes.get(TESTER, {}))
     tester_values.update(tester_overrides or {})

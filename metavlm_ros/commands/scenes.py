@@ -6,7 +6,6 @@ import argparse
 import json
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import cv2
 import numpy as np
 
 from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.core.scratch import remove_stale, scratch_path
 
 HELP = 'write synthetic underwater footage with ground truth (a ROS 2 bag or a folder of PNGs)'
 GROUND_TRUTH_FILE = 'ground_truth.jsonl'
@@ -24,8 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         'scenes',
         help=HELP,
-        description=HELP + '. A .mcap (or .db3) output is written as a bag directory of that name without '
-        'the suffix, holding the storage file and metadata.yaml; any other --out is the bag directory.',
+        description=HELP + '. The bag gets the name given: --out X.mcap (or X.db3) writes the single-file '
+        'bag X.mcap, which every metavlm command, the launch files and `ros2 bag play X.mcap` read under '
+        'that name; any other --out is a rosbag2 bag directory (metadata.yaml and DIR/DIR.mcap).',
     )
     parser.add_argument(
         '--out',
@@ -119,8 +120,11 @@ def run(args: argparse.Namespace) -> int:
                 compressed=args.compressed,
                 overwrite=args.overwrite,
             )
-            suffix = '.mcap' if storage == 'mcap' else '.db3'
-            what = f'bag {out}/ ({out.name}{suffix}, metadata.yaml)'
+            if out.is_dir():
+                suffix = '.mcap' if storage == 'mcap' else '.db3'
+                what = f'bag {out}/ ({out.name}{suffix}, metadata.yaml)'
+            else:
+                what = f'bag {out} ({storage}, one file)'
     finally:
         bar.close()
     print(
@@ -147,7 +151,9 @@ def write_png_folder(out: Path, frames, *, fps: float, overwrite: bool = False) 
         if not out.is_dir() or (any(out.iterdir()) and not (out / GROUND_TRUTH_FILE).is_file()):
             raise InputError(f'{out}: exists and is not a scenes folder; refusing to replace it')
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.', dir=out.parent))
+    remove_stale(out.parent, out.name)  # what a killed run of this command left
+    tmp = scratch_path(out)
+    tmp.mkdir()
     try:
         with open(tmp / GROUND_TRUTH_FILE, 'w', encoding='utf-8') as lines:
             for index, (rgb, gt) in enumerate(frames):

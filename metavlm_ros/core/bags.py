@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -17,6 +17,7 @@ import numpy as np
 from metavlm_ros.core.errors import BagError, InputError, ParameterError
 from metavlm_ros.core.frames import Frame, to_rgb8
 from metavlm_ros.core.scenes import CLASSES, KINDS, GroundTruth
+from metavlm_ros.core.scratch import remove_stale, scratch_path
 
 __all__ = [
     'CAMERA_INFO_TOPIC',
@@ -36,6 +37,7 @@ __all__ = [
     'iter_bag_messages',
     'list_image_topics',
     'read_ground_truth',
+    'resolve_bag',
     'resolve_bag_output',
     'write_bag',
 ]
@@ -45,6 +47,10 @@ COMPRESSED_TOPIC = '/camera/image_raw/compressed'
 CAMERA_INFO_TOPIC = '/camera/camera_info'
 GROUND_TRUTH_TOPIC = '/metavlm/ground_truth'
 STORAGES = ('mcap', 'sqlite3')
+# A storage file's suffix -> its storage plugin; such a file is a whole bag on its own.
+STORAGE_SUFFIXES = {'.mcap': 'mcap', '.db3': 'sqlite3'}
+# The first bytes of each storage's files (what an existing output must start with to be replaced).
+_MAGIC = {'mcap': b'\x89MCAP0\r\n', 'sqlite3': b'SQLite format 3\x00'}
 # 2026-01-01T00:00:00Z: a fixed start keeps written bags byte-for-byte reproducible from a seed.
 DEFAULT_START_NS = 1_767_225_600_000_000_000
 # rosbag2 metadata version 8 is read by the rosbag2 of ROS 2 Jazzy and newer.
@@ -83,16 +89,39 @@ def bag_name(path: str | Path) -> str:
     return path.name if path.is_dir() else path.stem
 
 
-def resolve_bag_output(out: str | Path, storage: str | None = None) -> tuple[Path, str]:
-    """Decide the bag directory and storage plugin for an output path given by a user.
+def resolve_bag(path: str | Path) -> Path:
+    """The bag a user's name refers to: `path` itself, or the bag directory an older `scenes` wrote.
 
-    rosbag2 bags are directories (metadata.yaml plus storage files named after the directory).
-    'demo.mcap' becomes the directory 'demo' holding 'demo.mcap' (mcap storage); 'demo.db3' the
-    directory 'demo' holding 'demo.db3' (sqlite3); any other path is the bag directory itself,
-    with `storage` (default mcap).
+    `metavlm scenes --out X.mcap` writes the file X.mcap; before, it wrote the directory X/ holding
+    X/X.mcap and metadata.yaml. A name X.mcap (or X.db3) that does not exist, next to such a
+    directory, names that directory, so the names of existing bags keep working.
+
+    Raises:
+        BagError: Nothing exists under the name, nor such a directory.
+    """
+    path = Path(path)
+    if path.exists():
+        return path
+    legacy = path.with_suffix('')
+    if (
+        path.suffix.lower() in STORAGE_SUFFIXES
+        and (legacy / 'metadata.yaml').is_file()
+        and (legacy / path.name).is_file()
+    ):
+        return legacy
+    raise BagError(f'{path}: no such bag')
+
+
+def resolve_bag_output(out: str | Path, storage: str | None = None) -> tuple[Path, str]:
+    """Decide the bag path and storage plugin for an output path given by a user.
+
+    The name given is the name the bag gets: 'demo.mcap' is the single-file bag demo.mcap (mcap
+    storage), 'demo.db3' the single-file bag demo.db3 (sqlite3); both hold their own metadata, as
+    rosbag2 reads it (`ros2 bag play demo.mcap`). Any other path is a rosbag2 bag directory
+    (metadata.yaml and one storage file named after the directory), with `storage` (default mcap).
 
     Returns:
-        (bag directory, storage plugin name).
+        (bag path, storage plugin name).
 
     Raises:
         ParameterError: The storage is unknown or contradicts the file suffix.
@@ -101,11 +130,11 @@ def resolve_bag_output(out: str | Path, storage: str | None = None) -> tuple[Pat
     if storage is not None and storage not in STORAGES:
         raise ParameterError(f'unknown bag storage {storage!r}; choose one of {", ".join(STORAGES)}')
     suffix = out.suffix.lower()
-    implied = {'.mcap': 'mcap', '.db3': 'sqlite3'}.get(suffix)
+    implied = STORAGE_SUFFIXES.get(suffix)
     if implied:
         if storage is not None and storage != implied:
             raise ParameterError(f'{out}: a {suffix} output is {implied} storage, not {storage}')
-        return out.with_suffix(''), implied
+        return out, implied
     return out, storage or 'mcap'
 
 
@@ -242,24 +271,44 @@ def _ground_truth_from_message(msg: Any) -> GroundTruth:
     return GroundTruth(counts, kind_counts, boxes, frame_index, environment)
 
 
+def _is_storage_file(path: Path, storage: str) -> bool:
+    with open(path, 'rb') as handle:
+        return handle.read(len(_MAGIC[storage])) == _MAGIC[storage]
+
+
 @contextmanager
-def _staging(bag_dir: Path, overwrite: bool) -> Iterator[Path]:
-    """A fresh bag directory path that replaces `bag_dir` only once the bag is complete."""
-    if bag_dir.exists():
+def _staging(bag: Path, storage: str, overwrite: bool) -> Iterator[Path]:
+    """A fresh directory for rosbags' Writer whose bag replaces `bag` only once complete.
+
+    `bag` is a bag directory, or a single storage file (.mcap / .db3), which is taken out of the
+    written directory (its metadata is inside it). The bag is written next to its final place, under
+    a scratch name; scratch bags of killed runs for the same name are removed first.
+    """
+    single = bag.suffix.lower() in STORAGE_SUFFIXES
+    if bag.exists() or bag.is_symlink():
         if not overwrite:
-            raise InputError(f'{bag_dir}: already exists (use --overwrite to replace it)')
-        if bag_dir.is_dir() and any(bag_dir.iterdir()) and not (bag_dir / 'metadata.yaml').is_file():
-            raise InputError(f'{bag_dir}: exists and is not a bag; refusing to replace it')
-        if not bag_dir.is_dir():
-            raise InputError(f'{bag_dir}: exists and is not a directory; refusing to replace it')
-    bag_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f'.{bag_dir.name}.', dir=bag_dir.parent))
+            raise InputError(f'{bag}: already exists (use --overwrite to replace it)')
+        if single:
+            if not bag.is_file() or not _is_storage_file(bag, storage):
+                raise InputError(f'{bag}: exists and is not a {storage} bag; refusing to replace it')
+        elif not bag.is_dir():
+            raise InputError(f'{bag}: exists and is not a directory; refusing to replace it')
+        elif any(bag.iterdir()) and not (bag / 'metadata.yaml').is_file():
+            raise InputError(f'{bag}: exists and is not a bag; refusing to replace it')
+    bag.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(bag.parent, bag.name)
+    tmp = scratch_path(bag)
+    tmp.mkdir()
     try:
-        # rosbags names storage files after the bag directory, so the staged bag has the final name.
-        yield tmp / bag_dir.name
-        if bag_dir.exists():
-            shutil.rmtree(bag_dir)
-        (tmp / bag_dir.name).rename(bag_dir)
+        # rosbags names the storage file after the bag directory, so the staged bag has the final name.
+        staged = tmp / (bag.stem if single else bag.name)
+        yield staged
+        if single:
+            os.replace(staged / f'{staged.name}{".mcap" if storage == "mcap" else ".db3"}', bag)
+        else:
+            if bag.exists():
+                shutil.rmtree(bag)
+            staged.rename(bag)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -276,16 +325,18 @@ def write_bag(
     frame_id: str = 'camera',
     quality: int = 90,
 ) -> Path:
-    """Write frames (and their ground truth) as a ROS 2 bag directory.
+    """Write frames (and their ground truth) as a ROS 2 bag: a directory, or one .mcap / .db3 file.
 
     Topics: /camera/image_raw (sensor_msgs/Image, rgb8) or, when `compressed`,
     /camera/image_raw/compressed (sensor_msgs/CompressedImage, JPEG); /camera/camera_info
     (sensor_msgs/CameraInfo); /metavlm/ground_truth (diagnostic_msgs/DiagnosticArray) for frames
     with ground truth. Message i is stamped start_ns + i / fps seconds, in the header and the bag.
-    The bag appears at `bag_dir` only when complete; an interrupted write leaves nothing behind.
+    The bag appears at `bag_dir` only when complete; an interrupted write leaves the previous bag
+    intact, and its scratch copy is removed by the next write of the same name.
 
     Args:
-        bag_dir: The bag directory to create (see `resolve_bag_output`).
+        bag_dir: The bag directory to create, or a path ending in .mcap / .db3 for a single-file bag
+            of that storage (see `resolve_bag_output`).
         frames: (rgb, ground truth or None) pairs, consumed one at a time.
         fps: Frame rate of the stamps.
         storage: 'mcap' or 'sqlite3'.
@@ -296,11 +347,11 @@ def write_bag(
         quality: JPEG quality when compressed.
 
     Returns:
-        The bag directory.
+        The bag (directory or file).
 
     Raises:
         InputError: The output exists (without overwrite) or a frame is not RGB uint8.
-        ParameterError: Unknown storage or invalid fps.
+        ParameterError: Unknown storage, a storage that contradicts the suffix, or invalid fps.
     """
     from rosbags.rosbag2 import StoragePlugin, Writer
 
@@ -309,12 +360,15 @@ def write_bag(
         raise ParameterError(f'unknown bag storage {storage!r}; choose one of {", ".join(STORAGES)}')
     if not fps or fps <= 0:
         raise ParameterError(f'fps must be > 0, got {fps}')
+    implied = STORAGE_SUFFIXES.get(bag_dir.suffix.lower())
+    if implied is not None and implied != storage:
+        raise ParameterError(f'{bag_dir}: a {bag_dir.suffix} bag is {implied} storage, not {storage}')
     typestore = bag_typestore()
     plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
     image_topic, image_type = (
         (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
     )
-    with _staging(bag_dir, overwrite) as staged:
+    with _staging(bag_dir, storage, overwrite) as staged:
         with Writer(staged, version=BAG_VERSION, storage_plugin=plugin) as writer:
             qos = _offered_qos()
             image_conn = writer.add_connection(
@@ -362,9 +416,7 @@ def _open_reader(path: str | Path) -> Iterator[Any]:
     """Open a bag read-only (mcap files are opened 'rb'; sqlite3 databases immutable)."""
     from rosbags.rosbag2 import Reader
 
-    path = Path(path)
-    if not path.exists():
-        raise BagError(f'{path}: no such bag')
+    path = resolve_bag(path)
     if path.is_dir() and not (path / 'metadata.yaml').is_file():
         # A directory holding one storage file but no metadata (copied by hand): read the file.
         files = sorted(p for p in path.iterdir() if p.suffix in ('.mcap', '.db3'))

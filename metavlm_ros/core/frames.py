@@ -208,6 +208,10 @@ def iter_frames(
         if remaining is not None and remaining <= 0:
             return
         path = Path(source)
+        if not path.exists() and path.suffix.lower() in BAG_SUFFIXES:
+            from metavlm_ros.core.bags import resolve_bag
+
+            path = resolve_bag(path)  # the directory an older `scenes --out NAME.mcap` wrote
         if not path.exists():
             raise InputError(f'{path}: no such file or directory')
         if is_bag_path(path):

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from metavlm_ros.core.errors import InputError
+from metavlm_ros.core.scratch import LEGACY_FRAME_SCRATCH, remove_stale, scratch_path
 
 __all__ = [
     'EVALUATIONS',
@@ -81,6 +82,8 @@ class ResultsStore:
                 (self.directory / name).unlink(missing_ok=True)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.frames_dir = self.directory / 'frames'
+        # PNGs a killed run was writing: never evidence (they were not renamed into place yet).
+        remove_stale(self.frames_dir, legacy=LEGACY_FRAME_SCRATCH)
         self.durable = durable
         self.reserve_bytes = reserve_bytes
         self.frames_skipped = 0
@@ -138,8 +141,9 @@ class ResultsStore:
             return None
         self.frames_dir.mkdir(exist_ok=True)
         path = self.frames_dir / f'{name}.png'
-        tmp = path.with_suffix('.tmp.png')
-        # Write then rename, so a killed run never leaves a half-written PNG under the final name.
+        tmp = scratch_path(path, '.png')
+        # Write then rename, so a killed run never leaves a half-written PNG under the final name
+        # (the scratch file it leaves is removed when the directory is next opened).
         if not cv2.imwrite(str(tmp), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)):
             raise InputError(f'{path}: could not write PNG')
         os.replace(tmp, path)

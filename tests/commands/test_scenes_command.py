@@ -1,6 +1,8 @@
 """Tests of `metavlm scenes` through metavlm_ros.cli.main."""
 
 import json
+import subprocess
+import sys
 
 import cv2
 import numpy as np
@@ -19,17 +21,32 @@ from metavlm_ros.core.scenes import SceneGenerator, caption
 SMALL = ['--frames', '3', '--size', '64x48', '--fps', '5', '--seed', '4', '--environment', 'deep']
 
 
-def test_mcap_output_is_a_bag_directory(tmp_path, capsys):
+def test_mcap_output_is_one_bag_file_of_that_name(tmp_path, capsys):
     assert main(['scenes', '--out', str(tmp_path / 'demo.mcap'), *SMALL]) == 0
-    bag = tmp_path / 'demo'
-    assert sorted(p.name for p in bag.iterdir()) == ['demo.mcap', 'metadata.yaml']
+    bag = tmp_path / 'demo.mcap'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['demo.mcap']  # no scratch left, no directory
+    assert bag.is_file()
     assert str(bag) in capsys.readouterr().out
     gen = SceneGenerator(64, 48, 5, seed=4, environment='deep')
     frames = list(iter_bag_frames(bag))
     assert len(frames) == 3
+    assert frames[0].id.startswith('demo@')
     for i, frame in enumerate(frames):
         np.testing.assert_array_equal(frame.rgb, gen.frame(i)[0])
     assert [gt.to_dict() for _, gt in read_ground_truth(bag)] == [gen.frame(i)[1].to_dict() for i in range(3)]
+
+
+def test_db3_output_is_one_sqlite_bag_with_its_metadata_inside(tmp_path):
+    import sqlite3
+
+    bag = tmp_path / 'demo.db3'
+    assert main(['scenes', '--out', str(bag), *SMALL]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['demo.db3']
+    # rosbag2 (Iron and newer) reads a lone .db3 through this table: the metadata travels inside.
+    with sqlite3.connect(f'file:{bag}?mode=ro', uri=True) as db:
+        (text,) = db.execute('SELECT metadata FROM metadata').fetchone()
+    assert 'relative_file_paths' in text and 'demo.db3' in text
+    assert len(list(iter_bag_frames(bag))) == 3
 
 
 def test_directory_output_sqlite_compressed(tmp_path):
@@ -41,17 +58,33 @@ def test_directory_output_sqlite_compressed(tmp_path):
 
 
 def test_existing_output_refused_unless_overwrite(tmp_path, capsys):
-    out = str(tmp_path / 'demo.mcap')
-    assert main(['scenes', '--out', out, *SMALL]) == 0
-    before = (tmp_path / 'demo' / 'demo.mcap').read_bytes()
+    out = tmp_path / 'demo.mcap'
+    assert main(['scenes', '--out', str(out), *SMALL]) == 0
+    before = out.read_bytes()
     capsys.readouterr()
-    assert main(['scenes', '--out', out, *SMALL[:-2], '--environment', 'pool']) == 2
+    assert main(['scenes', '--out', str(out), *SMALL[:-2], '--environment', 'pool']) == 2
     err = capsys.readouterr().err
     assert err.startswith('metavlm: error: ') and 'already exists' in err and err.count('\n') == 1
-    assert (tmp_path / 'demo' / 'demo.mcap').read_bytes() == before
-    assert main(['scenes', '--out', out, '--overwrite', *SMALL[:-2], '--environment', 'pool']) == 0
-    assert (tmp_path / 'demo' / 'demo.mcap').read_bytes() != before
-    assert list_image_topics(tmp_path / 'demo') == [IMAGE_TOPIC]
+    assert out.read_bytes() == before
+    assert main(['scenes', '--out', str(out), '--overwrite', *SMALL[:-2], '--environment', 'pool']) == 0
+    assert out.read_bytes() != before
+    assert list_image_topics(out) == [IMAGE_TOPIC]
+    # A file that is not a bag is never replaced, even with --overwrite.
+    notes = tmp_path / 'notes.mcap'
+    notes.write_text('not a bag')
+    capsys.readouterr()
+    assert main(['scenes', '--out', str(notes), '--overwrite', *SMALL]) == 2
+    assert 'not a mcap bag' in capsys.readouterr().err
+    assert notes.read_text() == 'not a bag'
+
+
+def test_a_bag_left_half_written_by_a_killed_run_is_removed_by_the_next_one(tmp_path):
+    dead = subprocess.run([sys.executable, '-c', 'print(__import__("os").getpid())'], capture_output=True)
+    scratch = tmp_path / f'.demo.mcap.partial-{int(dead.stdout)}-1a2b3c4d'
+    (scratch / 'demo').mkdir(parents=True)
+    (scratch / 'demo' / 'demo.mcap').write_bytes(b'\x89MCAP0\r\n cut')
+    assert main(['scenes', '--out', str(tmp_path / 'demo.mcap'), *SMALL]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['demo.mcap']
 
 
 def test_png_folder(tmp_path):
@@ -76,10 +109,10 @@ def test_png_folder(tmp_path):
 def test_same_seed_same_bag_bytes(tmp_path):
     assert main(['scenes', '--out', str(tmp_path / 'a' / 'demo.mcap'), *SMALL]) == 0
     assert main(['scenes', '--out', str(tmp_path / 'b' / 'demo.mcap'), *SMALL]) == 0
-    first = (tmp_path / 'a' / 'demo' / 'demo.mcap').read_bytes()
-    assert first == (tmp_path / 'b' / 'demo' / 'demo.mcap').read_bytes()
+    first = (tmp_path / 'a' / 'demo.mcap').read_bytes()
+    assert first == (tmp_path / 'b' / 'demo.mcap').read_bytes()
     assert main(['scenes', '--out', str(tmp_path / 'c' / 'demo.mcap'), *SMALL[:-4], '--seed', '5']) == 0
-    assert (tmp_path / 'c' / 'demo' / 'demo.mcap').read_bytes() != first
+    assert (tmp_path / 'c' / 'demo.mcap').read_bytes() != first
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from metavlm_ros.core.bags import (
     iter_bag_messages,
     list_image_topics,
     read_ground_truth,
+    resolve_bag,
     resolve_bag_output,
     write_bag,
 )
@@ -326,8 +327,8 @@ def test_overwrite_rules(tmp_path, scene):
 
 
 def test_resolve_bag_output(tmp_path):
-    assert resolve_bag_output('out/demo.mcap') == (Path('out/demo'), 'mcap')
-    assert resolve_bag_output('demo.db3') == (Path('demo'), 'sqlite3')
+    assert resolve_bag_output('out/demo.mcap') == (Path('out/demo.mcap'), 'mcap')
+    assert resolve_bag_output('demo.db3') == (Path('demo.db3'), 'sqlite3')
     assert resolve_bag_output('demo_bag/') == (Path('demo_bag'), 'mcap')
     assert resolve_bag_output('demo_bag', 'sqlite3') == (Path('demo_bag'), 'sqlite3')
     with pytest.raises(ParameterError):
@@ -365,3 +366,21 @@ def test_messages_deserialise_with_ros_itself(mcap_bag, scene):
                 assert counts == scene[index][1].counts
             seen.add(conn.msgtype)
     assert seen == set(classes)
+
+
+@pytest.mark.parametrize('suffix', ['.mcap', '.db3'])
+def test_a_single_file_bag_and_an_older_bag_directory_answer_to_the_same_name(tmp_path, scene, suffix):
+    storage = 'mcap' if suffix == '.mcap' else 'sqlite3'
+    single = write_bag(tmp_path / 'new' / f'dive{suffix}', scene, fps=FPS, storage=storage)
+    assert single == tmp_path / 'new' / f'dive{suffix}' and single.is_file()
+    assert resolve_bag(single) == single
+    # What `scenes --out dive.mcap` wrote before: the directory dive/ holding dive/dive.mcap.
+    older = write_bag(tmp_path / 'old' / 'dive', scene, fps=FPS, storage=storage)
+    assert resolve_bag(tmp_path / 'old' / f'dive{suffix}') == older
+    for name in (single, tmp_path / 'old' / f'dive{suffix}'):
+        frames = list(iter_frames([name]))
+        assert [f.id.split('@')[0] for f in frames] == ['dive'] * len(scene)
+    with pytest.raises(BagError, match='no such bag'):
+        resolve_bag(tmp_path / 'old' / 'other.mcap')
+    with pytest.raises(ParameterError, match='sqlite3 storage'):
+        write_bag(tmp_path / 'x.db3', scene, fps=FPS, storage='mcap')

@@ -180,3 +180,38 @@ def test_launch_descriptions_load_where_launch_is_installed():
         description = module.generate_launch_description()
         assert isinstance(description, launch.LaunchDescription)
         assert {a.name for a in description.get_launch_arguments()} >= {'camera_topic', 'use_sim_time'}
+
+
+def _replay_command(bag: str) -> list[str]:
+    """The `ros2 bag play` command replay.launch.py builds for `bag:=...` (its other defaults)."""
+    pytest.importorskip('launch_ros')
+    from launch import LaunchContext
+
+    spec = importlib.util.spec_from_file_location('replay_launch', LAUNCH_DIR / 'replay.launch.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    context = LaunchContext()
+    context.launch_configurations.update(
+        {'bag': bag, 'qos_overrides': 'qos.yaml', 'rate': '1.0', 'loop': 'false', 'use_sim_time': 'true'}
+    )
+    (process,) = module._bag_play(context)
+    return [''.join(part.perform(context) for part in word) for word in process.cmd]
+
+
+def test_replay_plays_the_bag_under_the_name_scenes_gave_it(tmp_path):
+    from metavlm_ros.cli import main as metavlm
+
+    small = ['--frames', '2', '--size', '32x24']
+    assert metavlm(['scenes', '--out', str(tmp_path / 'dive.mcap'), *small]) == 0
+    assert metavlm(['scenes', '--out', str(tmp_path / 'dive_bag'), *small]) == 0
+    cmd = _replay_command(str(tmp_path / 'dive.mcap'))
+    assert cmd[:4] == ['ros2', 'bag', 'play', str(tmp_path / 'dive.mcap')]
+    assert cmd[cmd.index('--storage') + 1] == 'mcap'  # Humble's rosbag2 needs it for a lone file
+    cmd = _replay_command(str(tmp_path / 'dive_bag'))
+    assert cmd[3] == str(tmp_path / 'dive_bag') and '--storage' not in cmd
+    # A bag directory an older `scenes --out old.mcap` wrote answers to old.mcap.
+    from metavlm_ros.core.bags import write_bag
+    from metavlm_ros.core.scenes import SceneGenerator
+
+    write_bag(tmp_path / 'old', SceneGenerator(32, 24, 10, seed=1, frames=2), fps=10)
+    assert _replay_command(str(tmp_path / 'old.mcap'))[3] == str(tmp_path / 'old')
