@@ -1,5 +1,7 @@
 """Launch the metavlm_ros perception and tester nodes on a camera topic."""
 
+import os
+
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.launch_description import LaunchDescription
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
@@ -25,6 +27,10 @@ def _nodes(context, *args, **kwargs):
     model_overrides = {name: arg(name) for name in ('backend', 'model') if arg(name)}
     camera_remaps = [('image', camera_topic), ('image/compressed', camera_topic + '/compressed')]
     probe_remaps = [('probe', PROBE_TOPIC), ('probe/prediction', PROBE_TOPIC + '/prediction')]
+    from metavlm_ros.ros.transport import local_transport_env
+
+    # Shared memory with room for raw full-size camera frames (dds_transport:=default: DDS as installed).
+    transport_env = local_transport_env(os.environ, arg('dds_transport'))
 
     perception = Node(
         package=PACKAGE,
@@ -33,6 +39,7 @@ def _nodes(context, *args, **kwargs):
         output='screen',
         parameters=[params_file, {'use_sim_time': use_sim_time, **model_overrides}],
         remappings=camera_remaps + probe_remaps,
+        additional_env=transport_env,
     )
     tester_overrides = {'use_sim_time': use_sim_time, **model_overrides}
     if arg('vlm_endpoint'):
@@ -44,12 +51,13 @@ def _nodes(context, *args, **kwargs):
         output='screen',
         parameters=[params_file, tester_overrides],
         remappings=camera_remaps + probe_remaps,
+        additional_env=transport_env,
     )
     return [perception, tester]
 
 
 def generate_launch_description() -> LaunchDescription:
-    """Arguments: camera_topic, backend, model, params_file, vlm_endpoint, use_sim_time."""
+    """Arguments: camera_topic, backend, model, params_file, vlm_endpoint, use_sim_time, dds_transport."""
     default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config', 'metavlm.yaml'])
     return LaunchDescription(
         [
@@ -70,6 +78,12 @@ def generate_launch_description() -> LaunchDescription:
             ),
             DeclareLaunchArgument(
                 'use_sim_time', default_value='false', description='follow /clock (bag replay with --clock)'
+            ),
+            DeclareLaunchArgument(
+                'dds_transport',
+                default_value='shm',
+                description='shm: Fast DDS shared memory large enough for raw full-size frames '
+                '(config/fastdds_shm.xml) unless the environment already chooses | default: DDS as installed',
             ),
             OpaqueFunction(function=_nodes),
         ]

@@ -1,5 +1,6 @@
 """Replay a bag with `ros2 bag play` into the metavlm_ros perception and tester nodes."""
 
+import os
 from pathlib import Path
 
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription, OpaqueFunction
@@ -10,7 +11,15 @@ from launch_ros.substitutions import FindPackageShare
 
 PACKAGE = 'metavlm_ros'
 # Arguments handed on to metavlm.launch.py unchanged.
-FORWARDED = ('camera_topic', 'backend', 'model', 'params_file', 'vlm_endpoint', 'use_sim_time')
+FORWARDED = (
+    'camera_topic',
+    'backend',
+    'model',
+    'params_file',
+    'vlm_endpoint',
+    'use_sim_time',
+    'dds_transport',
+)
 
 
 def _bag_path(name: str) -> str:
@@ -40,7 +49,11 @@ def _bag_play(context, *args, **kwargs):
         cmd.append('--loop')
     if arg('use_sim_time').lower() in ('true', '1', 'yes'):
         cmd.append('--clock')
-    return [ExecuteProcess(cmd=cmd, output='screen')]
+    from metavlm_ros.ros.transport import local_transport_env
+
+    # The player writes the frames: its transport decides whether full-size frames fit.
+    env = local_transport_env(os.environ, arg('dds_transport'))
+    return [ExecuteProcess(cmd=cmd, output='screen', additional_env=env)]
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -73,6 +86,11 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument('vlm_endpoint', default_value='ros', description='ros | inprocess'),
             DeclareLaunchArgument(
                 'use_sim_time', default_value='true', description='nodes follow the bag clock (/clock)'
+            ),
+            DeclareLaunchArgument(
+                'dds_transport',
+                default_value='shm',
+                description='shm: shared memory for raw full-size frames (player and nodes) | default',
             ),
             nodes,
             OpaqueFunction(function=_bag_play),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.ros.transport import add_transport_argument
 
 __all__ = ['add_parser', 'run', 'run_demo']
 
@@ -34,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument('--seed', type=int, default=0, help='seed of the footage and the searches')
     parser.add_argument('--overwrite', action='store_true', help='replace an earlier demo in --out')
+    add_transport_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -87,7 +89,9 @@ def _parameters(backend: str, evaluations: int, seed: int) -> dict[str, dict[str
     }
 
 
-def run_demo(out: Path, *, frames: int, evaluations: int, seed: int, log: Any = print) -> dict[str, Any]:
+def run_demo(
+    out: Path, *, frames: int, evaluations: int, seed: int, log: Any = print, dds_transport: str = 'shm'
+) -> dict[str, Any]:
     """Run the whole demo into `out` (which must be empty or absent).
 
     Returns:
@@ -116,6 +120,7 @@ def run_demo(out: Path, *, frames: int, evaluations: int, seed: int, log: Any = 
             rate=DEMO_FPS,
             results_dir=results,
             log=lambda line, b=backend: log(f'  {b}: {line}'),
+            dds_transport=dds_transport,
         )
         summaries[backend] = summary
         records = (
@@ -171,7 +176,13 @@ def run(args: argparse.Namespace) -> int:
         raise ParameterError(f'--evaluations must be at least 1, got {args.evaluations}')
     out = Path(args.out)
     _prepare_out(out, args.overwrite)
-    done = run_demo(out, frames=args.frames, evaluations=args.evaluations, seed=args.seed)
+    done = run_demo(
+        out,
+        frames=args.frames,
+        evaluations=args.evaluations,
+        seed=args.seed,
+        dds_transport=args.dds_transport,
+    )
     print(f'demo finished in {done["seconds"]:.0f} s')
     print(f'  footage (ROS 2 bag):   {done["bag"]}')
     for backend, path in done['results'].items():

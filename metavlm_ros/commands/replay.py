@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from metavlm_ros.core.errors import BagError, InputError, ParameterError
+from metavlm_ros.ros.transport import add_transport_argument, use_transport
 
 __all__ = ['ReplayStats', 'add_parser', 'bag_topics', 'iter_raw_messages', 'replay_bag', 'run']
 
@@ -393,6 +394,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar='S',
         help='wait up to S seconds for every topic to have a subscriber before starting',
     )
+    add_transport_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -414,36 +416,38 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    context = Context()
-    rclpy.init(args=[], context=context)
-    stop = threading.Event()
-    total = None if args.loop else _count(args.bag, args.topic)
-    bar = tqdm(total=total, unit='msg', desc='replay', disable=None, file=sys.stderr)
-    stats = ReplayStats()
-    started = time.monotonic()
-    try:
-        replay_bag(
-            args.bag,
-            context,
-            topics=args.topic,
-            rate=args.rate,
-            loops=None if args.loop else 1,
-            clock_hz=args.clock,
-            remap=remap,
-            qos_overrides=qos,
-            wait_for_subscribers_s=args.wait_for_subscribers,
-            stop=stop,
-            progress=bar.update,
-            stats=stats,
-        )
-        ending = ''
-    except KeyboardInterrupt:
-        stop.set()
-        stats.seconds = time.monotonic() - started
-        ending = ' (interrupted)'
-    finally:
-        bar.close()
-        rclpy.try_shutdown(context=context)
+    # The writer's shared-memory segment decides whether large frames fit: the transport comes first.
+    with use_transport(args.dds_transport):
+        context = Context()
+        rclpy.init(args=[], context=context)
+        stop = threading.Event()
+        total = None if args.loop else _count(args.bag, args.topic)
+        bar = tqdm(total=total, unit='msg', desc='replay', disable=None, file=sys.stderr)
+        stats = ReplayStats()
+        started = time.monotonic()
+        try:
+            replay_bag(
+                args.bag,
+                context,
+                topics=args.topic,
+                rate=args.rate,
+                loops=None if args.loop else 1,
+                clock_hz=args.clock,
+                remap=remap,
+                qos_overrides=qos,
+                wait_for_subscribers_s=args.wait_for_subscribers,
+                stop=stop,
+                progress=bar.update,
+                stats=stats,
+            )
+            ending = ''
+        except KeyboardInterrupt:
+            stop.set()
+            stats.seconds = time.monotonic() - started
+            ending = ' (interrupted)'
+        finally:
+            bar.close()
+            rclpy.try_shutdown(context=context)
     print(
         f'published {stats.total} messages on {len(stats.published)} topic(s) '
         f'in {stats.seconds:.1f} s ({stats.loops} full pass(es)){ending}'

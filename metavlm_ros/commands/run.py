@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.ros.transport import add_transport_argument, use_transport
 
 __all__ = ['add_parser', 'load_parameter_file', 'run', 'run_nodes']
 
@@ -59,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         '--results-dir', default=None, metavar='DIR', help="override the tester's results_dir"
     )
+    add_transport_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         loop=args.loop,
         results_dir=args.results_dir,
         log=print,
+        dds_transport=args.dds_transport,
     )
     print(
         f'{summary["frames_published"]} frame(s) published, {summary["searches"]} search(es), '
@@ -211,6 +214,7 @@ def run_nodes(
     tester_overrides: Mapping[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    dds_transport: str = 'shm',
 ) -> dict[str, Any]:
     """Run the perception node and the tester node in this process, optionally publishing footage.
 
@@ -231,6 +235,8 @@ def run_nodes(
         tester_overrides: more tester parameters, applied over the file's.
         log: where progress lines go (None: nowhere).
         should_stop: polled; True ends the run early.
+        dds_transport: 'shm' (Fast DDS shared memory large enough for raw frames from and to other
+            processes of this machine, unless the environment already chooses) or 'default'.
 
     Returns:
         A summary: frames_published, frames_received, frames_dropped, searches, searches_paused_disk,
@@ -270,7 +276,8 @@ def run_nodes(
 
     started = time.monotonic()
     published = 0
-    with tempfile.TemporaryDirectory(prefix='metavlm-run-') as tmp:
+    # The transport is chosen before rclpy starts DDS in this process.
+    with use_transport(dds_transport) as transport, tempfile.TemporaryDirectory(prefix='metavlm-run-') as tmp:
         path = _write_ros_file(nodes, Path(tmp))
         context = Context()
         try:
@@ -311,7 +318,7 @@ def run_nodes(
             spinner = threading.Thread(target=spin, name='metavlm-run-executor', daemon=True)
             spinner.start()
             say(
-                f'nodes running ({tester.settings.endpoint} endpoint); '
+                f'nodes running ({tester.settings.endpoint} endpoint, {transport}); '
                 f'results in {tester.settings.results_dir}'
             )
 

@@ -135,6 +135,7 @@ def test_every_launch_argument_is_used_and_every_used_one_declared(launch_files)
         'params_file',
         'vlm_endpoint',
         'use_sim_time',
+        'dds_transport',
     }
     replay = launch_files['replay.launch.py']
     forwarded = replay.constants['FORWARDED']
@@ -182,8 +183,8 @@ def test_launch_descriptions_load_where_launch_is_installed():
         assert {a.name for a in description.get_launch_arguments()} >= {'camera_topic', 'use_sim_time'}
 
 
-def _replay_command(bag: str) -> list[str]:
-    """The `ros2 bag play` command replay.launch.py builds for `bag:=...` (its other defaults)."""
+def _replay_process(bag: str, dds_transport: str = 'shm'):
+    """The `ros2 bag play` process replay.launch.py starts for `bag:=...` (its other defaults)."""
     pytest.importorskip('launch_ros')
     from launch import LaunchContext
 
@@ -192,10 +193,44 @@ def _replay_command(bag: str) -> list[str]:
     spec.loader.exec_module(module)
     context = LaunchContext()
     context.launch_configurations.update(
-        {'bag': bag, 'qos_overrides': 'qos.yaml', 'rate': '1.0', 'loop': 'false', 'use_sim_time': 'true'}
+        {
+            'bag': bag,
+            'qos_overrides': 'qos.yaml',
+            'rate': '1.0',
+            'loop': 'false',
+            'use_sim_time': 'true',
+            'dds_transport': dds_transport,
+        }
     )
     (process,) = module._bag_play(context)
-    return [''.join(part.perform(context) for part in word) for word in process.cmd]
+
+    def text(substitutions):
+        return ''.join(part.perform(context) for part in substitutions)
+
+    cmd = [text(word) for word in process.cmd]
+    env = {text(key): text(value) for key, value in process.additional_env or []}
+    return cmd, env
+
+
+def _replay_command(bag: str) -> list[str]:
+    return _replay_process(bag)[0]
+
+
+def test_replay_gives_the_player_the_shared_memory_transport_unless_turned_off(monkeypatch):
+    for name in (
+        'FASTDDS_DEFAULT_PROFILES_FILE',
+        'FASTRTPS_DEFAULT_PROFILES_FILE',
+        'FASTDDS_BUILTIN_TRANSPORTS',
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv('RMW_IMPLEMENTATION', raising=False)
+    _, env = _replay_process('dive.mcap')
+    assert Path(env['FASTDDS_DEFAULT_PROFILES_FILE']).name == 'fastdds_shm.xml'
+    assert Path(env['FASTDDS_DEFAULT_PROFILES_FILE']).is_file()
+    assert _replay_process('dive.mcap', 'default')[1] == {}
+    # A transport the user chose is theirs.
+    monkeypatch.setenv('FASTDDS_BUILTIN_TRANSPORTS', 'LARGE_DATA')
+    assert _replay_process('dive.mcap')[1] == {}
 
 
 def test_replay_plays_the_bag_under_the_name_scenes_gave_it(tmp_path):
