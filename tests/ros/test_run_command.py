@@ -1,5 +1,6 @@
 """`metavlm run`: both nodes in one process on a folder of PNGs or a bag, with a tiny CLIP."""
 
+import os
 from pathlib import Path
 
 import cv2
@@ -11,6 +12,7 @@ from metavlm_ros.commands.run import _flatten, _write_ros_file, load_parameter_f
 from metavlm_ros.core.bags import write_bag
 from metavlm_ros.core.errors import InputError, ParameterError
 from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.ros.transport import USER_VARIABLES
 from tests.conftest import make_frame
 
 
@@ -63,7 +65,14 @@ def test_run_nodes_replays_a_bag_with_its_stamps_for_a_duration(tmp_path, tiny_c
     frames = [(make_frame(64, 48, seed=i), None) for i in range(4)]
     bag = write_bag(tmp_path / 'bag', frames, fps=10.0, start_ns=5_000_000_000)
     params = write_params(tmp_path, tiny_clip_dir, vlm_endpoint='inprocess')
-    summary = run_nodes(params, source=bag, duration=2.0, loop=True, results_dir=tmp_path / 'out')
+    lines = []
+    summary = run_nodes(
+        params, source=bag, duration=2.0, loop=True, results_dir=tmp_path / 'out', log=lines.append
+    )
+    if not any(os.environ.get(name) for name in USER_VARIABLES):
+        # The nodes run with the project's transport, and it does not outlive the run.
+        assert any('Fast DDS shared memory' in line for line in lines), lines
+        assert 'FASTDDS_DEFAULT_PROFILES_FILE' not in os.environ
     # 2 s of a 10 Hz bag replayed in a loop: about 20 frames, most dropped while searches run.
     assert 12 <= summary['frames_published'] <= 22
     assert summary['endpoint'] == 'inprocess'

@@ -78,11 +78,11 @@ def test_launched_nodes_get_the_transport_and_dds_transport_default_turns_it_off
                 'dds_transport': dds_transport,
             }
         )
-        out = []
-        for node in module._nodes(context):
-            pairs = node.additional_env or []
-            out.append({''.join(s.perform(context) for s in k): ''.join(s.perform(context) for s in v) for k, v in pairs})
-        return out
+
+        def text(substitutions):
+            return ''.join(part.perform(context) for part in substitutions)
+
+        return [{text(k): text(v) for k, v in node.additional_env or []} for node in module._nodes(context)]
 
     assert envs('shm') == [{'FASTDDS_DEFAULT_PROFILES_FILE': str(shm_profile())}] * 2
     assert envs('default') == [{}, {}]
