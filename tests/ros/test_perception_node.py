@@ -471,3 +471,29 @@ def test_a_failing_model_answers_the_probe_client_with_the_reason_at_once(tiny_c
             executor.shutdown(timeout_sec=2)
             for n in (node, client_node):
                 n.destroy_node()
+
+
+def test_a_flood_of_malformed_probes_gets_every_answer_but_few_warnings(tiny_clip_dir, clip, capfd):
+    with ros_context() as context:
+        node = PerceptionNode(
+            context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir, batch_wait_ms=0)
+        )
+        tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
+        replies = TopicCollector(context, 'probe/prediction', DiagnosticArray, PROBE_QOS)
+        nodes = [node, tester, replies]
+        try:
+            wait_for(lambda: tester.publisher.get_subscription_count() > 0, 5, nodes, 'probe subscriber')
+            wait_for(lambda: node.probe_prediction_pub.get_subscription_count() > 0, 5, nodes)
+            capfd.readouterr()
+            for i in range(30):
+                bad = Image(height=4, width=4, encoding='rgb8', step=12)
+                bad.data = bytes(5)
+                bad.header.stamp.sec = 200 + i
+                tester.publish_msg(bad)
+            wait_for(lambda: len(replies.messages) == 30, 20, nodes, 'an error answer to each probe')
+            assert all(refusal_of(m) for m in replies.messages)
+            warnings = capfd.readouterr().err.count('probe skipped')
+            assert 1 <= warnings <= 3, f'{warnings} warnings for 30 bad probes: throttled to one per 5 s'
+        finally:
+            for n in nodes:
+                n.destroy_node()
