@@ -311,3 +311,18 @@ def test_interrupting_a_looping_replay_exits_0_with_a_summary(bag):
                 process.communicate()
     assert process.returncode == 0, err
     assert '(interrupted)' in out and 'Traceback' not in err
+
+
+def test_scenes_names_replay_under_the_same_name_and_older_bag_directories_too(tmp_path):
+    from metavlm_ros.core.bags import write_bag
+    from metavlm_ros.core.scenes import SceneGenerator
+
+    frames = list(SceneGenerator(32, 24, 10, seed=2, frames=3))
+    assert cli.main(['scenes', '--out', str(tmp_path / 'dive.mcap'), '--frames', '3', '--size', '32x24']) == 0
+    write_bag(tmp_path / 'old', frames, fps=10)  # what `scenes --out old.mcap` wrote before
+    for name in ('dive.mcap', 'old.mcap', 'old'):
+        topics = bag_topics(tmp_path / name)
+        assert topics['/camera/image_raw'] == 'sensor_msgs/msg/Image', name
+        assert len([m for m in iter_raw_messages(tmp_path / name) if m[0] == '/camera/image_raw']) == 3
+    with pytest.raises(BagError, match='no such bag'):
+        bag_topics(tmp_path / 'other.mcap')
