@@ -20,8 +20,10 @@ __all__ = [
     'CLASSES',
     'DEFAULT_CLASS_PROMPTS',
     'PAPER_CLASS_PROMPTS',
+    'PREPROCESS',
     'PROMPT_PRESETS',
     'TABLE1_PROMPT',
+    'PixelPath',
     'Prediction',
     'VLMBackend',
     'create_backend',
@@ -67,6 +69,14 @@ TABLE1_PROMPT = (
 _DEMO_ROOT = Path(__file__).resolve().parent.parent / 'models'
 _HF_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')
 _DTYPES = ('auto', 'float32', 'float16', 'bfloat16')
+#: How frames become pixel values: PixelPath ('batched') or the Hugging Face processor ('processor').
+PREPROCESS = ('batched', 'processor')
+
+#: PIL's `reducing_gap` for frames far larger than the model's input: PIL first shrinks them by an
+#: integer factor with a box filter, then resamples as the processor does. Frames less than
+#: 2 * REDUCING_GAP times the input size are resampled exactly as the processor does
+#: (docs/performance.md gives the measured difference for larger ones).
+REDUCING_GAP = 2.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,8 @@ class VLMBackend:
     classes: tuple[str, ...] = CLASSES
     model_id: str = ''
     name: str = ''
+    #: Side in pixels of the square the model sees (its processor's output); 0 when not known here.
+    input_size: int = 0
 
     def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
         """Judge frames.
@@ -215,6 +227,103 @@ def _check_frames(frames: Sequence[np.ndarray]) -> list[np.ndarray]:
     return checked
 
 
+@dataclass(frozen=True)
+class PixelPath:
+    """The image processor's steps (resize, centre crop, rescale, normalise) for a whole batch at once.
+
+    The Hugging Face processor converts every frame to PIL and back several times and normalises it
+    in float64 on the CPU; this path resizes each uint8 frame once with PIL (the same filter, so the
+    same pixels), crops by slicing, stacks the batch and rescales and normalises it in one tensor
+    operation on the model's device. `from_processor` returns None for a processor whose steps it
+    does not reproduce; the backend then calls the processor itself.
+
+    Attributes:
+        shortest_edge: resize so the shorter side is this long (aspect kept); 0 for a fixed size.
+        size: fixed resize size (height, width) when shortest_edge is 0.
+        crop: centre-crop size (height, width), or None.
+        resample: PIL resampling filter.
+        scale: rescale factor (1/255).
+        mean: per-channel mean.
+        std: per-channel standard deviation.
+    """
+
+    shortest_edge: int
+    size: tuple[int, int]
+    crop: tuple[int, int] | None
+    resample: int
+    scale: float
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+    @classmethod
+    def from_processor(cls, processor: Any) -> PixelPath | None:
+        """The path of a CLIP- or BLIP-style image processor (or a processor holding one); else None."""
+        ip = getattr(processor, 'image_processor', processor)
+        if type(ip).__name__.removesuffix('Pil') not in ('CLIPImageProcessor', 'BlipImageProcessor'):
+            return None
+        size = dict(getattr(ip, 'size', None) or {})
+        if not (getattr(ip, 'do_resize', False) and ip.do_rescale and ip.do_normalize):
+            return None
+        if getattr(ip, 'do_pad', False) or size.get('longest_edge') or getattr(ip, 'resample', None) is None:
+            return None
+        mean, std = list(ip.image_mean), list(ip.image_std)
+        if len(mean) != 3 or len(std) != 3:
+            return None
+        shortest = int(size.get('shortest_edge') or 0)
+        fixed = (int(size.get('height') or 0), int(size.get('width') or 0))
+        if not shortest and not all(fixed):
+            return None
+        crop = None
+        if getattr(ip, 'do_center_crop', False):
+            crop_size = dict(ip.crop_size or {})
+            crop = (int(crop_size.get('height') or 0), int(crop_size.get('width') or 0))
+            # A crop larger than the resized frame would pad: left to the processor.
+            if not all(crop) or max(crop) > (shortest or min(fixed)):
+                return None
+        return cls(shortest, fixed, crop, int(ip.resample), float(ip.rescale_factor), tuple(mean), tuple(std))
+
+    @property
+    def input_size(self) -> int:
+        """Side of the square the model sees (the crop, else the resize size)."""
+        return max(self.crop) if self.crop else (self.shortest_edge or max(self.size))
+
+    def resized_shape(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) after the resize step, by the processor's own rule."""
+        if not self.shortest_edge:
+            return self.size
+        short, long = min(height, width), max(height, width)
+        new_long = int(self.shortest_edge * long / short)
+        return (self.shortest_edge, new_long) if height <= width else (new_long, self.shortest_edge)
+
+    def resize(self, frame: np.ndarray) -> np.ndarray:
+        """One RGB uint8 frame resized and cropped as the processor would, still uint8 (H, W, 3)."""
+        from PIL import Image
+
+        height, width = self.resized_shape(*frame.shape[:2])
+        if (height, width) != frame.shape[:2]:
+            resized = Image.fromarray(frame).resize(
+                (width, height), resample=self.resample, reducing_gap=REDUCING_GAP
+            )
+            frame = np.asarray(resized)
+        if self.crop:
+            top, left = (height - self.crop[0]) // 2, (width - self.crop[1]) // 2
+            frame = frame[top : top + self.crop[0], left : left + self.crop[1]]
+        return frame
+
+    def pixel_values(self, frames: Sequence[np.ndarray], device: Any, dtype: Any) -> Any:
+        """The batch's pixel_values tensor (N, 3, H, W) on `device` in `dtype`.
+
+        The uint8 batch crosses to the device (a quarter of the float32 bytes) and is normalised there.
+        """
+        import torch
+
+        batch = torch.from_numpy(np.stack([self.resize(f) for f in frames])).to(device)
+        mean = torch.tensor(self.mean, device=device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=device).view(1, 3, 1, 1)
+        pixels = batch.permute(0, 3, 1, 2).float().mul_(self.scale).sub_(mean).div_(std)
+        return pixels.to(dtype).contiguous()
+
+
 class _HFBackend(VLMBackend):
     """Shared Hugging Face plumbing: device, dtype, offline loading and batching under inference_mode.
 
@@ -229,6 +338,7 @@ class _HFBackend(VLMBackend):
         device: str,
         dtype: str,
         batch_size: int,
+        preprocess: str = 'batched',
     ) -> None:
         # Resolve first: a missing model must fail at once, before any slow import or load.
         self.model_path = resolve_model(self.name, model)
@@ -238,6 +348,8 @@ class _HFBackend(VLMBackend):
             raise ParameterError(f'batch_size must be a positive integer, got {batch_size!r}')
         if dtype not in _DTYPES:
             raise ParameterError(f'dtype must be one of {", ".join(_DTYPES)}, got {dtype!r}')
+        if preprocess not in PREPROCESS:
+            raise ParameterError(f'preprocess must be one of {", ".join(PREPROCESS)}, got {preprocess!r}')
         self.model_id = str(model)
         self.classes = tuple(classes)
         self.batch_size = batch_size
@@ -269,6 +381,10 @@ class _HFBackend(VLMBackend):
             if bars:
                 transformers.logging.enable_progress_bar()
         self.model.to(self.device).eval()
+        path = PixelPath.from_processor(self.processor)
+        self.input_size = path.input_size if path else _processor_side(self.processor)
+        # 'processor' (or a processor PixelPath does not reproduce): the processor judges every frame.
+        self._pixel_path = path if preprocess == 'batched' else None
         with torch.inference_mode():
             self._prepare()
 
@@ -282,7 +398,8 @@ class _HFBackend(VLMBackend):
     def _prepare(self) -> None:
         """Compute once what every batch reuses (CLIP's text embeddings)."""
 
-    def _predict_batch(self, images: list[Any]) -> list[Prediction]:
+    def _predict_batch(self, pixels: Any) -> list[Prediction]:
+        """Judge one batch, given as the model's pixel_values tensor."""
         raise NotImplementedError
 
     # -- shared ----------------------------------------------------------------------------------
@@ -304,7 +421,8 @@ class _HFBackend(VLMBackend):
 
         if dtype == 'auto':
             # Full precision keeps batched and one-by-one judgements identical; only the 7B-class
-            # InstructBLIP is halved on a GPU, where float32 would need ~30 GB.
+            # InstructBLIP is halved on a GPU, where float32 would need ~30 GB. bfloat16 on a CPU is
+            # faster but changes answers (docs/performance.md), so it is never chosen for the user.
             half = self.device.type == 'cuda' and self.name == 'instructblip'
             return torch.float16 if half else torch.float32
         return getattr(torch, dtype)
@@ -321,17 +439,25 @@ class _HFBackend(VLMBackend):
             moved[key] = value
         return moved
 
+    def pixel_values(self, frames: Sequence[np.ndarray]) -> Any:
+        """The pixel_values tensor of a batch of frames, on the model's device in its dtype."""
+        if self._pixel_path is not None:
+            return self._pixel_path.pixel_values(frames, self.device, self.dtype)
+        from PIL import Image
+
+        return self._inputs(images=[Image.fromarray(f) for f in frames])['pixel_values']
+
     def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
         """Judge frames in batches of `batch_size` under torch.inference_mode; see VLMBackend.predict."""
         import torch
-        from PIL import Image
 
         frames = _check_frames(frames)
         predictions: list[Prediction] = []
         with torch.inference_mode():
             for start in range(0, len(frames), self.batch_size):
-                images = [Image.fromarray(f) for f in frames[start : start + self.batch_size]]
-                predictions.extend(self._predict_batch(images))
+                predictions.extend(
+                    self._predict_batch(self.pixel_values(frames[start : start + self.batch_size]))
+                )
         return predictions
 
     def weights_hash(self) -> str:
@@ -374,8 +500,7 @@ class _ClipBackend(_HFBackend):
         self._text = embeds / embeds.norm(dim=-1, keepdim=True)
         self._scale = float(self.model.logit_scale.exp())
 
-    def _predict_batch(self, images: list[Any]) -> list[Prediction]:
-        pixels = self._inputs(images=images)['pixel_values']
+    def _predict_batch(self, pixels: Any) -> list[Prediction]:
         embeds = self._embedding(self.model.get_image_features(pixel_values=pixels)).float()
         cosine = (embeds / embeds.norm(dim=-1, keepdim=True)) @ self._text.T
         scores = (self._scale * cosine).softmax(dim=-1) if self.confidence == 'softmax' else cosine
@@ -414,8 +539,19 @@ class _CountBackend(_HFBackend):
         """The generated tokens that are the answer, without any echoed prompt."""
         return output
 
-    def _predict_batch(self, images: list[Any]) -> list[Prediction]:
-        inputs = self._inputs(images=images, text=[self.prompt] * len(images))
+    def _prepare(self) -> None:
+        from PIL import Image
+
+        # The prompt's tokens do not depend on the frame: tokenised once, repeated for every batch.
+        side = self.input_size or 32
+        inputs = self._inputs(images=[Image.new('RGB', (side, side))], text=[self.prompt])
+        inputs.pop('pixel_values')
+        self._text = inputs
+
+    def _predict_batch(self, pixels: Any) -> list[Prediction]:
+        n = pixels.shape[0]
+        inputs = {k: v.repeat(n, *[1] * (v.dim() - 1)) for k, v in self._text.items()}
+        inputs['pixel_values'] = pixels
         output = self.model.generate(
             **inputs, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1
         )
@@ -467,6 +603,17 @@ class _InstructBlipBackend(_CountBackend):
         return output[:, inputs['input_ids'].shape[1] :]
 
 
+def _processor_side(processor: Any) -> int:
+    """The input side a processor PixelPath does not reproduce resizes to, when it says; else 0."""
+    ip = getattr(processor, 'image_processor', processor)
+    for sizes in (getattr(ip, 'crop_size', None), getattr(ip, 'size', None)):
+        sizes = dict(sizes or {})
+        side = sizes.get('height') or sizes.get('shortest_edge')
+        if side:
+            return int(side)
+    return 0
+
+
 _BACKEND_CLASSES = {'clip': _ClipBackend, 'blip': _BlipBackend, 'instructblip': _InstructBlipBackend}
 
 
@@ -502,6 +649,7 @@ def create_backend(
     batch_size: int = 32,
     vocabularies: Mapping[str, Sequence[str]] | None = None,
     max_new_tokens: int = 40,
+    preprocess: str = 'batched',
 ) -> VLMBackend:
     """Load a VLM from disk behind the VLMBackend interface.
 
@@ -520,6 +668,8 @@ def create_backend(
         batch_size: frames per forward pass.
         vocabularies: BLIP/InstructBLIP only: class -> kinds, for the count parser.
         max_new_tokens: BLIP/InstructBLIP only: answer length limit (greedy decoding).
+        preprocess: 'batched' (PixelPath: one resize per frame, the batch normalised on the device)
+            or 'processor' (the Hugging Face processor frame by frame: the reference it is tested against).
 
     Returns:
         The loaded backend.
@@ -532,7 +682,13 @@ def create_backend(
     classes = tuple(classes) if classes is not None else CLASSES
     if not classes or len(set(classes)) != len(classes):
         raise ParameterError(f'classes must be non-empty and distinct, got {list(classes)}')
-    common: dict[str, Any] = {'classes': classes, 'device': device, 'dtype': dtype, 'batch_size': batch_size}
+    common: dict[str, Any] = {
+        'classes': classes,
+        'device': device,
+        'dtype': dtype,
+        'batch_size': batch_size,
+        'preprocess': preprocess,
+    }
     if backend == 'clip':
         if prompts not in PROMPT_PRESETS:
             raise ParameterError(

@@ -436,3 +436,102 @@ def test_class_prompts_as_a_list_follow_the_class_order(tiny_clip_dir):
     }
     with pytest.raises(ParameterError, match='3 prompts for 4 classes'):
         create_backend('clip', str(tiny_clip_dir), device='cpu', class_prompts=['a', 'b', 'c'])
+
+
+# -- the batched pixel path against the Hugging Face processor -------------------------------------
+
+
+def _real_size_processors():
+    """The released models' image processors, from config objects (nothing downloads).
+
+    CLIPImageProcessor's defaults are openai/clip-vit-base-patch32's (shorter side 224, 224 crop,
+    bicubic); BlipImageProcessor's are Salesforce/blip-*-base's (384 x 384, bicubic).
+    """
+    from transformers import BlipImageProcessor, CLIPImageProcessor
+
+    return {'clip-vit-b32': (CLIPImageProcessor(), 224), 'blip-base': (BlipImageProcessor(), 384)}
+
+
+def _grey_levels(got, expected, path):
+    import torch
+
+    return ((got - expected).abs() * torch.tensor(path.std).view(1, 3, 1, 1) * 255).flatten()
+
+
+def _noisy_frame(width, height):
+    """A structured frame with sensor-like noise: fine texture is where resamplers differ most."""
+    noise = np.random.default_rng(0).integers(0, 40, (height, width, 3))
+    return np.clip(make_frame(width, height, seed=1).astype(int) + noise, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize('name', ['clip-vit-b32', 'blip-base'])
+def test_pixel_path_reproduces_the_real_size_processor(name):
+    import torch
+
+    processor, side = _real_size_processors()[name]
+    path = vlm.PixelPath.from_processor(processor)
+    assert path is not None and path.input_size == side
+    # Up to 4x the input side (REDUCING_GAP 2) the same PIL filter runs on the same pixels: equal.
+    for width, height in [(448, 252), (768, 432), (300, 500), (224, 224), (96, 64), (640, 480)]:
+        frame = _noisy_frame(width, height)
+        expected = processor(images=[frame], return_tensors='pt')['pixel_values']
+        got = path.pixel_values([frame], 'cpu', torch.float32)
+        assert got.shape == expected.shape
+        assert _grey_levels(got, expected, path).max() < 1e-3, (width, height)
+
+
+@pytest.mark.parametrize('name', ['clip-vit-b32', 'blip-base'])
+def test_pixel_path_on_large_frames_stays_within_the_stated_tolerance(name):
+    import torch
+
+    processor, side = _real_size_processors()[name]
+    path = vlm.PixelPath.from_processor(processor)
+    frame = _noisy_frame(1920, 1080)
+    expected = processor(images=[frame], return_tensors='pt')['pixel_values']
+    # PIL's box reduction first (REDUCING_GAP): docs/performance.md states mean <= 0.5, max <= 8 levels.
+    direct = _grey_levels(path.pixel_values([frame], 'cpu', torch.float32), expected, path)
+    assert float(direct.mean()) <= 0.5 and float(direct.max()) <= 8
+    # The default working size (2x the input side, area filter) before it: mean <= 1, p99 <= 4 levels.
+    from metavlm_ros.core.frames import resize_longer_side
+
+    small = resize_longer_side(frame, 2 * side)
+    worked = _grey_levels(path.pixel_values([small], 'cpu', torch.float32), expected, path)
+    assert float(worked.mean()) <= 1.0 and float(worked.quantile(0.99)) <= 4
+
+
+def test_pixel_path_leaves_unknown_processors_to_the_processor():
+    from transformers import BlipImageProcessor, CLIPImageProcessor
+
+    assert vlm.PixelPath.from_processor(CLIPImageProcessor(do_pad=True)) is None
+    assert (
+        vlm.PixelPath.from_processor(CLIPImageProcessor(size={'shortest_edge': 224, 'longest_edge': 300}))
+        is None
+    )
+    assert vlm.PixelPath.from_processor(BlipImageProcessor(do_normalize=False)) is None
+    assert vlm.PixelPath.from_processor(object()) is None
+
+
+@pytest.mark.parametrize('backend', ['clip', 'blip', 'instructblip'])
+def test_batched_and_processor_preprocessing_judge_alike(request, backend):
+    model = request.getfixturevalue(backend)
+    reference = create_backend(
+        backend,
+        model.model_path,
+        device='cpu',
+        batch_size=2,
+        preprocess='processor',
+        **({} if backend == 'clip' else {'max_new_tokens': 4}),
+    )
+    assert model._pixel_path is not None and reference._pixel_path is None
+    assert model.input_size == reference.input_size == 32
+    # Frames under 4x the tiny input side: resampled exactly as the processor does, so judged alike.
+    frames = [make_frame(120, 100, seed=3), *FRAMES[:2]]
+    got, expected = model.predict(frames), reference.predict(frames)
+    for a, b in zip(got, expected, strict=True):
+        assert a.text == b.text
+        np.testing.assert_allclose(list(a.values.values()), list(b.values.values()), atol=1e-5)
+
+
+def test_preprocess_must_be_known(tiny_clip_dir):
+    with pytest.raises(ParameterError, match='preprocess'):
+        create_backend('clip', str(tiny_clip_dir), device='cpu', preprocess='fast')
