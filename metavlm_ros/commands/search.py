@@ -79,7 +79,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         '--thresholds', nargs='+', type=float, default=None, metavar='TH', help='confidence thresholds'
     )
     group.add_argument(
-        '--working-size', type=int, default=None, metavar='PX', help='resize frames so the longer side is PX'
+        '--working-size',
+        default='auto',
+        metavar='PX',
+        help="longer side the relations act at: auto (2x the model's input side, the default), "
+        'full (or 0: the frame as it is) or pixels; recorded in every result',
     )
     add_frame_arguments(parser)
     out = parser.add_argument_group('output')

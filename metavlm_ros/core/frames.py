@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -14,12 +15,16 @@ from metavlm_ros.core.errors import InputError, ParameterError
 
 __all__ = [
     'IMAGE_SUFFIXES',
+    'UNKNOWN_INPUT_SIDE',
+    'WORKING_SIZE_FACTOR',
     'Frame',
     'is_bag_path',
     'iter_frames',
     'load_image',
     'to_rgb8',
+    'parse_working_size',
     'resize_longer_side',
+    'working_size_for',
 ]
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
@@ -137,6 +142,55 @@ def resize_longer_side(frame: np.ndarray, size: int | None) -> np.ndarray:
     new_w = max(1, round(width * scale))
     new_h = max(1, round(height * scale))
     return cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_AREA)
+
+
+#: `auto` working size: the frame's longer side becomes this many times the model's input side.
+WORKING_SIZE_FACTOR = 2
+#: The input side `auto` assumes when the model is not known where the search runs (a tester whose
+#: model sits in the perception node): the largest of the supported families' base models (BLIP's).
+UNKNOWN_INPUT_SIDE = 384
+
+
+def parse_working_size(value: object) -> int | str | None:
+    """Read a working-size setting: 'auto', 'full' (or 0 or None: the frame as it is) or pixels.
+
+    Returns:
+        'auto', None for the full frame, or the longer side in pixels.
+
+    Raises:
+        ParameterError: anything else (a negative, fractional or unknown value).
+    """
+    if value is None or value == 'full':
+        return None
+    if value == 'auto':
+        return 'auto'
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit():
+        raise ParameterError(f"working size must be 'auto', 'full' or a number of pixels, got {value!r}")
+    return int(text) or None
+
+
+def working_size_for(setting: int | str | None, width: int, height: int, input_side: int = 0) -> int | None:
+    """The longer side (pixels) a width x height frame is searched at, or None for the frame as it is.
+
+    `auto` is WORKING_SIZE_FACTOR times the model's input side (UNKNOWN_INPUT_SIDE when 0), raised
+    where needed so that the shorter side stays at least the input side (frames wider than 2:1).
+    Frames are never enlarged: a size not below the frame's longer side gives None.
+
+    Args:
+        setting: as parse_working_size returns it.
+        width: frame width.
+        height: frame height.
+        input_side: the side of the square the model sees (VLMBackend.input_size), 0 if unknown.
+    """
+    setting = parse_working_size(setting)
+    if setting is None:
+        return None
+    longer, shorter = max(width, height), min(width, height)
+    if setting == 'auto':
+        side = input_side or UNKNOWN_INPUT_SIDE
+        setting = max(WORKING_SIZE_FACTOR * side, math.ceil(side * longer / shorter))
+    return int(setting) if setting < longer else None
 
 
 def is_bag_path(path: str | Path) -> bool:

@@ -23,7 +23,7 @@ from pymoo.util.display.multi import MultiObjectiveOutput
 
 from metavlm_ros.core.encoding import N_RELATIONS, N_VAR, Composition, SearchSpace, decode
 from metavlm_ros.core.errors import InputError, ModelError, ParameterError
-from metavlm_ros.core.frames import resize_longer_side
+from metavlm_ros.core.frames import parse_working_size, resize_longer_side, working_size_for
 from metavlm_ros.core.metrics import (
     DEFAULT_THRESHOLDS,
     hypervolume,
@@ -48,6 +48,7 @@ __all__ = [
     'evaluation_record',
     'rand_genotypes',
     'run_search',
+    'searched_frame',
     'summary_record',
     'validate_frame',
 ]
@@ -68,8 +69,9 @@ class SearchConfig:
     seed: int = 0
     space: SearchSpace = field(default_factory=SearchSpace.default)
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    working_size: int | None = None
     warp: str = 'fused'
+    #: Longer side the relations act at: 'auto' (2x the model's input side), pixels, or None (full).
+    working_size: int | str | None = None
 
     def validate(self) -> SearchConfig:
         if self.algorithm not in ALGORITHMS:
@@ -84,8 +86,7 @@ class SearchConfig:
             raise ParameterError(f'thresholds must lie in (0, 1), got {list(self.thresholds)}')
         if self.warp not in WARPS:
             raise ParameterError(f'unknown warp {self.warp!r} (choose from {", ".join(WARPS)})')
-        if self.working_size is not None and int(self.working_size) < 0:
-            raise ParameterError(f'working size must be positive, got {self.working_size}')
+        self.working_size = parse_working_size(self.working_size)
         return self
 
 
@@ -122,6 +123,8 @@ class SearchResult:
     frames_judged: int
     stopped: bool = False
     warp: str = 'fused'
+    working_size: int = 0
+    source_size: tuple[int, int] = (0, 0)
 
     @property
     def violations_by_order(self) -> dict[str, dict[int, tuple[int, int]]]:
@@ -134,6 +137,14 @@ class SearchResult:
                 hits, total = table.setdefault(key, {}).get(ev.composition.order, (0, 0))
                 table[key][ev.composition.order] = (hits + int(flag), total + 1)
         return table
+
+
+def searched_frame(frame: Any, config: SearchConfig, backend: VLMBackend) -> np.ndarray:
+    """The frame as the search sees it: validated and shrunk to the working size for `backend`."""
+    frame = validate_frame(frame)
+    height, width = frame.shape[:2]
+    size = working_size_for(config.working_size, width, height, getattr(backend, 'input_size', 0))
+    return np.ascontiguousarray(resize_longer_side(frame, size)) if size else frame
 
 
 def validate_frame(frame: Any) -> np.ndarray:
@@ -265,15 +276,15 @@ def run_search(
         should_stop: polled between generations; True ends the search early (result.stopped).
         extra_fields: added to every stored record (e.g. model, run, source stamp).
         source: the source prediction when the caller already has it (never recomputed here); it must
-            be the prediction of the frame as searched, i.e. after the working-size resize.
+            be the prediction of the frame as searched: `searched_frame(frame, config, backend)`.
 
     Returns:
         The evaluations, the non-dominated set and its hypervolume.
     """
     config.validate()
     frame = validate_frame(frame)
-    if config.working_size:
-        frame = resize_longer_side(frame, int(config.working_size))
+    source_size = (int(frame.shape[1]), int(frame.shape[0]))
+    frame = searched_frame(frame, config, backend)
     started = time.perf_counter()
     if source is None:
         source = backend.predict([frame])[0]
@@ -292,6 +303,8 @@ def run_search(
         model_calls=1,
         frames_judged=1,
         warp=config.warp,
+        working_size=max(frame.shape[:2]),
+        source_size=source_size,
     )
     extra = dict(extra_fields or {})
 
@@ -439,6 +452,7 @@ def evaluation_record(ev: Evaluation, result: SearchResult, extra: dict | None =
         'image': result.image,
         'algorithm': result.algorithm,
         'seed': result.seed,
+        'working_size': result.working_size,
         'index': ev.index,
         'generation': ev.generation,
         'genotype': [round(float(v), 9) for v in ev.genotype],
@@ -468,6 +482,8 @@ def summary_record(result: SearchResult, backend: Any = None, extra: dict | None
         'seed': result.seed,
         'model': getattr(backend, 'model_id', None),
         'backend': getattr(backend, 'name', None),
+        'working_size': result.working_size,
+        'source_size': list(result.source_size),
         'kind': result.source.kind,
         'source': result.source.values,
         'source_text': result.source.text,

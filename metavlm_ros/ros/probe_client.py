@@ -64,6 +64,11 @@ class TransportSizeBackend(VLMBackend):
     def name(self) -> str:  # type: ignore[override]
         return self.inner.name
 
+    @property
+    def input_size(self) -> int:  # type: ignore[override]
+        # The model's, where it is known here (inprocess); 0 behind the ros endpoint.
+        return self.inner.input_size
+
     def weights_hash(self) -> str:
         """The wrapped model's weights hash."""
         return self.inner.weights_hash()

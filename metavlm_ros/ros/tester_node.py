@@ -42,6 +42,7 @@ from metavlm_ros.core.search import (
     SearchResult,
     evaluation_record,
     run_search,
+    searched_frame,
     validate_frame,
 )
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend, create_backend
@@ -146,7 +147,13 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
     ParameterSpec(
         'report_threshold', 0.05, 'the threshold whose violations are published', low=1e-9, high=_UNIT
     ),
-    ParameterSpec('working_size', 0, 'longer side the relations work at (0: frame size)', low=0, high=16384),
+    ParameterSpec(
+        'working_size',
+        -1,
+        'longer side the relations work at (-1: auto, 2x the model input side; 0: frame size)',
+        low=-1,
+        high=16384,
+    ),
     ParameterSpec(
         'transport_size', 384, 'longer side of frames sent to the model (0: as is)', low=0, high=16384
     ),
@@ -234,7 +241,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
     generations = int(values.get('generations', 0))
     evaluations = generations * population if generations > 0 else int(values.get('evaluations', 3000))
     thresholds = tuple(float(t) for t in values.get('thresholds', DEFAULT_THRESHOLDS))
-    working_size = int(values.get('working_size', 0))
+    working_size = int(values.get('working_size', -1))
     config = SearchConfig(
         algorithm=str(values.get('algorithm', 'nsga2')),
         population=population,
@@ -242,7 +249,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         seed=int(values.get('seed', 0)),
         space=space,
         thresholds=thresholds,
-        working_size=working_size or None,
+        working_size='auto' if working_size == -1 else working_size or None,
     ).validate()
     report_threshold = float(values.get('report_threshold', 0.05))
     if not any(math.isclose(report_threshold, t) for t in thresholds):
@@ -608,9 +615,10 @@ class TesterNode(Node):
                 throttle_duration_sec=WARN_PERIOD_S,
             )
             return
-        frame = np.ascontiguousarray(resize_longer_side(frame, settings.search.working_size))
         # Run-time changes of these take effect here, between searches, never within one.
         self.backend.transport_size = settings.transport_size
+        # After the transport size: the auto working size follows it.
+        camera_frame, frame = frame, searched_frame(frame, settings.search, self.backend)
         if self.probe is not None:
             self.probe.timeout_s = settings.probe_timeout_s
         stamp_ns = stamp_to_ns(msg.header.stamp)
@@ -636,7 +644,7 @@ class TesterNode(Node):
             self._job = job
         self.state = 'searching'
         result = run_search(
-            frame,
+            camera_frame,
             self.backend,
             settings.search,
             image_id=image_id,

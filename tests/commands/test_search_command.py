@@ -31,6 +31,19 @@ def test_search_writes_results_and_prints_a_summary(tmp_path, image_path, tiny_c
     assert len(read_jsonl(out / 'summary.jsonl')) == 1
 
 
+def test_search_works_at_twice_the_model_input_by_default(tmp_path, tiny_clip_dir):
+    # The tiny CLIP sees 32x32: by default a 160x120 frame is searched at 64x48.
+    path = tmp_path / 'big.png'
+    cv2.imwrite(str(path), make_frame(160, 120)[..., ::-1])
+    common = [str(path), '--population', '4', '--evaluations', '4']
+    assert search([*common, '--out', str(tmp_path / 'auto')], tiny_clip_dir) == 0
+    (summary,) = read_jsonl(tmp_path / 'auto' / 'summary.jsonl')
+    assert summary['working_size'] == 64 and summary['source_size'] == [160, 120]
+    assert search([*common, '--out', str(tmp_path / 'full'), '--working-size', 'full'], tiny_clip_dir) == 0
+    (summary,) = read_jsonl(tmp_path / 'full' / 'summary.jsonl')
+    assert summary['working_size'] == 160
+
+
 def test_existing_results_are_kept_unless_resume_or_overwrite(tmp_path, image_path, tiny_clip_dir, capsys):
     out = tmp_path / 'res'
     args = [str(image_path), '--population', '6', '--evaluations', '12', '--out', str(out)]
@@ -52,6 +65,7 @@ def test_existing_results_are_kept_unless_resume_or_overwrite(tmp_path, image_pa
         (['--range', 'rotation=-9:9'], 'rotation'),
         (['--relations', 'blur'], 'blur'),
         (['--algorithm', 'annealing'], 'algorithm'),
+        (['--working-size', 'half'], 'working size'),
     ],
 )
 def test_bad_parameters_give_one_line_and_exit_2(tmp_path, image_path, tiny_clip_dir, capsys, extra, needle):

@@ -5,7 +5,16 @@ import numpy as np
 import pytest
 
 from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.frames import Frame, iter_frames, load_image, resize_longer_side, to_rgb8
+from metavlm_ros.core.frames import (
+    UNKNOWN_INPUT_SIDE,
+    Frame,
+    iter_frames,
+    load_image,
+    parse_working_size,
+    resize_longer_side,
+    to_rgb8,
+    working_size_for,
+)
 from tests.conftest import make_frame
 
 
@@ -155,3 +164,31 @@ def test_iter_frames_bad_input(tmp_path):
         list(iter_frames([tmp_path], every=0))
     with pytest.raises(ParameterError):
         list(iter_frames([tmp_path], start=3, end=1))
+
+
+@pytest.mark.parametrize(
+    ('value', 'parsed'),
+    [('auto', 'auto'), ('full', None), (None, None), (0, None), ('0', None), (448, 448), ('448', 448)],
+)
+def test_working_size_settings(value, parsed):
+    assert parse_working_size(value) == parsed
+
+
+@pytest.mark.parametrize('value', ['-1', -5, 'big', 4.5, '', True])
+def test_bad_working_sizes_are_refused(value):
+    with pytest.raises(ParameterError, match='working size'):
+        parse_working_size(value)
+
+
+def test_auto_working_size_is_twice_the_model_input_side():
+    assert working_size_for('auto', 1920, 1080, 224) == 448
+    assert working_size_for('auto', 1080, 1920, 384) == 768
+    # The shorter side keeps the model's input side on frames wider than 2:1.
+    assert working_size_for('auto', 3000, 1000, 224) == 672
+    # Model unknown here (behind the ros endpoint): the largest base model's side.
+    assert working_size_for('auto', 3840, 2160, 0) == 2 * UNKNOWN_INPUT_SIDE
+    # Never enlarged; full and explicit sizes as given.
+    assert working_size_for('auto', 400, 300, 224) is None
+    assert working_size_for('full', 1920, 1080, 224) is None
+    assert working_size_for(640, 1920, 1080, 224) == 640
+    assert working_size_for(4000, 1920, 1080, 224) is None

@@ -310,6 +310,31 @@ def test_working_size_shrinks_the_frame_first():
     assert set(seen) == {(50, 80, 3)}
 
 
+def test_auto_working_size_follows_the_model_and_is_recorded(tmp_path):
+    frame = make_frame(640, 360)
+    seen = []
+
+    class Spy(ImageStatsBackend):
+        input_size = 100
+
+        def predict(self, frames):
+            seen.extend(f.shape for f in frames)
+            return super().predict(frames)
+
+    config = SearchConfig(algorithm='random', population=5, evaluations=10, working_size='auto')
+    with ResultsStore(tmp_path / 'out') as store:
+        result = run_search(frame, Spy(), config, store=store)
+    assert set(seen) == {(112, 200, 3)}
+    assert result.working_size == 200 and result.source_size == (640, 360)
+    records = read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')
+    assert {r['working_size'] for r in records} == {200}
+    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
+    assert summary['working_size'] == 200 and summary['source_size'] == [640, 360]
+    # Full resolution stays available, and says so.
+    full = run_search(frame, Spy(), SearchConfig(algorithm='random', population=5, evaluations=5))
+    assert full.working_size == 640 and (360, 640, 3) in seen
+
+
 @pytest.mark.parametrize(
     ('config', 'message'),
     [
@@ -319,6 +344,8 @@ def test_working_size_shrinks_the_frame_first():
         (SearchConfig(algorithm='tabu'), 'algorithm'),
         (SearchConfig(thresholds=(0.0,)), 'thresholds'),
         (SearchConfig(warp='bicubic'), 'warp'),
+        (SearchConfig(working_size=-3), 'working size'),
+        (SearchConfig(working_size='huge'), 'working size'),
     ],
 )
 def test_bad_configs_are_refused(config, message, frame):

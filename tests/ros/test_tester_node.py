@@ -383,6 +383,10 @@ def test_settings_combine_generations_population_and_ranges():
     assert settings.search.seed == 4
     assert settings.search.space.low[0] == -2.0 and settings.search.space.high[0] == 1.0
     assert settings.endpoint == 'ros' and settings.transport_size == 384
+    # working_size: -1 (the default) is auto, 0 the camera's resolution.
+    assert settings.search.working_size == 'auto'
+    assert settings_from_parameters({'working_size': 0}).search.working_size is None
+    assert settings_from_parameters({'working_size': 512}).search.working_size == 512
     with pytest.raises(ParameterError, match='class_prompts has 1 entries for 4 classes'):
         settings_from_parameters({'class_prompts': ['a fish']})
 
