@@ -8,7 +8,7 @@ from .counts import CLASSES, DEFAULT_VOCABULARIES, NUMBER_WORDS
 from .errors import ModelError, ParameterError
 from .vlm import BACKENDS, DEFAULT_CLASS_PROMPTS, TABLE1_PROMPT
 
-__all__ = ['TINY_IMAGE_SIZE', 'build_tiny_model']
+__all__ = ['TINY_IMAGE_SIZE', 'build_base_model', 'build_tiny_model']
 
 #: Side of the square image the tiny models see; frames of any size are resized to it by the processor.
 TINY_IMAGE_SIZE = 32
@@ -313,6 +313,82 @@ def build_tiny_model(
                 _build_instructblip(directory, language_model)
             else:
                 _BUILDERS[backend](directory)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    return directory
+
+
+def build_base_model(backend: str, directory: Path | str, seed: int = 0) -> Path:
+    """Build and save a random-initialised model of a released base model's shape, for benchmarks.
+
+    CLIP: openai/clip-vit-base-patch32's shape (ViT-B/32 at 224 x 224, 12-layer text tower,
+    49408-token vocabulary: about 151 M parameters). BLIP: Salesforce/blip-image-captioning-base's
+    (ViT-B/16 at 384 x 384, 12-layer BERT-base decoder, 30524 tokens). The image processors are
+    the released ones' (transformers' defaults for them). Timing does not depend on the weights;
+    the tokenizer is the tiny models' (its ids all fall inside the real vocabulary size).
+
+    Args:
+        backend: 'clip' or 'blip'.
+        directory: where to save; created when missing.
+        seed: seed of the weight initialisation.
+
+    Returns:
+        The directory, as a Path.
+
+    Raises:
+        ModelError: another backend.
+    """
+    if backend not in ('clip', 'blip'):
+        raise ModelError(f'base-shape models exist for clip and blip, not {backend!r}')
+    import torch
+    from transformers import (
+        BlipConfig,
+        BlipForConditionalGeneration,
+        BlipImageProcessor,
+        BlipProcessor,
+        CLIPConfig,
+        CLIPImageProcessor,
+        CLIPModel,
+        CLIPProcessor,
+    )
+    from transformers.utils import logging as hf_logging
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if backend == 'clip':
+                tokenizer = _clip_tokenizer()
+                text = {
+                    'vocab_size': 49408,
+                    'bos_token_id': tokenizer.bos_token_id,
+                    'eos_token_id': tokenizer.eos_token_id,
+                    'pad_token_id': tokenizer.pad_token_id,
+                }
+                # CLIPConfig's defaults are ViT-B/32's: 768-wide 12-layer vision, patch 32, 224 px.
+                CLIPModel(CLIPConfig(text_config=text)).save_pretrained(directory, safe_serialization=True)
+                processor = CLIPProcessor(image_processor=CLIPImageProcessor(), tokenizer=tokenizer)
+            else:
+                tokenizer = _bert_tokenizer()
+                text = {
+                    'vocab_size': 30524,
+                    'bos_token_id': tokenizer.bos_token_id,
+                    'pad_token_id': tokenizer.pad_token_id,
+                    'sep_token_id': tokenizer.sep_token_id,
+                    'eos_token_id': tokenizer.sep_token_id,
+                }
+                # BlipConfig's defaults are BLIP base's: ViT-B/16 at 384 px, BERT-base text decoder.
+                model = BlipForConditionalGeneration(BlipConfig(text_config=text))
+                model.save_pretrained(directory, safe_serialization=True)
+                processor = BlipProcessor(image_processor=BlipImageProcessor(), tokenizer=tokenizer)
+            processor.save_pretrained(directory)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:

@@ -66,8 +66,9 @@ class TransportSizeBackend(VLMBackend):
 
     @property
     def input_size(self) -> int:  # type: ignore[override]
-        # The model's, where it is known here (inprocess); 0 behind the ros endpoint.
-        return self.inner.input_size
+        # What the model is sent is at most transport_size: `auto` working sizes follow it, so both
+        # endpoints search the same pixels. Without a transport size, the model's own (0 when unknown).
+        return self.transport_size or self.inner.input_size
 
     def weights_hash(self) -> str:
         """The wrapped model's weights hash."""

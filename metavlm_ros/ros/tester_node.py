@@ -150,7 +150,7 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
     ParameterSpec(
         'working_size',
         -1,
-        'longer side the relations work at (-1: auto, 2x the model input side; 0: frame size)',
+        'longer side the relations work at (-1: auto, 2x transport_size or the model input; 0: frame size)',
         low=-1,
         high=16384,
     ),
