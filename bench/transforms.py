@@ -1,24 +1,33 @@
-"""Benchmark: ms per 1920x1080 frame of the six-relation composition, fused OpenCV vs PIL one by one.
+"""Benchmark: ms per frame of the six-relation composition: fused OpenCV, OpenCV one by one, PIL one by one.
 
-Run from the repository root: ``python bench/transforms.py [--repeats 15] [--width 1920 --height 1080]``.
+Run from the repository root: ``python bench/transforms.py [--repeats 15] [--threads 1]``.
 
-Both pipelines start from and end with an RGB uint8 numpy frame, as metavlm_ros frames are. PIL has
-no CLAHE, so both pipelines equalise with the same cv2 CLAHE call (on the L channel of LAB, 16x16
-tiles); the difference comes from the five other relations and from fusing the affine warps.
+All pipelines start from and end with an RGB uint8 numpy frame, as metavlm_ros frames are, and run
+with the same number of threads (OpenCV is limited to --threads; PIL uses one). PIL has no CLAHE,
+so the PIL pipeline equalises with the same cv2 CLAHE call. Two figures are reported apart:
+fusion (OpenCV one by one -> OpenCV fused: one warp instead of several) and the library (PIL one
+by one -> OpenCV one by one). Sizes: 1920x1080 and the default working size of a 224-pixel model
+(448x252); per-relation costs are listed at both. Repetitions interleave the pipelines; min /
+median / max are printed. The bench exits 1 when fused and one-by-one OpenCV, or OpenCV and PIL,
+differ by more than 2 and 4 grey levels on average over the central 75% of a smoothed frame (they
+differ only by interpolation and rounding there; a wrong convention costs tens of grey levels).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
 from PIL import Image
 
 from metavlm_ros.core.encoding import Composition
-from metavlm_ros.core.relations import CLAHE_TILES, apply_composition
+from metavlm_ros.core.relations import CLAHE_TILES, apply_composition, apply_relation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import Checks, fmt, interleaved, spread  # noqa: E402
 
 # Every relation active, none at its nominal value.
 PARAMETERS = {
@@ -102,60 +111,78 @@ def pil_composition(frame: np.ndarray, p: dict[str, float]) -> np.ndarray:
     return np.asarray(image)
 
 
-def _median_ms(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)
+def _agreement(a: np.ndarray, b: np.ndarray) -> float:
+    h, w = a.shape[:2]
+    inner = (slice(h // 8, h - h // 8), slice(w // 8, w - w // 8))
+    return float(np.abs(a[inner].astype(int) - b[inner].astype(int)).mean())
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the median ms per frame of each pipeline and the speed-up of the fused one."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--width', type=int, default=1920)
-    parser.add_argument('--height', type=int, default=1080)
-    parser.add_argument('--repeats', type=int, default=15)
-    parser.add_argument('--threads', type=int, default=None, help='OpenCV threads (default: OpenCV decides)')
-    args = parser.parse_args(argv)
-    if args.threads is not None:
-        cv2.setNumThreads(args.threads)
-
-    frame = synthetic_frame(args.width, args.height)
+def bench_size(width: int, height: int, repeats: int, checks: Checks) -> None:
+    frame = synthetic_frame(width, height)
     composition = Composition.from_parameters(PARAMETERS)
     pipelines = {
-        'metavlm_ros fused (OpenCV)': lambda: apply_composition(frame, composition, fuse=True),
-        'metavlm_ros one by one (OpenCV)': lambda: apply_composition(frame, composition, fuse=False),
+        'OpenCV fused (metavlm_ros)': lambda: apply_composition(frame, composition, fuse=True),
+        'OpenCV one by one': lambda: apply_composition(frame, composition, fuse=False),
         'PIL one by one (+ cv2 CLAHE)': lambda: pil_composition(frame, PARAMETERS),
     }
     for function in pipelines.values():
         function()  # warm-up: first calls allocate buffers and thread pools
-    # Interleave the pipelines so that load from other processes hits them alike.
-    samples: dict[str, list[float]] = {name: [] for name in pipelines}
-    for _ in range(args.repeats):
-        for name, function in pipelines.items():
-            samples[name].append(_median_ms(function, 1))
-    medians = {name: statistics.median(values) for name, values in samples.items()}
-
-    # Both pipelines do the same geometry; on a smooth frame they differ only by interpolation
-    # rounding and the nearest-neighbour sampling convention (PIL samples pixel centres).
-    smooth = cv2.GaussianBlur(frame, (0, 0), 3.0)
-    ours, pil = apply_composition(smooth, composition), pil_composition(smooth, PARAMETERS)
-    h, w = args.height, args.width
-    inner = (slice(h // 8, h - h // 8), slice(w // 8, w - w // 8))
-    agreement = np.abs(ours[inner].astype(int) - pil[inner].astype(int)).mean()
-
-    print(f'composition {composition}')
-    print(
-        f'frame {w}x{h}, median of {args.repeats} interleaved repeats, OpenCV threads {cv2.getNumThreads()}'
+    samples = interleaved(pipelines, repeats)
+    print(f'frame {width}x{height}: ms per frame, min / median / max of {repeats} interleaved repetitions')
+    for name, values in samples.items():
+        print(f'  {name:34s} {fmt(values, 1000.0):>24}')
+    med = {name: spread(values)[1] for name, values in samples.items()}
+    fused, single, pil = (
+        med['OpenCV fused (metavlm_ros)'],
+        med['OpenCV one by one'],
+        med['PIL one by one (+ cv2 CLAHE)'],
     )
-    for name, value in medians.items():
-        print(f'  {name:34s} {value:8.1f} ms/frame')
-    fused, baseline = medians['metavlm_ros fused (OpenCV)'], medians['PIL one by one (+ cv2 CLAHE)']
-    print(f'  speed-up fused vs PIL: {baseline / fused:.2f}x')
-    print(f'  mean |fused - PIL| on a smoothed frame, central 75%: {agreement:.2f} grey levels')
-    return 0
+    print(
+        f'  median ratios: fusion (OpenCV one by one / fused) {single / fused:.2f}x; library '
+        f'(PIL / OpenCV, both one by one) {pil / single:.2f}x; together {pil / fused:.2f}x'
+    )
+
+    # Each relation alone, and CLAHE's colour conversions apart from the equalisation itself.
+    lab = cv2.cvtColor(frame, cv2.COLOR_RGB2LAB)
+    light = np.ascontiguousarray(lab[..., 0])
+    clahe = cv2.createCLAHE(clipLimit=1.5, tileGridSize=CLAHE_TILES)
+    steps = {
+        f'{rid} alone': (lambda r=rid, v=v: apply_relation(frame, r, v)) for rid, v in PARAMETERS.items()
+    }
+    steps['  CLAHE: RGB -> LAB'] = lambda: cv2.cvtColor(frame, cv2.COLOR_RGB2LAB)
+    steps['  CLAHE: equalise L'] = lambda: clahe.apply(light)
+    steps['  CLAHE: LAB -> RGB'] = lambda: cv2.cvtColor(lab, cv2.COLOR_LAB2RGB)
+    for function in steps.values():
+        function()
+    for name, values in interleaved(steps, repeats).items():
+        print(f'  {name:34s} {fmt(values, 1000.0, 2):>24}')
+
+    smooth = cv2.GaussianBlur(frame, (0, 0), 3.0)
+    fused = apply_composition(smooth, composition, fuse=True)
+    one_by_one = apply_composition(smooth, composition, fuse=False)
+    pil = pil_composition(smooth, PARAMETERS)
+    gap = _agreement(fused, one_by_one)
+    checks.check(
+        gap <= 1.0, f'{width}x{height}: mean |fused - one by one| {gap:.2f} grey levels (tolerance 1.0)'
+    )
+    gap = _agreement(one_by_one, pil)
+    checks.check(gap <= 2.0, f'{width}x{height}: mean |OpenCV - PIL| {gap:.2f} grey levels (tolerance 2.0)')
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print ms per frame of each pipeline, fusion and library ratios, per-relation costs and checks."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--sizes', nargs='+', default=['1920x1080', '448x252'], metavar='WxH')
+    parser.add_argument('--repeats', type=int, default=15)
+    parser.add_argument('--threads', type=int, default=1, help='OpenCV threads (default 1, as PIL)')
+    args = parser.parse_args(argv)
+    cv2.setNumThreads(args.threads)
+    print(f'composition {Composition.from_parameters(PARAMETERS)}; OpenCV threads {cv2.getNumThreads()}')
+    checks = Checks()
+    for size in args.sizes:
+        width, height = (int(v) for v in size.lower().split('x'))
+        bench_size(width, height, args.repeats, checks)
+    return checks.exit_code()
 
 
 if __name__ == '__main__':
