@@ -161,12 +161,14 @@ def bench_size(width: int, height: int, repeats: int, checks: Checks) -> None:
     fused = apply_composition(smooth, composition, fuse=True)
     one_by_one = apply_composition(smooth, composition, fuse=False)
     pil = pil_composition(smooth, PARAMETERS)
+    # One interpolation instead of several, and two libraries' rounding: close, never equal. A wrong
+    # convention (shear sign, rotation direction) costs 20 to 35 grey levels here.
     gap = _agreement(fused, one_by_one)
     checks.check(
-        gap <= 1.0, f'{width}x{height}: mean |fused - one by one| {gap:.2f} grey levels (tolerance 1.0)'
+        gap <= 2.0, f'{width}x{height}: mean |fused - one by one| {gap:.2f} grey levels (tolerance 2)'
     )
     gap = _agreement(one_by_one, pil)
-    checks.check(gap <= 2.0, f'{width}x{height}: mean |OpenCV - PIL| {gap:.2f} grey levels (tolerance 2.0)')
+    checks.check(gap <= 4.0, f'{width}x{height}: mean |OpenCV - PIL| {gap:.2f} grey levels (tolerance 4)')
 
 
 def main(argv: list[str] | None = None) -> int:
