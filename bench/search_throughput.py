@@ -20,8 +20,11 @@ ViT-B/32 shape (151 M parameters, built offline: timing does not depend on weigh
 
 The Rand variants and the authors' loop judge the same genotypes (the loop is handed those the
 search drew). Time inside the model (the forward pass, `_predict_batch`) is measured in every run,
-so the time outside it is reported too. The bench exits 1 when a check fails: the same genotypes,
-each variant identical across repetitions, and f_pred agreeing between variants within --tolerance.
+so the time outside it is reported too. The bench exits 1 when a check fails: the same genotypes;
+each variant identical across repetitions; the search at the defaults equal (1e-4) to a plain loop
+with the same relations, batch 1 and the processor on the working-size frame; and, where the pixels
+differ by implementation (PIL against OpenCV, PixelPath against the processor on full-size frames),
+f_pred within --tolerance. How far the working size moves f_pred from full size is printed.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from transforms import pil_composition, synthetic_frame  # noqa: E402
 
 from metavlm_ros.core.encoding import decode  # noqa: E402
 from metavlm_ros.core.objectives import f_pred  # noqa: E402
+from metavlm_ros.core.relations import apply_composition  # noqa: E402
 from metavlm_ros.core.search import SearchConfig, run_search, searched_frame  # noqa: E402
 from metavlm_ros.core.tiny import build_base_model, build_tiny_model  # noqa: E402
 from metavlm_ros.core.vlm import create_backend  # noqa: E402
@@ -67,13 +71,18 @@ class ModelClock:
         return seconds
 
 
-def authors_loop(frame, backend, space, genotypes) -> list[float]:
-    """The prototype's loop over the given genotypes: source again every time, PIL, batch 1."""
+def authors_loop(frame, backend, space, genotypes, pil: bool = True) -> list[float]:
+    """The prototype's loop over the given genotypes: source again every time, batch 1, PIL relations
+    (or, with pil False, metavlm_ros's own: then it differs from the search only in its machinery)."""
     values = []
     for x in genotypes:
         composition = decode(x, space)
         source = backend.predict([frame])[0]
-        followup = backend.predict([pil_composition(frame, composition.parameters)])[0]
+        if pil:
+            followup_frame = pil_composition(frame, composition.parameters)
+        else:
+            followup_frame = apply_composition(frame, composition)
+        followup = backend.predict([followup_frame])[0]
         values.append(f_pred(source, followup) if composition.order else 0.0)
     return values
 
@@ -165,26 +174,30 @@ def bench_model(name: str, directory: Path, frame: np.ndarray, args, checks: Che
         ),
         f"{name}: the authors' loop and the three Rand searches judged the same {len(genotypes)} genotypes",
     )
-    # Same pixels up to the PIL / OpenCV interpolation and PixelPath's box reduction: must agree.
+    # The search's machinery (source once, batches, cache, PixelPath) must not change a single answer:
+    # a plain loop with the same relations, batch 1 and the processor gives the same f_pred.
+    small = searched_frame(frame, config('random', 'auto'), batched)
+    plain = np.array(authors_loop(small, processor, space, genotypes, pil=False))
+    ours = np.array(first['search, defaults (auto working size)'][0])
+    gap = float(np.max(np.abs(ours - plain)))
+    checks.check(
+        gap <= 1e-4,
+        f'{name}: largest f_pred difference, search at defaults vs a plain loop (same relations, batch 1, '
+        f'processor) on the {small.shape[1]}x{small.shape[0]} working-size frame: {gap:.2e} (tolerance 1e-4)',
+    )
+    # Different pixels, same judgements within a tolerance: PIL against OpenCV relations, and
+    # PixelPath's box reduction against the processor on full-size frames.
     reference = np.array(first['search, full size, processor'][0])
-    for variant in rand[:3]:
+    for variant, tolerance in (
+        ("authors' loop (PIL, source again, batch 1)", args.tolerance),
+        ('search, full size, PixelPath', args.tolerance),
+    ):
         gap = float(np.max(np.abs(np.array(first[variant][0]) - reference)))
         checks.check(
-            gap <= args.tolerance,
+            gap <= tolerance,
             f'{name}: largest f_pred difference, {variant} vs search at full size with the processor: '
-            f'{gap:.4f} (tolerance {args.tolerance:g})',
+            f'{gap:.4f} (tolerance {tolerance:g})',
         )
-    # At working size the pixels differ by design; the authors' loop on the working-size frame must
-    # agree with the search there (checked), and how far both lie from full size is reported.
-    small = searched_frame(frame, config('random', 'auto'), batched)
-    at_size = np.array(authors_loop(small, processor, space, genotypes))
-    ours = np.array(first['search, defaults (auto working size)'][0])
-    gap = float(np.max(np.abs(ours - at_size)))
-    checks.check(
-        gap <= args.tolerance,
-        f"{name}: largest f_pred difference, search at defaults vs the authors' loop on the "
-        f'{small.shape[1]}x{small.shape[0]} working-size frame: {gap:.4f} (tolerance {args.tolerance:g})',
-    )
     source_full = processor.predict([frame])[0].values
     source_small = batched.predict([small])[0].values
     print(
@@ -207,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--height', type=int, default=1080)
     parser.add_argument('--threads', type=int, default=2, help='torch threads (default 2)')
     parser.add_argument(
-        '--tolerance', type=float, default=0.05, help='largest f_pred difference allowed between variants'
+        '--tolerance',
+        type=float,
+        default=0.1,
+        help='largest f_pred difference allowed where pixels differ (PIL vs OpenCV; PixelPath vs processor)',
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
