@@ -232,6 +232,8 @@ def _print_summary(result, summarise_orders) -> None:
         f'{result.model_calls} calls; hypervolume {result.hypervolume:.4f}'
     )
     print(f'  source prediction: {src}' + (f'  text: {result.source.text!r}' if result.source.text else ''))
+    width, height = result.source_size
+    print(f'  relations at working size {result.working_size} px (frame {width}x{height}; --working-size)')
     for line in summarise_orders(result):
         print(line)
     for i in result.pareto[:5]:

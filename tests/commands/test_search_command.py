@@ -31,7 +31,7 @@ def test_search_writes_results_and_prints_a_summary(tmp_path, image_path, tiny_c
     assert len(read_jsonl(out / 'summary.jsonl')) == 1
 
 
-def test_search_works_at_twice_the_model_input_by_default(tmp_path, tiny_clip_dir):
+def test_search_works_at_twice_the_model_input_by_default(tmp_path, tiny_clip_dir, capsys):
     # The tiny CLIP sees 32x32: by default a 160x120 frame is searched at 64x48.
     path = tmp_path / 'big.png'
     cv2.imwrite(str(path), make_frame(160, 120)[..., ::-1])
@@ -39,6 +39,7 @@ def test_search_works_at_twice_the_model_input_by_default(tmp_path, tiny_clip_di
     assert search([*common, '--out', str(tmp_path / 'auto')], tiny_clip_dir) == 0
     (summary,) = read_jsonl(tmp_path / 'auto' / 'summary.jsonl')
     assert summary['working_size'] == 64 and summary['source_size'] == [160, 120]
+    assert 'relations at working size 64 px (frame 160x120' in capsys.readouterr().out
     assert search([*common, '--out', str(tmp_path / 'full'), '--working-size', 'full'], tiny_clip_dir) == 0
     (summary,) = read_jsonl(tmp_path / 'full' / 'summary.jsonl')
     assert summary['working_size'] == 160
