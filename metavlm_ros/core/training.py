@@ -17,6 +17,9 @@ from .counts import CLASSES, parse_counts
 from .errors import ParameterError
 
 __all__ = [
+    'BLIP_EXACT_TARGET',
+    'BLIP_PRESENCE_TARGET',
+    'CLIP_AUC_TARGET',
     'CLIP_TEMPLATES',
     'ENVIRONMENTS',
     'HELDOUT_SEED',
@@ -57,6 +60,11 @@ CLASS_PHRASES = {
     'object': ('a man-made object', 'man-made objects', 'equipment', 'an object'),
     'trash': ('trash', 'litter', 'debris', 'garbage'),
 }
+#: Held-out targets of the demo pair (issue 15 settled them at what the 45-minute CPU budget reaches):
+#: CLIP ROC AUC for every class; BLIP presence accuracy and exact-count rate for every class.
+CLIP_AUC_TARGET = 0.85
+BLIP_PRESENCE_TARGET = 0.80
+BLIP_EXACT_TARGET = 0.30
 # Counts above this are one class of the auxiliary counting head (rare in the generator's scenes).
 _MAX_AUX_COUNT = 8
 
@@ -1033,8 +1041,8 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
             f'| {c} | ROC AUC {v:.3f} |' + (f' {generator[c]:.3f} |' if c in generator else '')
             for c, v in held['auc'].items()
         )
-        met = all(v >= 0.9 for v in held['auc'].values())
-        target = 'ROC AUC >= 0.9 for every class'
+        met = all(v >= CLIP_AUC_TARGET for v in held['auc'].values())
+        target = f'ROC AUC >= {CLIP_AUC_TARGET:.2f} for every class'
     else:
         kind = 'BlipForConditionalGeneration (answers the Table 1 prompt in the Table 1 format)'
         generator = held.get('generator_rule', {})
@@ -1048,10 +1056,13 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
         )
         met = (
             held['parsed'] == 1.0
-            and all(held['exact'][c] >= 0.6 for c in CLASSES)
-            and all(held['presence'][c] >= 0.85 for c in CLASSES)
+            and all(held['exact'][c] >= BLIP_EXACT_TARGET for c in CLASSES)
+            and all(held['presence'][c] >= BLIP_PRESENCE_TARGET for c in CLASSES)
         )
-        target = 'every answer parsed, exact count >= 0.6 and presence >= 0.85 for every class'
+        target = (
+            f'every answer parsed, exact count >= {BLIP_EXACT_TARGET:.2f} and presence >= '
+            f'{BLIP_PRESENCE_TARGET:.2f} for every class'
+        )
     start = ''
     if result.get('vision_from') == 'demo-clip of this run':
         start = '\n- Vision tower started from the demo CLIP trained in the same run.'
