@@ -97,6 +97,7 @@ class TesterSettings:
     frame_period_s: float = 5.0
     results_dir: str = 'results/ros'
     min_free_disk_mb: int = 1024
+    violation_pngs_per_search: int = 3
     image_transport: str = 'raw'
     report_threshold: float = 0.05
     publish_violation_images: bool = True
@@ -173,6 +174,13 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         'free space (MiB) kept on the results disk: below it searches pause and PNGs are not written; 0: off',
         low=0,
         high=1_000_000_000,
+    ),
+    ParameterSpec(
+        'violation_pngs_per_search',
+        3,
+        'follow-up PNGs written per search for published violations (the Pareto set always gets its own)',
+        low=0,
+        high=1_000_000,
     ),
     ParameterSpec('image_transport', 'raw', 'camera transport', True, choices=TRANSPORTS),
     ParameterSpec('publish_violation_images', True, 'publish violation_image'),
@@ -300,6 +308,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         frame_period_s=frame_period_s,
         results_dir=results_dir,
         min_free_disk_mb=int(values.get('min_free_disk_mb', 1024)),
+        violation_pngs_per_search=int(values.get('violation_pngs_per_search', 3)),
         image_transport=transport,
         report_threshold=report_threshold,
         publish_violation_images=bool(values.get('publish_violation_images', True)),
@@ -365,6 +374,7 @@ class _Job:
         self.settings = settings
         self.started = time.monotonic()
         self.evaluations = 0
+        self.violation_pngs = 0  # follow-up PNGs written for this search's published violations
         # Added to every stored record of this search.
         self.extra = {'source_stamp': stamp_ns, 'endpoint': settings.endpoint}
 
@@ -415,6 +425,7 @@ class TesterNode(Node):
         self.last_error = ''
         self.last_error_time: float | None = None  # time.monotonic() of last_error
         self.searches_paused_disk = 0  # frames not searched because the results disk was below its reserve
+        self.violation_pngs_skipped = 0  # published violations whose follow-up PNG was not written (cap)
         self.disk_free_mb = float('nan')
         self._disk_low = False
         self._stopped_for_disk = False
@@ -746,7 +757,14 @@ class TesterNode(Node):
         followup = apply_composition(job.frame, ev.composition)
         store = self._results(job.settings.results_dir)
         name = f'{_safe(job.image_id)}_violation_e{ev.index:05d}'
-        path = store.save_frame(name, followup)  # None: the disk reserve was reached, PNG not written
+        path = None
+        # PNGs are bounded per search: a model that breaks on everything must not fill the disk. The
+        # search writes its Pareto set's PNGs itself; the record of every violation is always kept.
+        if job.violation_pngs < job.settings.violation_pngs_per_search:
+            path = store.save_frame(name, followup)  # None: the disk reserve was reached
+            job.violation_pngs += path is not None
+        else:
+            self.violation_pngs_skipped += 1
         relative = None if path is None else str(path.relative_to(store.directory))
         record = {**evaluation_record(ev, result, job.extra), 'frame': relative}
         # Stored and flushed before it is published: what subscribers saw is always on disk.
@@ -812,6 +830,7 @@ class TesterNode(Node):
             'disk_free_mb': self.disk_free_mb,
             'searches_paused_disk': self.searches_paused_disk,
             'frames_not_saved': self._store.frames_skipped if self._store is not None else 0,
+            'violation_pngs_skipped': self.violation_pngs_skipped,
             'camera_callback_max_ms': self.camera_callback_max_s * 1000.0,
             'perception_answering': 'n/a' if answering is None else str(answering).lower(),
             'last_error': self.last_error,

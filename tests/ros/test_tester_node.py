@@ -2,6 +2,7 @@
 
 import shutil
 import threading
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -144,7 +145,7 @@ def values_of(status: DiagnosticStatus) -> dict[str, str]:
 
 
 def test_violations_are_stored_then_published_with_their_fields(graph):
-    g = graph()
+    g = graph(violation_pngs_per_search=1000)
     frame = make_frame(160, 120, seed=5)
     stamp = g.camera.publish(frame, 7_000_000_123)
     g.wait(lambda: g.tester.searches_done == 1, message='the search')
@@ -328,7 +329,7 @@ def test_a_disk_filling_during_a_search_stops_it_and_keeps_records_without_pngs(
 
     monkeypatch.setattr(tester_node, 'free_disk_bytes', free_bytes)
     monkeypatch.setattr(results_module, 'free_disk_bytes', free_bytes)
-    g = graph(backend=backend, evaluations=60, min_free_disk_mb=reserve_mb)
+    g = graph(backend=backend, evaluations=60, min_free_disk_mb=reserve_mb, violation_pngs_per_search=1000)
     g.camera.publish(make_frame(160, 120, seed=5))
     g.wait(lambda: g.tester.searches_done == 1, message='the search')
     assert g.tester.searches_stopped == 1
@@ -347,6 +348,26 @@ def test_a_disk_filling_during_a_search_stops_it_and_keeps_records_without_pngs(
     pngs = list((g.results / 'frames').glob('*.png')) if (g.results / 'frames').exists() else []
     assert len(pngs) == len(written) - len(skipped)
     assert values_of(g.tester.diagnostics())['frames_not_saved'] == str(len(skipped))
+
+
+def test_violation_pngs_are_bounded_per_search_and_the_rest_reported(graph):
+    # A model that breaks on everything (the stand-in at Th 0.01) must not write a PNG per evaluation:
+    # two per search for the published violations, plus the Pareto set's own.
+    g = graph(violation_pngs_per_search=2)
+    for done, stamp in enumerate((1_000_000_000, 9_000_000_000), start=1):
+        g.camera.publish(make_frame(160, 120, seed=5), stamp)
+        g.wait(lambda done=done: g.tester.searches_done == done, message='a search')
+    violations = read_jsonl(g.results / 'violations.jsonl')
+    pareto = read_jsonl(g.results / 'pareto.jsonl')
+    assert len(violations) > 4, 'the stand-in model should give more violations than the cap'
+    for image in {r['image'] for r in violations}:
+        saved = [r for r in violations if r['image'] == image and r['frame'] is not None]
+        assert len(saved) == 2, image
+    skipped = [r for r in violations if r['frame'] is None]
+    assert values_of(g.tester.diagnostics())['violation_pngs_skipped'] == str(len(skipped))
+    pngs = {p.name for p in (g.results / 'frames').glob('*.png')}
+    expected = {Path(r['frame']).name for r in violations + pareto if r['frame'] is not None}
+    assert pngs == expected and all(r['frame'] is not None for r in pareto)
 
 
 @pytest.mark.parametrize(
