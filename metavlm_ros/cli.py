@@ -1,10 +1,13 @@
 """The `metavlm` command: a thin dispatcher over metavlm_ros.commands."""
 
 import argparse
+import errno
 import sys
 
 from metavlm_ros import __version__, commands
 from metavlm_ros.core.errors import MetaVLMError
+
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +37,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except MetaVLMError as exc:
         print(f'metavlm: error: {exc}', file=sys.stderr)
+        return 2
+    except OSError as exc:
+        # Last resort for a full, read-only or vanished disk that no command turned into its own
+        # message: one line, not a traceback (the commands keep what they wrote whole).
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        where = f'{exc.filename}: ' if exc.filename else ''
+        print(f'metavlm: error: {where}{exc.strerror or exc}', file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print('metavlm: interrupted; results written so far are kept', file=sys.stderr)

@@ -202,6 +202,17 @@ def _footage(
             return
 
 
+def _check_footage(source: str | Path, topic: str | None) -> None:
+    """Refuse missing, damaged or frameless footage before any node starts or model loads."""
+    from metavlm_ros.core.frames import iter_frames, verify_sources
+
+    if not Path(source).exists():
+        raise InputError(f'{source}: no such file or directory')
+    verify_sources([source])
+    if next(iter_frames([source], topic=topic, max_frames=1), None) is None:
+        raise InputError(f'{source}: no frames')
+
+
 def run_nodes(
     params: str | Path | Mapping | None = None,
     *,
@@ -266,6 +277,8 @@ def run_nodes(
         if Path(source).suffix.lower() not in BAG_SUFFIXES:
             raise InputError(f'{source}: no such file or directory')
         source = resolve_bag(source)  # BagError when there is no such bag either
+    if source is not None:
+        _check_footage(source, topic)
     nodes = load_parameter_file(params)
     tester_values = dict(nodes.get(TESTER, {}))
     tester_values.update(tester_overrides or {})

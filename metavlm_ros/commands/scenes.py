@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import cv2
 import numpy as np
 
 from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.core.results import check_output_dir, storage_error
 from metavlm_ros.core.scratch import remove_stale, scratch_path
 
 HELP = 'write synthetic underwater footage with ground truth (a ROS 2 bag or a folder of PNGs)'
@@ -94,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         raise ParameterError('--compressed and --storage apply to bags, not to --format png')
     if args.format == 'png' and Path(args.out).suffix.lower() in ('.mcap', '.db3'):
         raise ParameterError(f'--format png writes a folder; {args.out} names a bag file')
+    # The output location is checked before any frame is made: a file in the path, a read-only disk.
+    check_output_dir(Path(args.out).absolute().parent, what='footage')  # the output is made beside it
     generator = SceneGenerator(
         width, height, args.fps, args.seed, environment=args.environment, frames=args.frames
     )
@@ -125,6 +129,12 @@ def run(args: argparse.Namespace) -> int:
                 what = f'bag {out}/ ({out.name}{suffix}, metadata.yaml)'
             else:
                 what = f'bag {out} ({storage}, one file)'
+    except (OSError, sqlite3.DatabaseError) as exc:
+        # A full or read-only disk: the footage is written aside and renamed in only when complete,
+        # so nothing of it is left, and an earlier output of that name is untouched.
+        if not isinstance(exc, OSError):
+            exc = OSError(str(exc))  # sqlite3 storage: 'database or disk is full'
+        raise storage_error(args.out, exc, 'footage', 'nothing of it was kept') from None
     finally:
         bar.close()
     print(
@@ -158,8 +168,11 @@ def write_png_folder(out: Path, frames, *, fps: float, overwrite: bool = False) 
         with open(tmp / GROUND_TRUTH_FILE, 'w', encoding='utf-8') as lines:
             for index, (rgb, gt) in enumerate(frames):
                 name = f'frame_{index:06d}.png'
-                if not cv2.imwrite(str(tmp / name), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)):
-                    raise InputError(f'{out / name}: could not be written')
+                # Encoded here and written by Python: a full disk is an OSError, not libpng's noise.
+                ok, data = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+                if not ok:
+                    raise InputError(f'{out / name}: could not be encoded as PNG')
+                (tmp / name).write_bytes(data.tobytes())
                 record = {
                     'file': name,
                     'stamp_ns': round(index * 1e9 / fps),

@@ -137,16 +137,53 @@ def create_backend_from_args(args: argparse.Namespace):
     )
 
 
+# Free space a search needs at least: its evaluation records take about 1 KiB each.
+RECORD_BYTES = 1024
+
+
+def search_identity(args: argparse.Namespace, config, model_dir: str) -> dict:
+    """What identifies the searches of one `metavlm search` (search.json): settings, model, weights."""
+    from metavlm_ros.core.vlm import weights_hash
+
+    space = config.space
+    return {
+        'settings': {
+            'algorithm': config.algorithm,
+            'population': config.population,
+            'evaluations': config.evaluations,
+            'seed': config.seed,
+            'relations': {'enabled': list(space.enabled), 'low': list(space.low), 'high': list(space.high)},
+            'thresholds': list(config.thresholds),
+            'working_size': config.working_size,
+        },
+        'model': {
+            'backend': args.backend,
+            'model': args.model,
+            'weights_sha256': weights_hash(model_dir, length=64) or None,
+            'classes': args.classes,
+            'class_prompts': args.class_prompts,
+            'prompt': args.prompt,
+            'vocabulary': sorted(args.vocabulary),
+            'confidence': args.confidence,
+            'max_new_tokens': args.max_new_tokens,
+            'dtype': args.dtype,
+        },
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from metavlm_ros.core.encoding import SearchSpace
-    from metavlm_ros.core.frames import iter_frames
+    from metavlm_ros.core.errors import ResultsError
+    from metavlm_ros.core.frames import frame_digest, iter_frames, verify_sources
     from metavlm_ros.core.metrics import DEFAULT_THRESHOLDS
-    from metavlm_ros.core.results import ResultsStore, search_key
+    from metavlm_ros.core.results import ResultsStore, check_results_dir, search_key
     from metavlm_ros.core.search import SearchConfig, run_search, summarise_orders
+    from metavlm_ros.core.vlm import resolve_model
 
-    # Everything a user can get wrong is checked before the model loads or a file is touched.
+    # Everything a user can get wrong is checked before the model loads or a file is touched:
+    # settings, frames (bags whole, for damage), model files, the results directory and its disk.
     config = SearchConfig(
         algorithm=args.algorithm,
         population=args.population,
@@ -156,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
         thresholds=tuple(args.thresholds) if args.thresholds else DEFAULT_THRESHOLDS,
         working_size=args.working_size,
     ).validate()
+    if args.batch_size < 1:
+        raise ParameterError(f'--batch-size must be positive, got {args.batch_size}')
+    verify_sources(args.frames)
     frames = iter_frames(
         args.frames,
         topic=args.topic,
@@ -167,13 +207,17 @@ def run(args: argparse.Namespace) -> int:
     first = next(frames, None)
     if first is None:
         raise ParameterError('no frames selected from ' + ', '.join(args.frames))
-    store = ResultsStore(args.out, overwrite=args.overwrite, resume=args.resume)
-    if store.has_results() and not (args.resume or args.overwrite):
-        raise ParameterError(
-            f'{args.out} already holds results: pass --resume to continue or --overwrite to replace'
-        )
+    identity = search_identity(args, config, resolve_model(args.backend, args.model))
+    options = {'overwrite': args.overwrite, 'resume': args.resume, 'identity': identity}
+    check_results_dir(args.out, refuse_existing=True, need_bytes=config.evaluations * RECORD_BYTES, **options)
     backend = create_backend_from_args(args)
+
+    def note(message: str) -> None:
+        print(f'metavlm: {message}', file=sys.stderr)
+
+    store = ResultsStore(args.out, log=note, **options)
     done = store.completed_searches()
+    searched_frames = store.frame_digests()
 
     def all_frames():
         yield first
@@ -182,6 +226,12 @@ def run(args: argparse.Namespace) -> int:
     searched = 0
     with store:
         for frame in all_frames():
+            digest = frame_digest(frame.rgb)
+            if searched_frames.get(frame.id, {digest}) != {digest}:
+                raise ResultsError(
+                    f'{frame.id}: not the frame searched under that name in {args.out} (its pixels differ); '
+                    '--resume continues only the same search: use another --out'
+                )
             key = search_key(
                 {
                     'image': frame.id,
@@ -212,13 +262,14 @@ def run(args: argparse.Namespace) -> int:
                         'model': backend.model_id,
                         'backend': backend.name,
                         'stamp_ns': frame.stamp_ns,
+                        'frame_sha256': digest,
                     },
                 )
             searched += 1
             _print_summary(result, summarise_orders)
     print(
         f'{searched} frame(s) searched; results in {store.directory}/ '
-        '(evaluations.jsonl, pareto.jsonl, summary.jsonl, frames/)'
+        '(evaluations.jsonl, pareto.jsonl, summary.jsonl, frames/, search.json)'
     )
     return 0
 

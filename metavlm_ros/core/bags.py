@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
+import struct
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -39,6 +43,7 @@ __all__ = [
     'read_ground_truth',
     'resolve_bag',
     'resolve_bag_output',
+    'verify_bag',
     'write_bag',
 ]
 
@@ -69,6 +74,9 @@ IMAGE_ENCODINGS = {
     'mono16': None,
 }
 COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
+# metadata.yaml custom_data key: a digest of every message, which `verify_bag` recomputes (sqlite3
+# storage has no checksums of its own; mcap has its chunk CRCs too).
+DIGEST_KEY = 'metavlm_messages_sha256'
 
 
 @lru_cache(maxsize=1)
@@ -276,6 +284,51 @@ def _is_storage_file(path: Path, storage: str) -> bool:
         return handle.read(len(_MAGIC[storage])) == _MAGIC[storage]
 
 
+@lru_cache(maxsize=1)
+def _checksummed_writer() -> Any:
+    """rosbags' Writer, with mcap chunks that carry the CRC of their records.
+
+    rosbags writes chunk CRC 0 ('not computed'), so readers could not tell a damaged chunk; with
+    the CRC set, rosbags, the mcap library and ros2 bag all report a mismatch.
+    """
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.rosbag2.storage_mcap import McapWriter
+
+    class ChecksummedMcapWriter(McapWriter):
+        def close_chunk(self) -> None:
+            crc = zlib.crc32(self.chunk.bio.getvalue())
+            start = self.bio.tell()
+            super().close_chunk()
+            end = self.bio.tell()
+            # Chunk record: opcode (1), length (8), start and end time, records size (8 each), CRC (4).
+            self.bio.seek(start + 9 + 24)
+            self.bio.write(struct.pack('<I', crc))
+            self.bio.seek(end)
+
+    class ChecksummedWriter(Writer):
+        STORAGE_PLUGINS = {**Writer.STORAGE_PLUGINS, StoragePlugin.MCAP: ChecksummedMcapWriter}
+
+    return ChecksummedWriter
+
+
+class _MessageDigest:
+    """A digest of a bag's messages, per topic in time order, independent of how topics interleave."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, Any] = {}
+
+    def update(self, topic: str, timestamp: int, data: bytes | memoryview) -> None:
+        digest = self.topics.get(topic)
+        if digest is None:
+            digest = self.topics[topic] = hashlib.sha256()
+        digest.update(struct.pack('<qQ', int(timestamp), len(data)))
+        digest.update(data)
+
+    def hexdigest(self) -> str:
+        lines = ''.join(f'{topic}\n{d.hexdigest()}\n' for topic, d in sorted(self.topics.items()))
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+
 @contextmanager
 def _staging(bag: Path, storage: str, overwrite: bool) -> Iterator[Path]:
     """A fresh directory for rosbags' Writer whose bag replaces `bag` only once complete.
@@ -353,7 +406,7 @@ def write_bag(
         InputError: The output exists (without overwrite) or a frame is not RGB uint8.
         ParameterError: Unknown storage, a storage that contradicts the suffix, or invalid fps.
     """
-    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.rosbag2 import StoragePlugin
 
     bag_dir = Path(bag_dir)
     if storage not in STORAGES:
@@ -369,7 +422,13 @@ def write_bag(
         (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
     )
     with _staging(bag_dir, storage, overwrite) as staged:
-        with Writer(staged, version=BAG_VERSION, storage_plugin=plugin) as writer:
+        digest = _MessageDigest()
+        with _checksummed_writer()(staged, version=BAG_VERSION, storage_plugin=plugin) as writer:
+
+            def put(connection: Any, stamp: int, data: Any) -> None:
+                digest.update(connection.topic, stamp, data)
+                writer.write(connection, stamp, data)
+
             qos = _offered_qos()
             image_conn = writer.add_connection(
                 image_topic, image_type, typestore=typestore, offered_qos_profiles=qos
@@ -391,14 +450,13 @@ def write_bag(
                     raise InputError(f'frame {index}: expected an RGB uint8 (H, W, 3) array')
                 stamp = start_ns + round(index * 1e9 / fps)
                 msg = image_message(rgb, stamp, compressed=compressed, frame_id=frame_id, quality=quality)
-                writer.write(image_conn, stamp, typestore.serialize_cdr(msg, image_type))
+                put(image_conn, stamp, typestore.serialize_cdr(msg, image_type))
                 info = camera_info_message(rgb.shape[1], rgb.shape[0], stamp, frame_id=frame_id)
-                writer.write(info_conn, stamp, typestore.serialize_cdr(info, 'sensor_msgs/msg/CameraInfo'))
+                put(info_conn, stamp, typestore.serialize_cdr(info, 'sensor_msgs/msg/CameraInfo'))
                 if gt is not None:
                     diag = ground_truth_message(gt, stamp, frame_id=frame_id)
-                    writer.write(
-                        gt_conn, stamp, typestore.serialize_cdr(diag, 'diagnostic_msgs/msg/DiagnosticArray')
-                    )
+                    put(gt_conn, stamp, typestore.serialize_cdr(diag, 'diagnostic_msgs/msg/DiagnosticArray'))
+            writer.set_custom_data(DIGEST_KEY, digest.hexdigest())
     return bag_dir
 
 
@@ -436,6 +494,49 @@ def _open_reader(path: str | Path) -> Iterator[Any]:
         yield reader
     finally:
         reader.close()
+
+
+def verify_bag(path: str | Path) -> None:
+    """Read every message of a bag to check it is whole: mcap chunk CRCs, and the message digest of
+    bags written by `write_bag` (the only check sqlite3 storage has).
+
+    Raises:
+        BagError: The bag is unreadable, truncated, or its content does not match its checksums.
+    """
+    with _open_reader(path) as reader:
+        digest = _MessageDigest()
+        messages = reader.messages()
+        while True:
+            try:
+                conn, timestamp, raw = next(messages)
+            except StopIteration:
+                break
+            except Exception as exc:  # rosbags raises several types for damaged storage
+                raise BagError(f'{path}: damaged bag ({_one_line(exc)})') from None
+            digest.update(conn.topic, timestamp, raw)
+        expected = _stored_digest(reader, Path(path))
+        if expected and expected != digest.hexdigest():
+            raise BagError(f'{path}: damaged bag (its messages do not match the digest written with them)')
+
+
+def _stored_digest(reader: Any, path: Path) -> str | None:
+    """The message digest `write_bag` stored: in metadata.yaml, or inside a single-file sqlite3 bag."""
+    custom = getattr(getattr(reader.storage, 'metadata', None), 'custom', None) or {}
+    if DIGEST_KEY in custom:
+        return custom[DIGEST_KEY]
+    if not (path.is_file() and path.suffix.lower() == '.db3'):
+        return None  # a single mcap file: its chunk CRCs are the check
+    import sqlite3
+
+    import yaml
+
+    try:
+        with contextlib.closing(sqlite3.connect(f'{path.absolute().as_uri()}?immutable=1', uri=True)) as db:
+            row = db.execute('SELECT metadata FROM metadata ORDER BY id DESC LIMIT 1').fetchone()
+        info = yaml.safe_load(row[0]) if row else None
+        return ((info or {}).get('custom_data') or {}).get(DIGEST_KEY)
+    except (sqlite3.Error, yaml.YAMLError, AttributeError, TypeError):
+        return None  # bags recorded before rosbag2 stored its metadata inside the database
 
 
 def _image_connections(reader: Any) -> dict[str, Any]:

@@ -1,6 +1,14 @@
 """Typed exceptions of metavlm_ros; their text is a one-line message meant for users."""
 
-__all__ = ['BagError', 'InputError', 'MetaVLMError', 'ModelError', 'ParameterError']
+__all__ = [
+    'BagError',
+    'InputError',
+    'MetaVLMError',
+    'ModelError',
+    'ParameterError',
+    'ResultsError',
+    'StorageError',
+]
 
 
 class MetaVLMError(Exception):
@@ -21,3 +29,11 @@ class ModelError(MetaVLMError):
 
 class ParameterError(MetaVLMError):
     """A parameter or configuration value that is invalid or out of range."""
+
+
+class StorageError(MetaVLMError):
+    """An output that cannot be written: disk full, read-only file system, missing or foreign directory."""
+
+
+class ResultsError(MetaVLMError):
+    """Results on disk that are damaged, or that belong to another search than the one asked for."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
+import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +21,7 @@ __all__ = [
     'UNKNOWN_INPUT_SIDE',
     'WORKING_SIZE_FACTOR',
     'Frame',
+    'frame_digest',
     'is_bag_path',
     'iter_frames',
     'load_image',
@@ -25,6 +29,7 @@ __all__ = [
     'parse_working_size',
     'resize_longer_side',
     'working_size_for',
+    'verify_sources',
 ]
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
@@ -87,6 +92,32 @@ def to_rgb8(image: np.ndarray, order: str = 'bgr') -> np.ndarray:
     return np.ascontiguousarray(rgb)
 
 
+def frame_digest(rgb: np.ndarray) -> str:
+    """A short sha256 of a frame's shape and pixels: another frame under the same name differs."""
+    digest = hashlib.sha256(str(rgb.shape).encode())
+    digest.update(np.ascontiguousarray(rgb).tobytes())
+    return digest.hexdigest()[:16]
+
+
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+
+
+def _check_png(data: bytes) -> str | None:
+    """What is wrong with a PNG's chunk structure (length, CRC, the closing IEND), or None."""
+    position = len(PNG_SIGNATURE)
+    while position + 12 <= len(data):
+        length, kind = struct.unpack('>I4s', data[position : position + 8])
+        end = position + 12 + length
+        if end > len(data):
+            break
+        if zlib.crc32(data[position + 4 : end - 4]) != struct.unpack('>I', data[end - 4 : end])[0]:
+            return f'{kind.decode("latin-1")} chunk checksum mismatch (damaged file)'
+        if kind == b'IEND':
+            return None
+        position = end
+    return 'truncated PNG (no IEND chunk)'
+
+
 def load_image(path: str | Path) -> np.ndarray:
     """Read an image file as an RGB uint8 frame.
 
@@ -110,6 +141,11 @@ def load_image(path: str | Path) -> np.ndarray:
         raise InputError(f'{path}: empty file')
     # imdecode on the bytes, not imread on the name: it handles non-ASCII paths on every platform.
     data = np.fromfile(str(path), dtype=np.uint8)
+    if data[: len(PNG_SIGNATURE)].tobytes() == PNG_SIGNATURE:
+        # Checked here so that a damaged PNG gets one line, not libpng's own message on stderr too.
+        problem = _check_png(data.tobytes())
+        if problem:
+            raise InputError(f'{path}: not a readable image ({problem})')
     image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     if image is None or image.size == 0:
         raise InputError(f'{path}: not a readable image')
@@ -201,6 +237,21 @@ def is_bag_path(path: str | Path) -> bool:
             child.suffix in BAG_SUFFIXES for child in path.iterdir() if child.is_file()
         )
     return path.suffix.lower() in BAG_SUFFIXES
+
+
+def verify_sources(sources: Sequence[str | Path] | str | Path) -> None:
+    """Check the bags among `sources` whole for damage before any of their frames is used.
+
+    Raises:
+        BagError: A bag is damaged (checksum mismatch, truncated, unreadable).
+    """
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    for source in sources:
+        if Path(source).exists() and is_bag_path(source):
+            from metavlm_ros.core.bags import verify_bag
+
+            verify_bag(source)
 
 
 def _check_selection(every: int, start: float | None, end: float | None, max_frames: int | None) -> None:

@@ -2,35 +2,51 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import cv2
 import numpy as np
 
-from metavlm_ros.core.errors import InputError
+from metavlm_ros import __version__
+from metavlm_ros.core.errors import ParameterError, ResultsError, StorageError
 from metavlm_ros.core.scratch import LEGACY_FRAME_SCRATCH, remove_stale, scratch_path
 
 __all__ = [
     'EVALUATIONS',
+    'IDENTITY',
     'PARETO',
     'SUMMARY',
     'ResultsStore',
+    'check_output_dir',
+    'check_results_dir',
     'free_disk_bytes',
+    'holds_results',
     'iter_jsonl',
     'read_jsonl',
     'record_key',
     'search_key',
+    'storage_error',
     'to_jsonable',
+    'write_file_atomic',
 ]
 
 EVALUATIONS = 'evaluations.jsonl'
 PARETO = 'pareto.jsonl'
 SUMMARY = 'summary.jsonl'
+IDENTITY = 'search.json'
+FRAMES = 'frames'
+RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
+# What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).
+RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, 'violations.jsonl'})
+IDENTITY_FORMAT = 1
 
 
 def to_jsonable(value: Any) -> Any:
@@ -52,17 +68,215 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def storage_error(
+    path: str | Path, exc: OSError, what: str = 'results', kept: str = 'everything written before is intact'
+) -> StorageError:
+    """The one-line error for an OSError (disk full, read-only, removed directory) while writing."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return StorageError(f'{path}: cannot write {what} ({reason}); {kept}')
+
+
+def check_output_dir(directory: str | Path, *, need_bytes: int = 0, what: str = 'results') -> Path:
+    """Check, before any work, that `directory` can be created or written: it changes nothing there.
+
+    The directory (or its nearest existing parent) must be a writable directory of a file system
+    with at least `need_bytes` free.
+
+    Raises:
+        StorageError: A path component is a file, the file system is read-only or full, or
+            permission is denied.
+    """
+    path = Path(directory)
+    nearest = path
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise StorageError(f'{directory}: {nearest} is a file, not a directory')
+    try:
+        handle, probe = tempfile.mkstemp(prefix='.metavlm-probe-', dir=nearest)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StorageError(f'{directory}: cannot write {what} there ({exc.strerror or exc})') from None
+    free = shutil.disk_usage(nearest).free
+    if need_bytes and free < need_bytes:
+        raise StorageError(
+            f'{directory}: only {free / 2**20:.1f} MiB free on its disk, {need_bytes / 2**20:.1f} MiB needed'
+        )
+    return nearest
+
+
+def holds_results(directory: str | Path) -> bool:
+    """Whether a directory holds records or follow-up frames."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return False
+    for name in RECORD_FILES:
+        path = directory / name
+        if path.is_file() and path.stat().st_size > 0:
+            return True
+    frames = directory / FRAMES
+    return frames.is_dir() and any(frames.iterdir())
+
+
+def check_results_dir(
+    directory: str | Path,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    identity: dict | None = None,
+    refuse_existing: bool = False,
+    need_bytes: int = 0,
+) -> None:
+    """Everything that can be checked about a results directory without changing it.
+
+    Args:
+        directory: The results directory.
+        overwrite: It will be replaced: it must hold results only (nothing else is ever deleted).
+        resume: Its searches will be continued: its identity record must equal `identity`.
+        identity: What identifies the searches (settings, model, weights); None: not checked.
+        refuse_existing: Existing results are an error unless `overwrite` or `resume`.
+        need_bytes: Free space needed on its file system.
+
+    Raises:
+        StorageError: The location cannot be written (see `check_output_dir`).
+        ParameterError: Both overwrite and resume; existing results refused; foreign files to replace.
+        ResultsError: `resume` into results of another search, or results without an identity.
+    """
+    if overwrite and resume:
+        raise ParameterError('resume and overwrite exclude each other')
+    directory = Path(directory)
+    check_output_dir(directory, need_bytes=need_bytes)
+    if not directory.exists():
+        return
+    if refuse_existing and not (overwrite or resume) and holds_results(directory):
+        raise ParameterError(
+            f'{directory} already holds results: pass --resume to continue or --overwrite to replace'
+        )
+    if overwrite:
+        foreign = sorted(p.name for p in directory.iterdir() if p.name not in RESULT_NAMES)
+        if foreign:
+            shown = ', '.join(foreign[:5]) + (', ...' if len(foreign) > 5 else '')
+            raise ParameterError(
+                f'{directory}: holds files that are not results ({shown}); refusing to replace it'
+            )
+    if resume and identity is not None and holds_results(directory):
+        stored = read_identity(directory)
+        if stored is None:
+            raise ResultsError(
+                f'{directory}: its results carry no identity record ({IDENTITY}), so --resume cannot '
+                'check that they are of the same search; use another --out'
+            )
+        differences = _differences(stored, _normalised(identity))
+        if differences:
+            raise ResultsError(
+                f'{directory} holds another search ({"; ".join(differences)}); --resume continues only '
+                'the same search: use another --out, or --overwrite to replace it'
+            )
+
+
+def read_identity(directory: str | Path) -> dict | None:
+    """The identity record of a results directory (None when it has none).
+
+    Raises:
+        ResultsError: The record is damaged.
+    """
+    path = Path(directory) / IDENTITY
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding='utf-8'))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f'{path}: damaged identity record ({exc})') from None
+    if not isinstance(data, dict) or not isinstance(data.get('identity'), dict):
+        raise ResultsError(f'{path}: damaged identity record (no identity mapping)')
+    return data['identity']
+
+
+def _normalised(identity: dict) -> dict:
+    # The stored form: what a JSON round trip gives (tuples become lists, numpy values plain).
+    return json.loads(json.dumps(to_jsonable(identity), sort_keys=True))
+
+
+def _flatten(value: Any, prefix: str = '') -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key in sorted(value):
+            out.update(_flatten(value[key], f'{prefix}.{key}' if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def _differences(stored: dict, new: dict) -> list[str]:
+    old, now = _flatten(stored), _flatten(new)
+
+    def shown(value: Any) -> str:
+        text = json.dumps(value) if value is not None else 'none'
+        return text if len(text) <= 40 else text[:37] + '...'
+
+    return [
+        f'{key}: {shown(old.get(key))} there, {shown(now.get(key))} here'
+        for key in sorted(set(old) | set(now))
+        if old.get(key) != now.get(key)
+    ]
+
+
+def write_file_atomic(path: str | Path, data: bytes) -> None:
+    """Write a whole file under a temporary name, sync it and rename it in: readers see all or nothing.
+
+    Raises:
+        OSError: The write failed; nothing is left under either name.
+    """
+    path = Path(path)
+    tmp = scratch_path(path)
+    try:
+        with open(tmp, 'wb') as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _identity_bytes(identity: dict) -> bytes:
+    record = {
+        'format': IDENTITY_FORMAT,
+        'package': 'metavlm_ros',
+        'version': __version__,
+        'identity': _normalised(identity),
+    }
+    return (json.dumps(record, indent=1, sort_keys=True) + '\n').encode()
+
+
 class ResultsStore:
     """Append-only JSON Lines files under one directory.
 
-    Every record is written as one line and flushed (and fsync'ed when `durable`) before the call
-    returns, so a killed run keeps everything it finished. Reopening a directory appends: nothing
-    already written is ever truncated, unless `overwrite` asks for a clean directory.
+    Every record is written as one line with one write (and fsync'ed when `durable`) before the
+    call returns, so a killed run keeps everything it finished; a write that fails (disk full) is
+    taken back whole, so no torn line is left. Reopening a directory appends: nothing already
+    written is ever truncated, except a torn last line that an interrupted write left, which is
+    removed (and reported through `log`) before anything is appended.
+
+    `overwrite` replaces the whole directory (old frames included), once this store opens: the new
+    directory is built under a temporary name and renamed in. It replaces results only: a directory
+    holding other files is refused.
+
+    `identity` (settings, model, weights) is kept in search.json; with `resume`, the directory must
+    hold the same identity, and each record already written is recognised by its key and not
+    written twice: evaluations (which must then be reproduced exactly), non-dominated solutions
+    and summaries alike.
 
     `reserve_bytes` keeps free space on the directory's file system for the rest of the machine
     (onboard, the robot's own logs share the disk): while less than that is free, follow-up PNGs,
     by far the largest results, are not written (`save_frame` returns None and counts them in
     `frames_skipped`). Records are always written; they are small.
+
+    Raises (constructor):
+        StorageError, ParameterError, ResultsError: see `check_results_dir`; ResultsError too for a
+            record damaged in the middle of a file that `resume` would continue.
     """
 
     def __init__(
@@ -73,61 +287,164 @@ class ResultsStore:
         durable: bool = False,
         resume: bool = False,
         reserve_bytes: int = 0,
+        identity: dict | None = None,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
-        if self.directory.exists() and not self.directory.is_dir():
-            raise InputError(f'{self.directory}: results path exists and is not a directory')
-        if overwrite and self.directory.exists():
-            for name in (EVALUATIONS, PARETO, SUMMARY):
-                (self.directory / name).unlink(missing_ok=True)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.frames_dir = self.directory / 'frames'
-        # PNGs a killed run was writing: never evidence (they were not renamed into place yet).
-        remove_stale(self.frames_dir, legacy=LEGACY_FRAME_SCRATCH)
+        self.frames_dir = self.directory / FRAMES
         self.durable = durable
         self.reserve_bytes = reserve_bytes
         self.frames_skipped = 0
-        self._files: dict[str, IO[str]] = {}
-        # On resume, a search that was cut short is run again from its seed; the evaluations it
-        # had already written are recognised by their key and not written twice.
-        self._written: set[tuple] = set()
-        if resume:
-            self._written = {record_key(r) for r in iter_jsonl(self.directory / EVALUATIONS)}
+        self.log = log or (lambda message: None)
+        self._files: dict[str, IO[bytes]] = {}
+        check_results_dir(self.directory, overwrite=overwrite, resume=resume, identity=identity)
+        existing = self.directory.is_dir()
+        # On resume, a search that was cut short is run again from its seed; what it had already
+        # written is recognised by its key and not written twice.
+        self._written: dict[tuple, int] = {}
+        self._pareto: set[tuple] = set()
+        self._summaries: set[tuple] = set()
+        self._frame_digests: dict[str, set[str]] = {}
+        if resume and existing:
+            for record in iter_jsonl(self.directory / EVALUATIONS, strict=True):
+                self._written[record_key(record)] = _evaluation_hash(record)
+                if record.get('frame_sha256'):
+                    self._frame_digests.setdefault(record.get('image'), set()).add(record['frame_sha256'])
+            self._pareto = {_pareto_key(r) for r in iter_jsonl(self.directory / PARETO, strict=True)}
+            self._summaries = {
+                search_key(r)
+                for r in iter_jsonl(self.directory / SUMMARY, strict=True)
+                if not r.get('stopped')
+            }
+        try:
+            if overwrite and existing:
+                self._replace(identity)
+            elif not existing:
+                self._create(identity)
+            else:
+                # PNGs a killed run was writing: never evidence (they were not renamed into place yet).
+                remove_stale(self.frames_dir, legacy=LEGACY_FRAME_SCRATCH)
+                for name in RECORD_FILES:
+                    message = _repair_torn_tail(self.directory / name)
+                    if message:
+                        self.log(message)
+                if identity is not None and not holds_results(self.directory):
+                    write_file_atomic(self.directory / IDENTITY, _identity_bytes(identity))
+        except OSError as exc:
+            raise storage_error(self.directory, exc) from None
+
+    def _create(self, identity: dict | None) -> None:
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        if identity is None:
+            self.directory.mkdir()
+            return
+        # Built aside and renamed in: the directory appears with its identity record.
+        staged = self._staged()
+        try:
+            write_file_atomic(staged / IDENTITY, _identity_bytes(identity))
+            os.rename(staged, self.directory)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+
+    def _staged(self) -> Path:
+        # A sibling (same file system: renames are atomic), made like any directory (umask applies);
+        # those that killed runs left are removed first.
+        remove_stale(self.directory.parent, self.directory.name)
+        staged = scratch_path(self.directory)
+        staged.mkdir()
+        return staged
+
+    def _replace(self, identity: dict | None) -> None:
+        parent = self.directory.parent
+        staged = self._staged()
+        # Not a scratch name: if this process dies between the two renames, the replaced results
+        # stay there, whole, and nothing removes them.
+        old = parent / f'.{self.directory.name}.replaced-{os.getpid()}-{time.time_ns()}'
+        try:
+            if identity is not None:
+                write_file_atomic(staged / IDENTITY, _identity_bytes(identity))
+            os.rename(self.directory, old)
+            try:
+                os.rename(staged, self.directory)
+            except OSError:
+                os.rename(old, self.directory)
+                raise
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        # The new directory is in place: the replaced results go, as --overwrite asked.
+        shutil.rmtree(old, ignore_errors=True)
+        if old.exists():
+            self.log(f'{old}: the replaced results could not all be removed')
 
     def has_results(self) -> bool:
-        """Whether the directory already holds evaluation records."""
-        path = self.directory / EVALUATIONS
-        return path.exists() and path.stat().st_size > 0
+        """Whether the directory already holds records or frames."""
+        return holds_results(self.directory)
+
+    def frame_digests(self) -> dict[str, set[str]]:
+        """On resume: frame id -> the `frame_sha256` values its records carry (what was searched)."""
+        return {image: set(digests) for image, digests in self._frame_digests.items()}
 
     def completed_searches(self) -> set[tuple]:
-        """Keys (image, algorithm, seed, model) of the searches whose summary was written."""
-        return {search_key(r) for r in iter_jsonl(self.directory / SUMMARY)}
+        """Keys (image, algorithm, seed, model, run) of the searches whose summary was written."""
+        return {search_key(r) for r in iter_jsonl(self.directory / SUMMARY) if not r.get('stopped')}
 
     def _append(self, name: str, record: dict) -> None:
+        path = self.directory / name
         handle = self._files.get(name)
-        if handle is None:
-            path = self.directory / name
-            _repair_truncated_tail(path)
-            handle = self._files[name] = open(path, 'a', encoding='utf-8')  # noqa: SIM115
-        handle.write(json.dumps(to_jsonable(record), separators=(',', ':')) + '\n')
-        handle.flush()
-        if self.durable:
-            os.fsync(handle.fileno())
+        try:
+            if handle is None:
+                handle = self._files[name] = open(path, 'ab', buffering=0)  # noqa: SIM115
+            status = os.fstat(handle.fileno())
+        except OSError as exc:
+            raise storage_error(path, exc) from None
+        if status.st_nlink == 0:
+            raise StorageError(f'{path}: removed while results were written to it; nothing more is written')
+        data = (json.dumps(to_jsonable(record), separators=(',', ':')) + '\n').encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[handle.write(view) :]
+            if self.durable:
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            # Take the partial line back: the file ends with the last whole record, as before.
+            with contextlib.suppress(OSError):
+                os.ftruncate(handle.fileno(), status.st_size)
+            raise storage_error(path, exc) from None
 
     def append_evaluation(self, record: dict) -> None:
-        """Append one evaluation record to evaluations.jsonl (once: a resumed search skips its own)."""
+        """Append one evaluation record to evaluations.jsonl (once: a resumed search skips its own).
+
+        Raises:
+            ResultsError: A resumed search judged another genotype, or got other objectives, than
+                the record written under this key (another frame, device or thread count).
+        """
         if self._written:
             key = record_key(record)
-            if key in self._written:
+            stored = self._written.get(key)
+            if stored is not None:
+                if stored != _evaluation_hash(record):
+                    raise ResultsError(
+                        f'{self.directory}: the resumed search of {record.get("image")} does not reproduce '
+                        f'evaluation {record.get("index")} written before (another frame, device or thread '
+                        'count?); nothing more is written: use another --out'
+                    )
                 return
         self._append(EVALUATIONS, record)
 
     def append_pareto(self, record: dict) -> None:
-        """Append one non-dominated solution to pareto.jsonl."""
+        """Append one non-dominated solution to pareto.jsonl (once: a resumed search skips its own)."""
+        key = _pareto_key(record)
+        if key in self._pareto:
+            return
         self._append(PARETO, record)
 
     def append_summary(self, record: dict) -> None:
-        """Append one search summary to summary.jsonl."""
+        """Append one search summary to summary.jsonl (once: a resumed search skips its own)."""
+        if not record.get('stopped') and search_key(record) in self._summaries:
+            return
         self._append(SUMMARY, record)
 
     def low_on_space(self) -> bool:
@@ -135,24 +452,31 @@ class ResultsStore:
         return self.reserve_bytes > 0 and free_disk_bytes(self.directory) < self.reserve_bytes
 
     def save_frame(self, name: str, rgb: np.ndarray) -> Path | None:
-        """Write an RGB frame as PNG under frames/ and return its path (None: skipped, see low_on_space)."""
+        """Write an RGB frame as PNG under frames/ and return its path (None: skipped, see low_on_space).
+
+        Raises:
+            StorageError: The PNG cannot be written (nothing is left under its name).
+        """
         if self.low_on_space():
             self.frames_skipped += 1
             return None
-        self.frames_dir.mkdir(exist_ok=True)
         path = self.frames_dir / f'{name}.png'
-        tmp = scratch_path(path, '.png')
-        # Write then rename, so a killed run never leaves a half-written PNG under the final name
-        # (the scratch file it leaves is removed when the directory is next opened).
-        if not cv2.imwrite(str(tmp), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)):
-            raise InputError(f'{path}: could not write PNG')
-        os.replace(tmp, path)
+        ok, data = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+        if not ok:
+            raise StorageError(f'{path}: the frame could not be encoded as PNG')
+        try:
+            self.frames_dir.mkdir(exist_ok=True)
+            # Written aside then renamed: a killed run never leaves a half-written PNG under its name.
+            write_file_atomic(path, data.tobytes())
+        except OSError as exc:
+            raise storage_error(path, exc) from None
         return path
 
     def close(self) -> None:
-        """Close the open files (records are already flushed)."""
+        """Close the open files (records are already written)."""
         for handle in self._files.values():
-            handle.close()
+            with contextlib.suppress(OSError):
+                handle.close()
         self._files.clear()
 
     def __enter__(self) -> ResultsStore:
@@ -186,30 +510,88 @@ def record_key(record: dict) -> tuple:
     return (*search_key(record), record.get('index'))
 
 
-def _repair_truncated_tail(path: Path) -> None:
-    """End a file whose last line was cut by a kill with a newline, so appends start a fresh line."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
+def _pareto_key(record: dict) -> tuple:
+    return (*record_key(record), record.get('rank'))
+
+
+def _evaluation_hash(record: dict) -> int:
+    # What a resumed search must reproduce exactly: the genotype and both objectives.
+    values = to_jsonable([record.get('genotype') or [], record.get('f_trans'), record.get('f_pred')])
+    return hash(json.dumps(values))
+
+
+def _repair_torn_tail(path: Path) -> str | None:
+    """Make a file end with its last whole record; returns what was repaired, or None.
+
+    A line cut short by a kill or a full disk is removed; a whole record that only lacks its
+    newline gets it.
+    """
+    if not path.is_file():
+        return None
     with open(path, 'rb+') as handle:
-        handle.seek(-1, os.SEEK_END)
-        if handle.read(1) != b'\n':
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        handle.seek(size - 1)
+        if handle.read(1) == b'\n':
+            return None
+        # Find the start of the last line, reading backwards in blocks.
+        start, block = size, 1 << 16
+        while start > 0:
+            begin = max(0, start - block)
+            handle.seek(begin)
+            chunk = handle.read(start - begin)
+            cut = chunk.rfind(b'\n')
+            if cut >= 0:
+                start = begin + cut + 1
+                break
+            start = begin
+        handle.seek(start)
+        tail = handle.read()
+        try:
+            whole = isinstance(json.loads(tail), dict)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            whole = False
+        if whole:
+            handle.seek(0, os.SEEK_END)
             handle.write(b'\n')
+            return f'{path}: its last record lacked its newline; added'
+        handle.truncate(start)
+    return f'{path}: removed a torn last line ({len(tail)} bytes) left by an interrupted write'
 
 
-def iter_jsonl(path: str | Path) -> Iterator[dict]:
-    """Yield the records of a JSON Lines file, skipping a line cut short by a killed writer."""
+def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
+    """Yield the records of a JSON Lines file, skipping a last line cut short by a killed writer.
+
+    Args:
+        path: The file; a missing file yields nothing.
+        strict: Raise on a damaged line that is not the last one (instead of skipping it).
+
+    Raises:
+        ResultsError: `strict` and a line before the last one is not a JSON record.
+    """
     path = Path(path)
     if not path.exists():
         return
-    with open(path, encoding='utf-8') as handle:
-        for line in handle:
+    with open(path, encoding='utf-8', errors='replace') as handle:
+        damaged: int | None = None
+        for number, line in enumerate(handle, 1):
             line = line.strip()
             if not line:
                 continue
+            if damaged is not None and strict:
+                raise ResultsError(
+                    f'{path}: line {damaged} is damaged (not a JSON record) and records follow it'
+                )
             try:
-                yield json.loads(line)
+                record = json.loads(line)
             except json.JSONDecodeError:
-                continue  # a partial record from an interrupted write; everything else is intact
+                record = None
+            if not isinstance(record, dict):
+                damaged = number  # a partial record from an interrupted write; everything else is intact
+                continue
+            damaged = None
+            yield record
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

@@ -162,27 +162,42 @@ def resolve_model(backend: str, model: str) -> str:
         path = _DEMO_ROOT / f'demo-{backend}'
         if not (path / 'config.json').is_file():
             raise ModelError(f'demo model for {backend} is not built; run metavlm train-demo-models')
-        return str(path)
+        return _checked_weights(str(path))
     path = Path(model).expanduser()
     if path.exists():
         if not path.is_dir():
             raise ModelError(f'model {model!r} is a file; pass the model directory (with config.json)')
         if not (path / 'config.json').is_file():
             raise ModelError(f'model directory {model!r} has no config.json; it is not a saved model')
-        return str(path.resolve())
+        return _checked_weights(str(path.resolve()))
     if not _HF_ID.match(model):
         raise ModelError(f'model directory {model!r} does not exist')
     from huggingface_hub import constants, snapshot_download
 
     try:
         # local_files_only: a model that is not cached fails at once instead of waiting on the network.
-        return snapshot_download(model, local_files_only=True)
+        directory = snapshot_download(model, local_files_only=True)
     except Exception:  # noqa: BLE001 -- the hub raises several types for 'not cached'; all mean the same
         raise ModelError(
             f'model {model!r} is neither a local directory nor in the local Hugging Face cache '
             f'({constants.HF_HUB_CACHE}); on a connected machine run `hf download {model}` and copy '
             f'that cache here, or pass a local directory'
         ) from None
+    return _checked_weights(directory)
+
+
+def _checked_weights(model_dir: str) -> str:
+    """`model_dir`, once the headers of its safetensors files read (a truncated or random file fails)."""
+    from safetensors import safe_open
+
+    for path in sorted(Path(model_dir).glob('*.safetensors')):
+        try:
+            with safe_open(str(path), framework='np'):
+                pass
+        except Exception as exc:  # noqa: BLE001 -- SafetensorError, OSError: all mean a damaged file
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f'{path}: damaged weights ({first})') from None
+    return model_dir
 
 
 def weights_hash(model_dir: str | Path, length: int = 12) -> str:

@@ -149,3 +149,46 @@ def test_refuses_to_replace_a_foreign_folder(tmp_path):
     assert main(['scenes', '--out', str(folder), '--overwrite', *SMALL]) == 2
     assert (folder / 'thesis.tex').read_text() == 'precious'
     assert sorted(p.name for p in tmp_path.iterdir()) == ['mine']
+
+
+@pytest.mark.parametrize('output', [['sub.mcap'], ['sub.db3'], ['sub', '--format', 'png']])
+def test_an_output_below_a_file_gets_one_line(tmp_path, capsys, output):
+    (tmp_path / 'afile').write_text('x')
+    name, *options = output
+    for parent in ('afile', 'afile/deeper'):
+        assert main(['scenes', '--out', str(tmp_path / parent / name), *options, *SMALL]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and 'is a file, not a directory' in err and '\n' not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['afile']
+
+
+def _tree(path):
+    """The bytes of a file, or of every file of a folder."""
+    if path.is_file():
+        return path.read_bytes()
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+@pytest.mark.parametrize('output', [['x.mcap'], ['x.db3'], ['x', '--format', 'png']])
+def test_a_full_disk_gives_one_line_and_keeps_the_earlier_output(tmp_path, capsys, output):
+    import resource
+
+    name, *options = output
+    target = tmp_path / name
+    big = ['--frames', '12', '--size', '320x240', '--seed', '4']
+    assert main(['scenes', '--out', str(tmp_path / name), *options, *SMALL]) == 0
+    before = _tree(target)
+    capsys.readouterr()
+    # Writes past 16 KB fail with EFBIG, as they fail with ENOSPC on a full disk.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024, hard))
+    try:
+        code = main(['scenes', '--out', str(tmp_path / name), *options, *big, '--overwrite'])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2
+    assert err.startswith('metavlm: error:') and 'cannot write footage' in err and '\n' not in err
+    assert _tree(target) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]

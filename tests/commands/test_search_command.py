@@ -1,11 +1,22 @@
 """`metavlm search` end to end with a tiny CLIP, and its answers to bad input."""
 
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import cv2
 import pytest
 
 from metavlm_ros.cli import main
 from metavlm_ros.core.results import read_jsonl
 from tests.conftest import make_frame
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -16,7 +27,8 @@ def image_path(tmp_path):
 
 
 def search(args, tiny_clip_dir):
-    return main(['search', *args, '--backend', 'clip', '--model', str(tiny_clip_dir), '--quiet'])
+    # The options given last win: tests may pass another --model or --backend.
+    return main(['search', '--backend', 'clip', '--model', str(tiny_clip_dir), '--quiet', *args])
 
 
 def test_search_writes_results_and_prints_a_summary(tmp_path, image_path, tiny_clip_dir, capsys):
@@ -145,3 +157,282 @@ def test_blip_search_with_a_custom_vocabulary(tmp_path, image_path, tiny_blip_di
         'object',
         'trash',
     }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Results as evidence: validated before they are touched, never mixed, lost or duplicated
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob('*')) if p.is_file()
+    }
+
+
+def _records(directory: Path) -> dict[str, list[dict]]:
+    return {
+        name: [{k: v for k, v in r.items() if k != 'seconds'} for r in read_jsonl(directory / name)]
+        for name in ('evaluations.jsonl', 'pareto.jsonl', 'summary.jsonl')
+    }
+
+
+SMALL = ['--population', '6', '--evaluations', '12']
+
+
+@pytest.fixture
+def damaged_weights(tmp_path, tiny_clip_dir):
+    """Model directories whose weights are truncated, cut in the middle, or random bytes."""
+    made = []
+    data = (tiny_clip_dir / 'model.safetensors').read_bytes()
+    for name, weights in (
+        ('header', data[:100]),
+        ('middle', data[: len(data) // 2]),
+        ('random', os.urandom(5000)),
+    ):
+        copy = tmp_path / f'weights-{name}'
+        shutil.copytree(tiny_clip_dir, copy)
+        (copy / 'model.safetensors').write_bytes(weights)
+        made.append(copy)
+    return made
+
+
+def test_overwrite_checks_everything_before_it_replaces_anything(
+    tmp_path, image_path, tiny_clip_dir, damaged_weights, capsys
+):
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out)], tiny_clip_dir) == 0
+    (out / 'frames' / 'earlier_run.png').write_bytes((out / 'frames').iterdir().__next__().read_bytes())
+    before = _snapshot(out)
+    capsys.readouterr()
+    bad_runs = [
+        ['search', str(image_path), '--model', str(tmp_path / 'no' / 'model')],
+        *[['search', str(image_path), '--model', str(d)] for d in damaged_weights],
+        ['search', str(tmp_path / 'missing.png'), '--model', str(tiny_clip_dir)],
+        ['search', str(image_path), '--model', str(tiny_clip_dir), '--population', '0'],
+        ['search', str(image_path), '--model', str(tiny_clip_dir), '--batch-size', '0'],
+        ['search', str(image_path), '--model', str(tiny_clip_dir), '--backend', 'llava'],
+    ]
+    for argv in bad_runs:
+        assert main([*argv, '--out', str(out), '--overwrite', '--quiet']) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and '\n' not in err
+        assert _snapshot(out) == before, argv
+    # A directory holding anything but results is never replaced.
+    (out / 'notes.txt').write_text('mine')
+    assert search([str(image_path), *SMALL, '--out', str(out), '--overwrite'], tiny_clip_dir) == 2
+    assert 'not results (notes.txt)' in capsys.readouterr().err
+    (out / 'notes.txt').unlink()
+    # A good run replaces the whole directory: the old frames go too, nothing is left beside it.
+    assert (
+        search([str(image_path), *SMALL, '--seed', '4', '--out', str(out), '--overwrite'], tiny_clip_dir) == 0
+    )
+    assert not (out / 'frames' / 'earlier_run.png').exists()
+    assert {r['seed'] for r in read_jsonl(out / 'evaluations.jsonl')} == {4}
+    assert len(read_jsonl(out / 'summary.jsonl')) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith('.')) == []
+
+
+@pytest.mark.parametrize(
+    ('change', 'named'),
+    [
+        (['--population', '4'], 'settings.population'),
+        (['--evaluations', '10'], 'settings.evaluations'),
+        (['--seed', '1'], 'settings.seed'),
+        (['--algorithm', 'random'], 'settings.algorithm'),
+        (['--relations', 'rotation', 'shear'], 'settings.relations.enabled'),
+        (['--range', 'rotation=-2:2'], 'settings.relations.low'),
+        (['--thresholds', '0.02'], 'settings.thresholds'),
+        (['--working-size', '32'], 'settings.working_size'),
+        (['--backend', 'blip'], 'model.backend'),
+        (['--classes', 'animal', 'trash'], 'model.classes'),
+        (['--confidence', 'softmax'], 'model.confidence'),
+        (['--dtype', 'float32'], 'model.dtype'),
+    ],
+)
+def test_resume_continues_only_the_same_search(tmp_path, image_path, tiny_clip_dir, capsys, change, named):
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out)], tiny_clip_dir) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert search([str(image_path), *SMALL, '--out', str(out), '--resume', *change], tiny_clip_dir) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('metavlm: error:') and '\n' not in err
+    assert 'holds another search' in err and named in err
+    assert _snapshot(out) == before
+
+
+def test_resume_refuses_other_weights_or_another_frame_under_the_same_names(
+    tmp_path, image_path, tiny_clip_dir, capsys
+):
+    model = tmp_path / 'model'
+    shutil.copytree(tiny_clip_dir, model)
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out), '--model', str(model)], tiny_clip_dir) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    # Same directory name, other weights (retrained in place).
+    data = bytearray((model / 'model.safetensors').read_bytes())
+    data[-1] ^= 0xFF
+    (model / 'model.safetensors').write_bytes(bytes(data))
+    assert (
+        search([str(image_path), *SMALL, '--out', str(out), '--resume', '--model', str(model)], tiny_clip_dir)
+        == 2
+    )
+    assert 'model.weights_sha256' in capsys.readouterr().err
+    shutil.rmtree(model)
+    shutil.copytree(tiny_clip_dir, model)
+    # Same file name, other pixels.
+    (out / 'summary.jsonl').write_text('')  # the search must be run again, so its frame is compared
+    before = _snapshot(out)
+    cv2.imwrite(str(image_path), make_frame(96, 64, seed=5)[..., ::-1])
+    assert (
+        search([str(image_path), *SMALL, '--out', str(out), '--resume', '--model', str(model)], tiny_clip_dir)
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert 'frame' in err and 'pixels differ' in err and '\n' not in err
+    assert _snapshot(out) == before
+
+
+def test_resume_refuses_results_that_carry_no_identity(tmp_path, image_path, tiny_clip_dir, capsys):
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out)], tiny_clip_dir) == 0
+    (out / 'search.json').unlink()
+    capsys.readouterr()
+    assert search([str(image_path), *SMALL, '--out', str(out), '--resume'], tiny_clip_dir) == 2
+    assert 'no identity record' in capsys.readouterr().err
+
+
+def test_a_failed_search_leaves_no_new_directory(
+    tmp_path, image_path, tiny_clip_dir, damaged_weights, capsys
+):
+    out = tmp_path / 'new' / 'res'
+    failures = [
+        ['--model', str(tmp_path / 'nothing')],
+        *[['--model', str(d)] for d in damaged_weights],
+        ['--population', '1'],
+        ['--batch-size', '0'],
+        ['--backend', 'llava'],
+        ['--relations', 'blur'],
+    ]
+    for extra in failures:
+        argv = [
+            'search',
+            str(image_path),
+            '--model',
+            str(tiny_clip_dir),
+            '--quiet',
+            '--out',
+            str(out),
+            *extra,
+        ]
+        assert main(argv) == 2, extra
+        assert not (tmp_path / 'new').exists(), extra
+    assert main(['search', str(tmp_path / 'none.png'), '--model', str(tiny_clip_dir), '--out', str(out)]) == 2
+    assert not (tmp_path / 'new').exists()
+
+
+def test_an_output_below_a_file_gets_one_line(tmp_path, image_path, tiny_clip_dir, capsys):
+    (tmp_path / 'afile').write_text('x')
+    for out in ('afile', 'afile/sub', 'afile/sub/deeper'):
+        assert search([str(image_path), *SMALL, '--out', str(tmp_path / out)], tiny_clip_dir) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and 'is a file, not a directory' in err and '\n' not in err
+    assert (tmp_path / 'afile').read_text() == 'x'
+
+
+def test_a_read_only_output_is_refused_before_the_model_loads(
+    tmp_path, image_path, tiny_clip_dir, capsys, monkeypatch
+):
+    import errno
+    import tempfile
+
+    from metavlm_ros.commands import search as search_command
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    def no_model(args):
+        raise AssertionError('the model was loaded before the output was checked')
+
+    monkeypatch.setattr(tempfile, 'mkstemp', read_only)
+    monkeypatch.setattr(search_command, 'create_backend_from_args', no_model)
+    assert search([str(image_path), *SMALL, '--out', str(tmp_path / 'res')], tiny_clip_dir) == 2
+    err = capsys.readouterr().err.strip()
+    assert 'Read-only file system' in err and '\n' not in err
+    assert not (tmp_path / 'res').exists()
+
+
+def _cli(*argv: str) -> list[str]:
+    return [sys.executable, '-m', 'metavlm_ros.cli', *argv]
+
+
+def test_a_search_stopped_by_any_signal_resumes_to_the_uninterrupted_records(
+    tmp_path, image_path, tiny_clip_dir
+):
+    second = image_path.with_name('second.png')
+    cv2.imwrite(str(second), make_frame(96, 64, seed=3)[..., ::-1])
+    args = ['search', str(image_path), str(second), '--model', str(tiny_clip_dir), '--population', '6',
+            '--evaluations', '30', '--quiet']  # fmt: skip
+    full = tmp_path / 'full'
+    assert main([*args, '--out', str(full)]) == 0
+    for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        out = tmp_path / f'cut-{signal_number}'
+        process = subprocess.Popen(_cli(*args, '--out', str(out)), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)  # fmt: skip
+        deadline = time.monotonic() + 120
+        # Stopped after its first search finished, while the second one writes.
+        while process.poll() is None and time.monotonic() < deadline:
+            if (out / 'summary.jsonl').exists() and (out / 'summary.jsonl').stat().st_size:
+                break
+            time.sleep(0.002)
+        assert process.poll() is None, 'the search ended before it could be stopped'
+        process.send_signal(signal_number)
+        stderr = process.communicate(timeout=60)[1].decode()
+        assert 'Traceback' not in stderr
+        assert main([*args, '--out', str(out), '--resume']) == 0
+        assert _records(out) == _records(full), signal_number
+        assert sorted(p.name for p in (out / 'frames').iterdir()) == sorted(
+            p.name for p in (full / 'frames').iterdir()
+        )
+
+
+def test_a_full_disk_during_a_search_gives_one_line_and_resumes(tmp_path, image_path, tiny_clip_dir, capsys):
+    args = ['search', str(image_path), '--model', str(tiny_clip_dir), '--population', '10',
+            '--evaluations', '40', '--quiet']  # fmt: skip
+    full = tmp_path / 'full'
+    assert main([*args, '--out', str(full)]) == 0
+    size = (full / 'evaluations.jsonl').stat().st_size
+    out = tmp_path / 'cut'
+    capsys.readouterr()
+    # Writes past this size fail with EFBIG, as they fail with ENOSPC on a full disk.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, hard))
+    try:
+        code = main([*args, '--out', str(out)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('metavlm: error:') and 'File too large' in err and '\n' not in err
+    assert (out / 'evaluations.jsonl').read_bytes().endswith(b'\n')
+    assert main([*args, '--out', str(out), '--resume']) == 0
+    assert _records(out) == _records(full)
+
+
+def test_a_damaged_bag_is_refused_before_any_frame_is_searched(tmp_path, tiny_clip_dir, capsys):
+    from metavlm_ros.core.bags import write_bag
+
+    frames = [(make_frame(64, 48, seed=i), None) for i in range(3)]
+    for storage in ('mcap', 'sqlite3'):
+        bag = write_bag(tmp_path / storage / 'bag', frames, fps=5.0, storage=storage)
+        (path,) = [p for p in bag.iterdir() if p.name != 'metadata.yaml']
+        data = bytearray(path.read_bytes())
+        start = data.find(frames[2][0].tobytes()[:256])  # the last frame: the first two would be searched
+        data[start + 10 : start + 210] = bytes(range(200))
+        path.write_bytes(bytes(data))
+        out = tmp_path / f'res-{storage}'
+        assert search([str(bag), *SMALL, '--out', str(out)], tiny_clip_dir) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and 'damaged bag' in err and '\n' not in err
+        assert not out.exists()

@@ -1,6 +1,7 @@
 """Tests of metavlm_ros.core.bags: round trips through rosbags and the mcap library, selection, errors."""
 
 import hashlib
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from metavlm_ros.core.bags import (
     read_ground_truth,
     resolve_bag,
     resolve_bag_output,
+    verify_bag,
     write_bag,
 )
 from metavlm_ros.core.errors import BagError, InputError, ParameterError
@@ -384,3 +386,82 @@ def test_a_single_file_bag_and_an_older_bag_directory_answer_to_the_same_name(tm
         resolve_bag(tmp_path / 'old' / 'other.mcap')
     with pytest.raises(ParameterError, match='sqlite3 storage'):
         write_bag(tmp_path / 'x.db3', scene, fps=FPS, storage='mcap')
+
+
+def test_mcap_chunks_carry_their_crc_and_the_mcap_library_checks_it(mcap_bag):
+    from mcap.records import Chunk
+    from mcap.stream_reader import StreamReader
+
+    with open(mcap_bag / 'demo.mcap', 'rb') as stream:
+        chunks = [
+            r
+            for r in StreamReader(stream, emit_chunks=True, validate_crcs=True).records
+            if isinstance(r, Chunk)
+        ]
+    assert chunks and all(c.uncompressed_crc != 0 for c in chunks)
+
+
+def _damaged_copies(bag: Path, tmp_path: Path, scene):
+    """Copies of a bag, each with 200 bytes overwritten in one frame's pixels (first, middle or last
+    bytes of each frame's payload), as a disk or a copy damages a recording."""
+    single = bag.is_file()
+    (storage,) = [bag] if single else [p for p in bag.iterdir() if p.suffix in ('.mcap', '.db3')]
+    data = storage.read_bytes()
+    rng = np.random.default_rng(7)
+    for index, (rgb, _) in enumerate(scene):
+        pixels = rgb.tobytes()
+        offsets = []
+        # sqlite3 splits a large row over pages: look for a 256-byte run of the frame's pixels.
+        for wanted in (0, len(pixels) // 2, len(pixels) - 2048):
+            for start in range(wanted, wanted + 2048, 256):
+                found = data.find(pixels[start : start + 256])
+                if found >= 0:
+                    offsets.append(found + 28)
+                    break
+        assert len(offsets) == 3, 'raw frames are stored as they are'
+        for offset in offsets:
+            copy = tmp_path / f'damaged-{storage.suffix[1:]}-{index}-{offset}' / bag.name
+            if single:
+                copy.parent.mkdir()
+                shutil.copy(bag, copy)
+            else:
+                shutil.copytree(bag, copy)
+            with open(copy if single else copy / storage.name, 'r+b') as handle:
+                handle.seek(offset)
+                handle.write(rng.integers(0, 256, 200, dtype=np.uint8).tobytes())
+            yield offset, copy
+
+
+@pytest.mark.parametrize(
+    ('name', 'storage'),
+    [('demo', 'mcap'), ('demo', 'sqlite3'), ('demo.mcap', 'mcap'), ('demo.db3', 'sqlite3')],
+)
+def test_damage_to_any_frame_of_a_written_bag_is_detected(tmp_path, scene, name, storage):
+    bag = write_bag(tmp_path / name, scene, fps=FPS, storage=storage)
+    verify_bag(bag)
+    for offset, copy in _damaged_copies(bag, tmp_path, scene):
+        with pytest.raises(BagError) as info:
+            verify_bag(copy)
+        message = str(info.value)
+        assert 'damaged' in message and str(copy) in message and '\n' not in message, offset
+
+
+def test_damaged_mcap_chunks_fail_while_streaming_too(tmp_path, scene):
+    bag = write_bag(tmp_path / 'demo', scene, fps=FPS)
+    for _offset, copy in _damaged_copies(bag, tmp_path, scene[:2]):
+        with pytest.raises(BagError, match='checksum mismatch'):
+            list(iter_bag_frames(copy))
+
+
+def test_bags_without_our_digest_are_still_read_whole(tmp_path, mcap_bag):
+    # Bags recorded by ros2 bag carry no metavlm digest: verification reads them whole all the same.
+    pixels = np.zeros((2, 2, 3), np.uint8)
+    plain = write_custom(
+        tmp_path / 'plain', [('/cam', 'sensor_msgs/msg/Image', image('rgb8', pixels.reshape(-1), 2, 2, 6))]
+    )
+    verify_bag(plain)
+    data = (mcap_bag / 'demo.mcap').read_bytes()
+    cut = tmp_path / 'cut.mcap'
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BagError):
+        verify_bag(cut)

@@ -90,7 +90,29 @@ def test_load_image_bad_input(tmp_path, kind):
     message = str(info.value)
     assert str(path) in message and '\n' not in message
     if kind in ('garbage', 'truncated'):
-        assert message == f'{path}: not a readable image'
+        assert message.startswith(f'{path}: not a readable image')
+
+
+def test_a_damaged_png_gives_one_line_and_nothing_from_libpng(tmp_path, capfd):
+    ok, buf = cv2.imencode('.png', make_frame(64, 48))
+    data = buf.tobytes()
+    damaged = {
+        f'cut-{n}': data[:n] for n in (9, 40, len(data) // 3, len(data) // 2, len(data) - 12, len(data) - 1)
+    }
+    for offset in (40, len(data) // 2, len(data) - 30):
+        flipped = bytearray(data)
+        flipped[offset] ^= 0x55
+        damaged[f'flip-{offset}'] = bytes(flipped)
+    capfd.readouterr()
+    for name, content in damaged.items():
+        path = tmp_path / f'{name}.png'
+        path.write_bytes(content)
+        with pytest.raises(InputError, match='not a readable image'):
+            load_image(path)
+    # libpng writes its own 'libpng error:' lines straight to the process's stderr.
+    assert capfd.readouterr().err == ''
+    (tmp_path / 'whole.png').write_bytes(data)
+    assert load_image(tmp_path / 'whole.png').shape == (48, 64, 3)
 
 
 def test_resize_longer_side():

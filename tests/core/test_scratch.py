@@ -11,23 +11,20 @@ import numpy as np
 from metavlm_ros.core.results import ResultsStore
 from metavlm_ros.core.scratch import remove_stale, scratch_path
 
-# A writer killed with SIGKILL in the middle of a follow-up PNG: OpenCV has written part of it.
+# A writer killed with SIGKILL in the middle of a follow-up PNG: part of it is written.
 KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
     import numpy as np
     from metavlm_ros.core import results
 
-    real = results.cv2.imwrite
-
-    def stalled(path, image, *args):
-        real(path, image, *args)
+    def stalled(path, final):  # the PNG is written to its scratch path, not yet renamed
         with open(path, 'r+b') as handle:
             handle.truncate(40)
         print(path, flush=True)
         time.sleep(120)
 
-    results.cv2.imwrite = stalled
+    results.os.replace = stalled
     results.ResultsStore(sys.argv[1]).save_frame('camera_7_violation_e00003', np.zeros((32, 32, 3), np.uint8))
     """
 )

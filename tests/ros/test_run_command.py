@@ -152,3 +152,32 @@ def test_the_shipped_parameter_file_matches_the_nodes(tmp_path):
     # rcl itself accepts the file as it is.
     with ros_context(['--ros-args', '--params-file', str(shipped)]) as context:
         assert context.ok()
+
+
+def test_damaged_or_empty_footage_is_refused_before_any_node_or_model_starts(
+    tmp_path, tiny_clip_dir, folder, capsys, monkeypatch
+):
+    from metavlm_ros.ros import tester_node
+
+    def no_start(*args, **kwargs):
+        raise AssertionError('a node started before the footage was checked')
+
+    monkeypatch.setattr(tester_node.TesterNode, '__init__', no_start)
+    frames = [(make_frame(64, 48, seed=i), None) for i in range(3)]
+    bag = write_bag(tmp_path / 'bag', frames, fps=5.0)
+    storage = bag / 'bag.mcap'
+    data = bytearray(storage.read_bytes())
+    start = data.find(frames[1][0].tobytes())
+    data[start + 100 : start + 300] = bytes(200)
+    storage.write_bytes(bytes(data))
+    params = write_params(tmp_path, tiny_clip_dir)
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    broken = tmp_path / 'broken'
+    broken.mkdir()
+    (broken / 'a.png').write_bytes(b'\x89PNG\r\n\x1a\n' + bytes(30))
+    for source, needle in ((bag, 'damaged bag'), (empty, 'no images'), (broken, 'not a readable image')):
+        assert main(['run', '--params', str(params), '--source', str(source)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and needle in err and '\n' not in err, err
+    assert not (tmp_path / 'results').exists()
