@@ -36,12 +36,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build and write the report; returns the exit code."""
+    from metavlm_ros.core.errors import ResultsError
     from metavlm_ros.core.report import build_report, render_markdown, write_report
+    from metavlm_ros.core.results import check_output_dir, storage_error
 
-    report = build_report(args.results, solutions=args.solutions, rq3=args.rq3)
     out = Path(args.out) if args.out else Path(args.results) / 'report'
-    written = write_report(report, out, fmt=args.format, plots=not args.no_plots)
+    check_output_dir(out, what='the report')
+    report = build_report(args.results, solutions=args.solutions, rq3=args.rq3)
+    try:
+        written = write_report(report, out, fmt=args.format, plots=not args.no_plots)
+    except OSError as exc:
+        raise storage_error(out, exc, 'the report', 'the results are untouched') from None
     if args.format == 'md':
         print(render_markdown(report))
     print(f'report: {len(written)} files in {out} (main: {written[0].name})', file=sys.stderr)
+    damaged = report.results.damaged
+    if damaged:
+        # The report is written without them and says so; the exit status says so too.
+        names = ', '.join(f'{cell} ({problem})' for cell, problem in damaged)
+        raise ResultsError(
+            f'{len(damaged)} damaged cell(s) left out of the report: {names}; '
+            f'run the campaign again on {args.results} to redo them'
+        )
     return 0

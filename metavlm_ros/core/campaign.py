@@ -23,6 +23,7 @@ import numpy as np
 
 from metavlm_ros import __version__
 from metavlm_ros.core.errors import MetaVLMError, ParameterError
+from metavlm_ros.core.results import check_output_dir, storage_error
 
 __all__ = [
     'ALGORITHMS',
@@ -42,6 +43,7 @@ __all__ = [
     'cell_seed',
     'commit_cell',
     'finished_cells',
+    'verify_cell',
     'load_config',
     'load_images',
     'parse_config',
@@ -57,6 +59,10 @@ EXECUTORS = ('local', 'dask')
 CAMPAIGN_FILE = 'campaign.json'
 CELLS_DIR = 'cells'
 CELL_FILE = 'cell.json'
+# What verify_cell says of a cell committed before cells carried checksums.
+UNVERIFIED = 'unverified'
+# Scratch folders of running cells in $TMPDIR: metavlm-cell-<host>-<pid>-<random>.
+SCRATCH_PREFIX = 'metavlm-cell-'
 FRAMES_DIR = 'frames'
 LOCK_FILE = '.lock'
 FORMAT = 1
@@ -588,9 +594,9 @@ class CampaignImage:
     @property
     def sha256(self) -> str:
         """A hash of the pixels and shape: changed footage changes it."""
-        digest = hashlib.sha256(str(self.rgb.shape).encode())
-        digest.update(np.ascontiguousarray(self.rgb).tobytes())
-        return digest.hexdigest()[:16]
+        from metavlm_ros.core.frames import frame_digest
+
+        return frame_digest(self.rgb)
 
 
 def load_images(frames: FrameSpec) -> list[CampaignImage]:
@@ -686,6 +692,48 @@ def plan_cells(config: CampaignConfig, images: Sequence[CampaignImage]) -> list[
     return cells
 
 
+def verify_cell(cell_dir: str | Path) -> str | None:
+    """What is wrong with a committed cell, checked against the checksums written with it; None if whole.
+
+    cell.json carries the sha256 of every file of the cell and of its own content: a file that was
+    truncated, garbled, removed or added since the commit is named. Cells committed before
+    checksums existed (no 'files' in cell.json) give 'unverified'.
+    """
+    cell_dir = Path(cell_dir)
+    try:
+        info = json.loads((cell_dir / CELL_FILE).read_text(encoding='utf-8'))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f'{CELL_FILE} unreadable ({type(exc).__name__})'
+    if not isinstance(info, dict):
+        return f'{CELL_FILE} is not a cell record'
+    files = info.get('files')
+    if files is None:
+        return UNVERIFIED
+    expected = info.get('checksum')
+    if expected != _sha256_text(
+        json.dumps({k: v for k, v in info.items() if k != 'checksum'}, sort_keys=True)
+    ):
+        return f'{CELL_FILE} does not match its checksum'
+    present = {str(p.relative_to(cell_dir)) for p in cell_dir.rglob('*') if p.is_file()} - {CELL_FILE}
+    for name in sorted(present - set(files)):
+        return f'{name} was not part of the cell'
+    for name, digest in sorted(files.items()):
+        path = cell_dir / name
+        if not path.is_file():
+            return f'{name} is missing'
+        if _sha256_file(path) != digest:
+            return f'{name} does not match its checksum'
+    return None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, 'rb') as handle:
+        for block in iter(lambda: handle.read(1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def finished_cells(directory: str | Path) -> set[str]:
     """Ids of the committed cells under `directory` (a cell exists once its folder was renamed in)."""
     cells_dir = Path(directory) / CELLS_DIR
@@ -761,7 +809,9 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
     backend = _backend_for(task.model.key())
     load_seconds = time.perf_counter() - load_start
     cell = task.cell
-    with tempfile.TemporaryDirectory(prefix='metavlm-cell-') as scratch:
+    _remove_stale_scratch()
+    prefix = f'{SCRATCH_PREFIX}{_safe_name(socket.gethostname())}-{os.getpid()}-'
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
         with ResultsStore(scratch) as store:
             result = run_search(
                 frame,
@@ -795,6 +845,29 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
     return CellOutcome(cell=cell, files=files, timing=timing)
 
 
+@functools.lru_cache(maxsize=1)
+def _remove_stale_scratch() -> list[Path]:
+    """Remove (once per process) the scratch folders that killed cells left in the temporary directory.
+
+    Only folders this code names (metavlm-cell-<host>-<pid>-...), owned by this user, made on this
+    host by a process that no longer runs; anything else is left alone. Returns what was removed.
+    """
+    host = _safe_name(socket.gethostname())
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f'{SCRATCH_PREFIX}{host}-*-*'):
+        pid = path.name[len(SCRATCH_PREFIX) + len(host) + 1 :].split('-', 1)[0]
+        try:
+            if not pid.isdigit() or path.is_symlink() or path.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)  # raises when no such process runs
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:  # alive under another user (PermissionError), or gone meanwhile
+            continue
+    return removed
+
+
 def commit_cell(directory: str | Path, outcome: CellOutcome, fingerprint: str) -> Path | None:
     """Write a finished cell under cells/ atomically: files go to a scratch folder that is renamed in.
 
@@ -808,13 +881,20 @@ def commit_cell(directory: str | Path, outcome: CellOutcome, fingerprint: str) -
     scratch = cells_dir / f'.tmp-{outcome.cell.id}-{os.getpid()}'
     if scratch.exists():
         shutil.rmtree(scratch)
-    for name, data in outcome.files.items():
-        target = scratch / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _write_synced(target, data)
     info = {**asdict(outcome.cell), 'fingerprint': fingerprint, **outcome.timing}
-    _write_synced(scratch / CELL_FILE, (json.dumps(info, indent=1, sort_keys=True) + '\n').encode())
-    os.rename(scratch, final)
+    # Checksums of every file and of the record itself: `verify_cell` and the report check them.
+    info['files'] = {name: hashlib.sha256(data).hexdigest() for name, data in outcome.files.items()}
+    info['checksum'] = _sha256_text(json.dumps(info, sort_keys=True))
+    try:
+        for name, data in outcome.files.items():
+            target = scratch / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _write_synced(target, data)
+        _write_synced(scratch / CELL_FILE, (json.dumps(info, indent=1, sort_keys=True) + '\n').encode())
+        os.rename(scratch, final)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)  # a full disk leaves no half-written cell behind
+        raise
     _fsync_dir(cells_dir)
     return final
 
@@ -972,18 +1052,24 @@ def run_campaign(
     if scheduler is not None and executor != 'dask':
         raise ParameterError('--scheduler needs --executor dask')
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ParameterError(f'{out}: results path exists and is not a directory')
+    check_output_dir(out)  # a file in the path, a read-only or full disk: before any frame or model
+    _previous_record(out)  # a damaged campaign record, before anything is made there
 
     images = load_images(config.frames)
     cells = plan_cells(config, images)
     identities = [model_identity(spec) for spec in config.models]
     record = _campaign_record(config, images, identities, len(cells))
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(out, exc) from None
     with _exclusive(out):
-        record = _prepare_directory(out, record, images, force, log)
+        try:
+            record = _prepare_directory(out, record, images, force, log)
+        except OSError as exc:
+            raise storage_error(out, exc) from None
         fingerprint = record['fingerprint']
-        done = finished_cells(out)
+        done = _whole_cells(out, log)
         pending = [cell for cell in cells if cell.id not in done]
         skipped = len(cells) - len(pending)
         if skipped:
@@ -1020,7 +1106,10 @@ def run_campaign(
             else:
                 runner = (run_cell(task, frames[task.cell.image_index]) for task in tasks)
             for outcome in runner:
-                commit_cell(out, outcome, fingerprint)
+                try:
+                    commit_cell(out, outcome, fingerprint)
+                except OSError as exc:
+                    raise storage_error(out / CELLS_DIR / outcome.cell.id, exc) from None
                 completed += 1
                 bar.update(1)
         finally:
@@ -1028,27 +1117,70 @@ def run_campaign(
         seconds = time.perf_counter() - started
         invocation.update(finished=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), completed=completed,
                           seconds=round(seconds, 3))  # fmt: skip
-        _write_json_atomic(out / CAMPAIGN_FILE, record)
+        try:
+            _write_json_atomic(out / CAMPAIGN_FILE, record)
+        except OSError as exc:
+            raise storage_error(out / CAMPAIGN_FILE, exc) from None
     return CampaignRun(directory=out, total=len(cells), skipped=skipped, completed=completed, seconds=seconds)
+
+
+def _whole_cells(out: Path, log) -> set[str]:
+    """The committed cells that match their checksums; a damaged cell is set aside (never deleted)
+    under cells/.damaged-<id>-<time> and runs again."""
+    done = finished_cells(out)
+    unverified = 0
+    for cell_id in sorted(done):
+        problem = verify_cell(out / CELLS_DIR / cell_id)
+        if problem == UNVERIFIED:
+            unverified += 1
+        elif problem:
+            aside = out / CELLS_DIR / f'.damaged-{cell_id}-{time.strftime("%Y%m%dT%H%M%S")}'
+            try:
+                os.rename(out / CELLS_DIR / cell_id, aside)
+            except OSError as exc:
+                raise storage_error(aside, exc) from None
+            log(f'cell {cell_id} is damaged ({problem}): set aside as {aside.name}; it runs again')
+            done.discard(cell_id)
+    if unverified:
+        log(f'{unverified} cell(s) carry no checksums (written before cells had them): not verified')
+    return done
 
 
 def _search_for(config: CampaignConfig, cell: Cell):
     return config.search_config(cell.algorithm, cell.seed)
 
 
+def _previous_record(out: Path) -> dict | None:
+    """The campaign record a results directory already holds (None: none yet).
+
+    Raises:
+        ParameterError: It is unreadable or not a mapping.
+    """
+    path = out / CAMPAIGN_FILE
+    if not path.exists():
+        return None
+    try:
+        previous = json.loads(path.read_text(encoding='utf-8'))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ParameterError(f'{path}: unreadable campaign record ({exc}); use another --out') from None
+    if not isinstance(previous, dict):
+        raise ParameterError(
+            f'{path}: unreadable campaign record (a JSON {type(previous).__name__}, not a mapping); '
+            'use another --out'
+        )
+    return previous
+
+
 def _prepare_directory(out: Path, record: dict, images: Sequence[CampaignImage], force: bool, log) -> dict:
     """Start or resume a results directory; refuse one made by a different campaign unless forced."""
     path = out / CAMPAIGN_FILE
+    previous = _previous_record(out)
     cells_dir = out / CELLS_DIR
     cells_dir.mkdir(exist_ok=True)
     # Leftovers of a killed run: cells that were being written and never committed.
     for stale in cells_dir.glob('.tmp-*'):
         shutil.rmtree(stale, ignore_errors=True)
-    if path.exists():
-        try:
-            previous = json.loads(path.read_text(encoding='utf-8'))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ParameterError(f'{path}: unreadable campaign record ({exc}); use another --out') from None
+    if previous is not None:
         if previous.get('fingerprint') != record['fingerprint']:
             if not force:
                 raise ParameterError(
@@ -1241,6 +1373,11 @@ def read_campaign(directory: str | Path) -> dict:
     if not path.is_file():
         raise InputError(f'{directory}: not a campaign results directory (no {CAMPAIGN_FILE})')
     try:
-        return json.loads(path.read_text(encoding='utf-8'))
-    except (OSError, json.JSONDecodeError) as exc:
+        record = json.loads(path.read_text(encoding='utf-8'))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f'{path}: unreadable campaign record ({exc})') from None
+    if not isinstance(record, dict):
+        raise InputError(
+            f'{path}: unreadable campaign record (a JSON {type(record).__name__}, not a mapping)'
+        )
+    return record

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from metavlm_ros.core.campaign import CELL_FILE, CELLS_DIR, read_campaign
+from metavlm_ros.core.campaign import CELL_FILE, CELLS_DIR, UNVERIFIED, read_campaign, verify_cell
 from metavlm_ros.core.errors import InputError, ParameterError
 from metavlm_ros.core.metrics import non_dominated
 from metavlm_ros.core.results import EVALUATIONS, SUMMARY, read_jsonl
@@ -97,6 +97,10 @@ class CampaignResults:
     campaign: dict
     solutions: str
     cells: list[CellResult]
+    # Cells that do not match their checksums, (id, what is wrong): left out of every table.
+    damaged: list[tuple[str, str]] = field(default_factory=list)
+    # Cells committed before cells carried checksums: read, but not verified.
+    unverified: int = 0
 
     @property
     def models(self) -> list[str]:
@@ -158,8 +162,16 @@ def load_results(directory: str | Path, solutions: str = 'all') -> CampaignResul
     campaign = read_campaign(directory)
     cells_dir = directory / CELLS_DIR
     cells: list[CellResult] = []
+    damaged: list[tuple[str, str]] = []
+    unverified = 0
     if cells_dir.is_dir():
         for cell_dir in sorted(p for p in cells_dir.iterdir() if p.is_dir() and not p.name.startswith('.')):
+            problem = verify_cell(cell_dir)
+            if problem == UNVERIFIED:
+                unverified += 1
+            elif problem:
+                damaged.append((cell_dir.name, problem))
+                continue
             info_path = cell_dir / CELL_FILE
             try:
                 info = json.loads(info_path.read_text(encoding='utf-8'))
@@ -176,7 +188,8 @@ def load_results(directory: str | Path, solutions: str = 'all') -> CampaignResul
             ]
             chosen = _solution_set(records, summary, solutions)
             cells.append(CellResult(info=info, summary=summary, solutions=chosen, front=front))
-    return CampaignResults(directory=directory, campaign=campaign, solutions=solutions, cells=cells)
+    return CampaignResults(directory=directory, campaign=campaign, solutions=solutions, cells=cells,
+                           damaged=damaged, unverified=unverified)  # fmt: skip
 
 
 def _solution_set(records: list[dict], summary: dict, solutions: str) -> list[dict]:
@@ -287,7 +300,20 @@ def build_report(
     results = load_results(directory, solutions)
     planned = results.campaign.get('cells', 0)
     notes = [
-        f'Cells: {len(results.cells)} of {planned} finished.',
+        f'Cells: {len(results.cells)} of {planned} finished.'
+        + (
+            f' {len(results.damaged)} damaged and left out of every table (they do not match their '
+            'checksums; running the campaign again redoes them): '
+            + ', '.join(f'{cell} ({problem})' for cell, problem in results.damaged)
+            + '.'
+            if results.damaged
+            else ''
+        )
+        + (
+            f' {results.unverified} carry no checksums (written before cells had them).'
+            if results.unverified
+            else ''
+        ),
         f'Tables RQ2.1, RQ2.2 and RQ3 use {SOLUTION_SETS[solutions]}; RQ1 uses the hypervolume of each '
         "search's non-dominated set over all its evaluations. Failed evaluations (no model answer) are left "
         'out; order-0 solutions (the identity, never a violation) are left out of RQ2 and RQ3.',

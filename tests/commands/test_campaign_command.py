@@ -1,6 +1,9 @@
 """Tests of `metavlm campaign` and `metavlm report`: end to end, killed with SIGKILL and resumed."""
 
+import json
 import os
+import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,3 +136,183 @@ def test_report_rq3_samples_option(tmp_path, capsys):
     pooled = capsys.readouterr().out
     assert '## RQ3 (Table 7): violation strength by order, clip:tiny, Th=1% (pooled pairs)' in pooled
     assert not (fixture / 'report').exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cells as evidence: checksums the report verifies, damaged cells named and run again
+
+
+OPTIONS = ['--no-progress', '--threads', '1']
+
+
+def _damage(cell: Path, how: str) -> None:
+    evaluations = cell / 'evaluations.jsonl'
+    if how == 'truncated':
+        data = evaluations.read_bytes()
+        evaluations.write_bytes(data[: len(data) // 2])
+    elif how == 'garbled':
+        data = bytearray((cell / 'summary.jsonl').read_bytes())
+        data[len(data) // 2] ^= 0x20
+        (cell / 'summary.jsonl').write_bytes(bytes(data))
+    elif how == 'removed':
+        (cell / 'pareto.jsonl').unlink()
+    elif how == 'added':
+        (cell / 'extra.jsonl').write_text('{}\n')
+    elif how == 'record-edited':  # still valid JSON, another value
+        info = json.loads((cell / 'cell.json').read_text())
+        info['hypervolume'] = 0.99
+        (cell / 'cell.json').write_text(json.dumps(info))
+    elif how == 'record-cut':
+        data = (cell / 'cell.json').read_bytes()
+        (cell / 'cell.json').write_bytes(data[:40])
+
+
+@pytest.mark.parametrize('how', ['truncated', 'garbled', 'removed', 'added', 'record-edited', 'record-cut'])
+def test_a_damaged_cell_is_named_left_out_and_run_again(tmp_path, campaign_yaml, capsys, how):
+    out = tmp_path / 'out'
+    campaign_yaml.write_text(campaign_yaml.read_text().replace('runs: 2', 'runs: 1'))
+    assert main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS]) == 0
+    reference = _tables(capsys, out)
+    assert 'Cells: 4 of 4 finished.' in reference
+    victim = _cells(out)[1]
+    _damage(out / 'cells' / victim, how)
+    capsys.readouterr()
+    assert main(['report', str(out), '--no-plots']) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()[-1]
+    assert err.startswith('metavlm: error: 1 damaged cell(s) left out of the report') and victim in err
+    assert 'Cells: 3 of 4 finished. 1 damaged and left out' in captured.out and victim in captured.out
+    # Running the campaign again sets the damaged cell aside (kept, never deleted) and redoes it.
+    assert main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS]) == 0
+    assert '1 cells run, 3 already finished' in capsys.readouterr().out
+    assert [
+        p.name.startswith(f'.damaged-{victim}-') for p in (out / 'cells').iterdir() if p.name[0] == '.'
+    ] == [True]
+    assert _tables(capsys, out) == reference
+
+
+def test_a_campaign_record_that_is_not_a_mapping_gets_one_line(tmp_path, campaign_yaml, capsys):
+    out = tmp_path / 'out'
+    out.mkdir()
+    for content in ('[1, 2, 3]', '"text"', '\x00\x01'):
+        (out / 'campaign.json').write_text(content)
+        for argv in (['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS], ['report', str(out)]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip()
+            assert (
+                err.startswith('metavlm: error:') and 'unreadable campaign record' in err and '\n' not in err
+            )
+    assert sorted(p.name for p in out.iterdir()) == ['campaign.json']
+
+
+def test_damaged_weights_are_refused_before_the_results_directory_is_made(
+    tmp_path, campaign_yaml, tiny_clip_dir, capsys
+):
+    data = (tiny_clip_dir / 'model.safetensors').read_bytes()
+    for name, weights in (('cut', data[:300]), ('half', data[: len(data) // 2]), ('noise', os.urandom(4096))):
+        model = tmp_path / f'model-{name}'
+        shutil.copytree(tiny_clip_dir, model)
+        (model / 'model.safetensors').write_bytes(weights)
+        campaign_yaml.write_text(campaign_yaml.read_text().replace(str(tiny_clip_dir), str(model)))
+        out = tmp_path / f'out-{name}'
+        assert main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and 'damaged weights' in err and '\n' not in err
+        assert not out.exists()
+        campaign_yaml.write_text(campaign_yaml.read_text().replace(str(model), str(tiny_clip_dir)))
+
+
+def test_a_full_disk_stops_the_campaign_in_one_line_and_it_resumes(tmp_path, campaign_yaml, capsys):
+    out = tmp_path / 'out'
+    fresh = tmp_path / 'fresh'
+    assert main(['campaign', str(campaign_yaml), '--out', str(fresh), *OPTIONS]) == 0
+    size = max(p.stat().st_size for p in (fresh / 'cells').rglob('evaluations.jsonl'))
+    capsys.readouterr()
+    # Writes past this size fail with EFBIG, as they fail with ENOSPC on a full disk.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, hard))
+    try:
+        code = main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith('metavlm: error:') and 'File too large' in err
+    assert not list((out / 'cells').glob('.tmp-*'))
+    assert main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS]) == 0
+    assert _tables(capsys, out) == _tables(capsys, fresh)
+
+
+def test_a_report_whose_output_is_a_file_gets_one_line(tmp_path, campaign_yaml, capsys):
+    out = tmp_path / 'out'
+    campaign_yaml.write_text(campaign_yaml.read_text().replace('runs: 2', 'runs: 1'))
+    assert main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS]) == 0
+    (tmp_path / 'afile').write_text('x')
+    capsys.readouterr()
+    for target in ('afile', 'afile/sub'):
+        assert main(['report', str(out), '--out', str(tmp_path / target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and 'is a file, not a directory' in err and '\n' not in err
+    assert (tmp_path / 'afile').read_text() == 'x'
+
+
+def test_stale_scratch_folders_of_killed_cells_are_removed_and_nothing_else(tmp_path, monkeypatch):
+    import socket
+    import tempfile
+
+    from metavlm_ros.core import campaign
+
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    host = campaign._safe_name(socket.gethostname())
+    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+    dead.wait()
+    stale = tmp_path / f'metavlm-cell-{host}-{dead.pid}-abc'
+    alive = tmp_path / f'metavlm-cell-{host}-{os.getpid()}-def'
+    elsewhere = tmp_path / f'metavlm-cell-otherhost-{dead.pid}-ghi'
+    older = tmp_path / 'metavlm-cell-k2j3h4'  # a name without host and pid: cannot tell, kept
+    other = tmp_path / f'something-{dead.pid}'
+    for path in (stale, alive, elsewhere, older, other):
+        path.mkdir()
+        (path / 'evaluations.jsonl').write_text('{}\n')
+    campaign._remove_stale_scratch.cache_clear()
+    assert campaign._remove_stale_scratch() == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in (alive, elsewhere, older, other)
+    )
+
+
+def test_a_killed_campaign_leaves_no_scratch_after_the_next_run(tmp_path, campaign_yaml, monkeypatch):
+    import tempfile
+
+    from metavlm_ros.core import campaign
+
+    scratch_root = tmp_path / 'tmp'
+    scratch_root.mkdir()
+    out = tmp_path / 'out'
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(scratch_root))
+    command = [
+        sys.executable,
+        '-m',
+        'metavlm_ros.cli',
+        'campaign',
+        str(campaign_yaml),
+        '--out',
+        str(out),
+        *OPTIONS,
+    ]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while (
+        not list(scratch_root.glob('metavlm-cell-*'))
+        and process.poll() is None
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.005)
+    assert process.poll() is None
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert list(scratch_root.glob('metavlm-cell-*'))
+    monkeypatch.setattr(tempfile, 'tempdir', str(scratch_root))
+    campaign._remove_stale_scratch.cache_clear()
+    assert main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS]) == 0
+    assert not list(scratch_root.glob('metavlm-cell-*'))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import cv2
 import pytest
+import torch
 
 from metavlm_ros.cli import main
 from metavlm_ros.core.results import read_jsonl
@@ -376,10 +377,15 @@ def test_a_search_stopped_by_any_signal_resumes_to_the_uninterrupted_records(
             '--evaluations', '30', '--quiet']  # fmt: skip
     full = tmp_path / 'full'
     assert main([*args, '--out', str(full)]) == 0
+    # The same torch thread count as this process (which other tests may have changed): a resume
+    # reproduces a search only with it (the store refuses otherwise).
+    env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()))
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         out = tmp_path / f'cut-{signal_number}'
-        process = subprocess.Popen(_cli(*args, '--out', str(out)), cwd=ROOT, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE)  # fmt: skip
+        command = _cli(*args, '--out', str(out))
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         deadline = time.monotonic() + 120
         # Stopped after its first search finished, while the second one writes.
         while process.poll() is None and time.monotonic() < deadline:
