@@ -1,6 +1,8 @@
 """Shared fixtures: a seeded rng, a synthetic frame, tiny random-initialised models, a local ROS domain."""
 
+import functools
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -10,6 +12,17 @@ os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.setdefault('ROS_DOMAIN_ID', str(100 + os.getpid() % 100))
 os.environ['HF_HUB_OFFLINE'] = '1'
 os.environ['TRANSFORMERS_OFFLINE'] = '1'
+
+
+@functools.lru_cache(maxsize=1)
+def can_mount_tmpfs() -> bool:
+    """Whether this machine lets a test mount a small tmpfs of its own (a user and mount namespace)."""
+    try:
+        done = subprocess.run(['unshare', '-rm', 'sh', '-c', 'mount -t tmpfs -o size=64k tmpfs /mnt'],
+                              capture_output=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 @pytest.fixture

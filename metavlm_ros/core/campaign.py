@@ -607,7 +607,7 @@ def load_images(frames: FrameSpec) -> list[CampaignImage]:
         ParameterError: The selection is invalid.
     """
     from metavlm_ros.core.errors import InputError
-    from metavlm_ros.core.frames import iter_frames, resize_longer_side
+    from metavlm_ros.core.frames import iter_frames, resize_longer_side, verify_sources
 
     items: list[tuple[str, np.ndarray, int]] = []
     if frames.generate is not None:
@@ -616,6 +616,7 @@ def load_images(frames: FrameSpec) -> list[CampaignImage]:
             if frames.max_frames is not None and len(items) >= frames.max_frames:
                 break
     else:
+        verify_sources(list(frames.sources))  # bags whole, against their checksums
         for frame in iter_frames(
             list(frames.sources),
             topic=frames.topic,
@@ -1173,7 +1174,6 @@ def _previous_record(out: Path) -> dict | None:
 
 def _prepare_directory(out: Path, record: dict, images: Sequence[CampaignImage], force: bool, log) -> dict:
     """Start or resume a results directory; refuse one made by a different campaign unless forced."""
-    path = out / CAMPAIGN_FILE
     previous = _previous_record(out)
     cells_dir = out / CELLS_DIR
     cells_dir.mkdir(exist_ok=True)

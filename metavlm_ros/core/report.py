@@ -300,20 +300,7 @@ def build_report(
     results = load_results(directory, solutions)
     planned = results.campaign.get('cells', 0)
     notes = [
-        f'Cells: {len(results.cells)} of {planned} finished.'
-        + (
-            f' {len(results.damaged)} damaged and left out of every table (they do not match their '
-            'checksums; running the campaign again redoes them): '
-            + ', '.join(f'{cell} ({problem})' for cell, problem in results.damaged)
-            + '.'
-            if results.damaged
-            else ''
-        )
-        + (
-            f' {results.unverified} carry no checksums (written before cells had them).'
-            if results.unverified
-            else ''
-        ),
+        f'Cells: {len(results.cells)} of {planned} finished.',
         f'Tables RQ2.1, RQ2.2 and RQ3 use {SOLUTION_SETS[solutions]}; RQ1 uses the hypervolume of each '
         "search's non-dominated set over all its evaluations. Failed evaluations (no model answer) are left "
         'out; order-0 solutions (the identity, never a violation) are left out of RQ2 and RQ3.',
@@ -321,6 +308,13 @@ def build_report(
         "still changes the image (docs/method.md §1): this explains MR3's presence in low-cost compositions.",
         f'RQ3 samples: {RQ3_SAMPLES[rq3]}.',
     ]
+    if results.damaged:
+        listed = ', '.join(f'{cell} ({problem})' for cell, problem in results.damaged)
+        notes.insert(1, 'Damaged cells left out of every table (they do not match their checksums; running '
+                        f'the campaign again redoes them): {listed}.')  # fmt: skip
+    if results.unverified:
+        notes.insert(1, f'{results.unverified} cells carry no checksums (written before cells had them): '
+                        'read unverified.')  # fmt: skip
     tables: list[Table] = []
     rq1 = _rq1(results, alpha)
     if rq1:

@@ -15,7 +15,7 @@ import torch
 
 from metavlm_ros.cli import main
 from metavlm_ros.core.results import read_jsonl
-from tests.conftest import make_frame
+from tests.conftest import can_mount_tmpfs, make_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -368,34 +368,43 @@ def _cli(*argv: str) -> list[str]:
     return [sys.executable, '-m', 'metavlm_ros.cli', *argv]
 
 
-def test_a_search_stopped_by_any_signal_resumes_to_the_uninterrupted_records(
-    tmp_path, image_path, tiny_clip_dir
+def test_a_search_stopped_by_any_signal_while_it_writes_its_front_resumes_without_duplicates(
+    tmp_path, tiny_clip_dir
 ):
-    second = image_path.with_name('second.png')
-    cv2.imwrite(str(second), make_frame(96, 64, seed=3)[..., ::-1])
-    args = ['search', str(image_path), str(second), '--model', str(tiny_clip_dir), '--population', '6',
-            '--evaluations', '30', '--quiet']  # fmt: skip
+    # Large frames make the non-dominated set slow to write (a PNG each), so the signal lands there:
+    # some pareto lines written, no summary yet. Other moments: tests/core/test_results.py.
+    large = tmp_path / 'large.png'
+    cv2.imwrite(str(large), make_frame(480, 360, seed=2)[..., ::-1])
+    args = ['search', str(large), '--model', str(tiny_clip_dir), '--population', '10', '--evaluations', '40',
+            '--quiet']  # fmt: skip
     full = tmp_path / 'full'
     assert main([*args, '--out', str(full)]) == 0
+    assert len(read_jsonl(full / 'pareto.jsonl')) >= 3
     # The same torch thread count as this process (which other tests may have changed): a resume
     # reproduces a search only with it (the store refuses otherwise).
     env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()))
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        out = tmp_path / f'cut-{signal_number}'
-        command = _cli(*args, '--out', str(out))
-        process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        deadline = time.monotonic() + 120
-        # Stopped after its first search finished, while the second one writes.
-        while process.poll() is None and time.monotonic() < deadline:
-            if (out / 'summary.jsonl').exists() and (out / 'summary.jsonl').stat().st_size:
-                break
-            time.sleep(0.002)
-        assert process.poll() is None, 'the search ended before it could be stopped'
-        process.send_signal(signal_number)
-        stderr = process.communicate(timeout=60)[1].decode()
-        assert 'Traceback' not in stderr
+        for attempt in range(3):
+            out = tmp_path / f'cut-{signal_number}-{attempt}'
+            command = _cli(*args, '--out', str(out))
+            process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            pareto, summary = out / 'pareto.jsonl', out / 'summary.jsonl'
+            deadline = time.monotonic() + 120
+            while process.poll() is None and time.monotonic() < deadline:
+                if pareto.exists() and pareto.stat().st_size:
+                    break
+                time.sleep(0.001)
+            assert process.poll() is None, 'the search ended before it could be stopped'
+            process.send_signal(signal_number)
+            stderr = process.communicate(timeout=60)[1].decode()
+            assert 'Traceback' not in stderr
+            if not summary.exists() or not summary.stat().st_size:
+                break  # stopped while writing its front, as wanted
+        else:
+            pytest.fail('the signal never landed while the front was written')
+        assert 0 < len(read_jsonl(pareto)) < len(read_jsonl(full / 'pareto.jsonl'))
         assert main([*args, '--out', str(out), '--resume']) == 0
         assert _records(out) == _records(full), signal_number
         assert sorted(p.name for p in (out / 'frames').iterdir()) == sorted(
@@ -442,3 +451,20 @@ def test_a_damaged_bag_is_refused_before_any_frame_is_searched(tmp_path, tiny_cl
         err = capsys.readouterr().err.strip()
         assert err.startswith('metavlm: error:') and 'damaged bag' in err and '\n' not in err
         assert not out.exists()
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason='needs unshare and tmpfs mounts (user namespaces)')
+def test_a_read_only_file_system_is_one_line_before_the_model_loads(tmp_path, image_path, tiny_clip_dir):
+    mount = tmp_path / 'mnt'
+    mount.mkdir()
+    command = ' '.join(_cli('search', str(image_path), '--model', str(tiny_clip_dir), '--quiet', '--out'))
+    script = (
+        f'mount -t tmpfs tmpfs {mount} && mkdir {mount}/kept && echo x > {mount}/kept/a && '
+        f'mount -o remount,ro {mount} && {command} {mount}/kept/res; code=$?; ls {mount}/kept; exit $code'
+    )
+    done = subprocess.run(['unshare', '-rm', 'sh', '-c', script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip()
+    assert err.startswith('metavlm: error:') and 'Read-only file system' in err and '\n' not in err
+    assert done.stdout.split() == ['a']

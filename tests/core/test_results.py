@@ -2,7 +2,6 @@
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from metavlm_ros.core.results import (
     read_jsonl,
 )
 from metavlm_ros.core.search import SearchConfig, run_search
-from tests.conftest import make_frame
+from tests.conftest import can_mount_tmpfs, make_frame
 from tests.core.fakes import ImageStatsBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,16 +223,7 @@ def test_a_directory_removed_while_written_stops_the_store(tmp_path):
             store.save_frame('x', make_frame(32, 24))
 
 
-def _can_mount_tmpfs() -> bool:
-    try:
-        done = subprocess.run(['unshare', '-rm', 'sh', '-c', 'mount -t tmpfs -o size=64k tmpfs /mnt'],
-                              capture_output=True, timeout=20)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
-@pytest.mark.skipif(not _can_mount_tmpfs(), reason='needs unshare and tmpfs mounts (user namespaces)')
+@pytest.mark.skipif(not can_mount_tmpfs(), reason='needs unshare and tmpfs mounts (user namespaces)')
 def test_a_full_tmpfs_gives_one_line_and_a_resumable_directory(tmp_path):
     mount = tmp_path / 'mnt'
     mount.mkdir()
@@ -255,8 +245,3 @@ def test_a_full_tmpfs_gives_one_line_and_a_resumable_directory(tmp_path):
     _search(full)
     _search(copy, resume=True)
     assert _lines(copy) == _lines(full)
-
-
-def test_rlimit_is_restored_for_the_test_process():
-    # The size-limit tests run their writer in a child process: this process keeps no limit.
-    assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] == resource.RLIM_INFINITY
