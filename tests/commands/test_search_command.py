@@ -368,13 +368,34 @@ def _cli(*argv: str) -> list[str]:
     return [sys.executable, '-m', 'metavlm_ros.cli', *argv]
 
 
+def _stop_while_front_is_written(command, out, env, signal_number) -> bool:
+    """Run a search and signal it while it writes its non-dominated set (some pareto lines, no
+    summary). It is frozen (SIGSTOP) as soon as pareto.jsonl has a line, and signalled only if
+    the summary is not written yet; returns False when that moment was missed."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pareto, summary = out / 'pareto.jsonl', out / 'summary.jsonl'
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        if pareto.exists() and pareto.stat().st_size:
+            process.send_signal(signal.SIGSTOP)
+            break
+        time.sleep(0.001)
+    caught = process.poll() is None and not (summary.exists() and summary.stat().st_size)
+    if caught:
+        process.send_signal(signal_number)
+    process.send_signal(signal.SIGCONT)
+    stderr = process.communicate(timeout=60)[1].decode()
+    assert 'Traceback' not in stderr
+    return caught
+
+
 def test_a_search_stopped_by_any_signal_while_it_writes_its_front_resumes_without_duplicates(
     tmp_path, tiny_clip_dir
 ):
-    # Large frames make the non-dominated set slow to write (a PNG each), so the signal lands there:
-    # some pareto lines written, no summary yet. Other moments: tests/core/test_results.py.
+    # Large frames make the non-dominated set slow to write (a PNG each), so the signal can land
+    # there: some pareto lines written, no summary yet. Every other moment: tests/core/test_results.py.
     large = tmp_path / 'large.png'
-    cv2.imwrite(str(large), make_frame(480, 360, seed=2)[..., ::-1])
+    cv2.imwrite(str(large), make_frame(1280, 720, seed=2)[..., ::-1])
     args = ['search', str(large), '--model', str(tiny_clip_dir), '--population', '10', '--evaluations', '40',
             '--quiet']  # fmt: skip
     full = tmp_path / 'full'
@@ -384,27 +405,13 @@ def test_a_search_stopped_by_any_signal_while_it_writes_its_front_resumes_withou
     # reproduces a search only with it (the store refuses otherwise).
     env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()))
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        for attempt in range(3):
+        for attempt in range(5):
             out = tmp_path / f'cut-{signal_number}-{attempt}'
-            command = _cli(*args, '--out', str(out))
-            process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-            )
-            pareto, summary = out / 'pareto.jsonl', out / 'summary.jsonl'
-            deadline = time.monotonic() + 120
-            while process.poll() is None and time.monotonic() < deadline:
-                if pareto.exists() and pareto.stat().st_size:
-                    break
-                time.sleep(0.001)
-            assert process.poll() is None, 'the search ended before it could be stopped'
-            process.send_signal(signal_number)
-            stderr = process.communicate(timeout=60)[1].decode()
-            assert 'Traceback' not in stderr
-            if not summary.exists() or not summary.stat().st_size:
-                break  # stopped while writing its front, as wanted
+            if _stop_while_front_is_written(_cli(*args, '--out', str(out)), out, env, signal_number):
+                break
         else:
             pytest.fail('the signal never landed while the front was written')
-        assert 0 < len(read_jsonl(pareto)) < len(read_jsonl(full / 'pareto.jsonl'))
+        assert 0 < len(read_jsonl(out / 'pareto.jsonl')) < len(read_jsonl(full / 'pareto.jsonl'))
         assert main([*args, '--out', str(out), '--resume']) == 0
         assert _records(out) == _records(full), signal_number
         assert sorted(p.name for p in (out / 'frames').iterdir()) == sorted(
