@@ -61,7 +61,7 @@ CELLS_DIR = 'cells'
 CELL_FILE = 'cell.json'
 # What verify_cell says of a cell committed before cells carried checksums.
 UNVERIFIED = 'unverified'
-# Scratch folders of running cells in $TMPDIR: metavlm-cell-<host>-<pid>-<random>.
+# Scratch folders of running cells in $TMPDIR: .metavlm-cell-<host>.partial-<pid>-<token>.
 SCRATCH_PREFIX = 'metavlm-cell-'
 FRAMES_DIR = 'frames'
 LOCK_FILE = '.lock'
@@ -810,9 +810,12 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
     backend = _backend_for(task.model.key())
     load_seconds = time.perf_counter() - load_start
     cell = task.cell
+    from metavlm_ros.core.scratch import scratch_path
+
     _remove_stale_scratch()
-    prefix = f'{SCRATCH_PREFIX}{_safe_name(socket.gethostname())}-{os.getpid()}-'
-    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+    scratch = scratch_path(Path(tempfile.gettempdir()) / _scratch_name())
+    scratch.mkdir()
+    try:
         with ResultsStore(scratch) as store:
             result = run_search(
                 frame,
@@ -828,8 +831,10 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
                     'cell': cell.id,
                 },
             )
-        paths = sorted(p for p in Path(scratch).rglob('*') if p.is_file())
+        paths = sorted(p for p in scratch.rglob('*') if p.is_file())
         files = {str(p.relative_to(scratch)): p.read_bytes() for p in paths}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     timing = {
         'started': started,
         'finished': time.time(),
@@ -846,27 +851,19 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
     return CellOutcome(cell=cell, files=files, timing=timing)
 
 
+def _scratch_name() -> str:
+    # Named after this host too: a temporary directory shared by several machines holds the
+    # scratch of processes that this one cannot see.
+    return f'{SCRATCH_PREFIX}{_safe_name(socket.gethostname())}'
+
+
 @functools.lru_cache(maxsize=1)
 def _remove_stale_scratch() -> list[Path]:
-    """Remove (once per process) the scratch folders that killed cells left in the temporary directory.
+    """Remove (once per process) the scratch folders that killed cells left in the temporary directory:
+    only those this code names, made on this host by a process that no longer runs."""
+    from metavlm_ros.core.scratch import remove_stale
 
-    Only folders this code names (metavlm-cell-<host>-<pid>-...), owned by this user, made on this
-    host by a process that no longer runs; anything else is left alone. Returns what was removed.
-    """
-    host = _safe_name(socket.gethostname())
-    removed = []
-    for path in Path(tempfile.gettempdir()).glob(f'{SCRATCH_PREFIX}{host}-*-*'):
-        pid = path.name[len(SCRATCH_PREFIX) + len(host) + 1 :].split('-', 1)[0]
-        try:
-            if not pid.isdigit() or path.is_symlink() or path.stat().st_uid != os.getuid():
-                continue
-            os.kill(int(pid), 0)  # raises when no such process runs
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        except OSError:  # alive under another user (PermissionError), or gone meanwhile
-            continue
-    return removed
+    return remove_stale(tempfile.gettempdir(), _scratch_name())
 
 
 def commit_cell(directory: str | Path, outcome: CellOutcome, fingerprint: str) -> Path | None:

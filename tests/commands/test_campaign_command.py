@@ -268,11 +268,11 @@ def test_stale_scratch_folders_of_killed_cells_are_removed_and_nothing_else(tmp_
     host = campaign._safe_name(socket.gethostname())
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])
     dead.wait()
-    stale = tmp_path / f'metavlm-cell-{host}-{dead.pid}-abc'
-    alive = tmp_path / f'metavlm-cell-{host}-{os.getpid()}-def'
-    elsewhere = tmp_path / f'metavlm-cell-otherhost-{dead.pid}-ghi'
-    older = tmp_path / 'metavlm-cell-k2j3h4'  # a name without host and pid: cannot tell, kept
-    other = tmp_path / f'something-{dead.pid}'
+    stale = tmp_path / f'.metavlm-cell-{host}.partial-{dead.pid}-0123abcd'
+    alive = tmp_path / f'.metavlm-cell-{host}.partial-{os.getpid()}-4567cdef'
+    elsewhere = tmp_path / f'.metavlm-cell-otherhost.partial-{dead.pid}-89ab0123'
+    older = tmp_path / 'metavlm-cell-k2j3h4'  # a name without a pid: cannot tell, kept
+    other = tmp_path / f'.something.partial-{dead.pid}-0123abcd'
     for path in (stale, alive, elsewhere, older, other):
         path.mkdir()
         (path / 'evaluations.jsonl').write_text('{}\n')
@@ -291,6 +291,8 @@ def test_a_killed_campaign_leaves_no_scratch_after_the_next_run(tmp_path, campai
     scratch_root = tmp_path / 'tmp'
     scratch_root.mkdir()
     out = tmp_path / 'out'
+    # Longer cells: the kill lands while one runs in its scratch folder.
+    campaign_yaml.write_text(campaign_yaml.read_text().replace('evaluations: 24', 'evaluations: 120'))
     env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(scratch_root))
     command = [
         sys.executable,
@@ -305,7 +307,7 @@ def test_a_killed_campaign_leaves_no_scratch_after_the_next_run(tmp_path, campai
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while (
-        not list(scratch_root.glob('metavlm-cell-*'))
+        not list(scratch_root.glob('.metavlm-cell-*'))
         and process.poll() is None
         and time.monotonic() < deadline
     ):
@@ -313,8 +315,8 @@ def test_a_killed_campaign_leaves_no_scratch_after_the_next_run(tmp_path, campai
     assert process.poll() is None
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    assert list(scratch_root.glob('metavlm-cell-*'))
+    assert list(scratch_root.glob('.metavlm-cell-*'))
     monkeypatch.setattr(tempfile, 'tempdir', str(scratch_root))
     campaign._remove_stale_scratch.cache_clear()
     assert main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS]) == 0
-    assert not list(scratch_root.glob('metavlm-cell-*'))
+    assert not list(scratch_root.glob('.metavlm-cell-*'))
