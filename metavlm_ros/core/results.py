@@ -17,7 +17,7 @@ import numpy as np
 
 from metavlm_ros import __version__
 from metavlm_ros.core.errors import ParameterError, ResultsError, StorageError
-from metavlm_ros.core.scratch import LEGACY_FRAME_SCRATCH, remove_stale, scratch_path
+from metavlm_ros.core.scratch import LEGACY_FRAME_SCRATCH, is_stale, remove_stale, scratch_path
 
 __all__ = [
     'EVALUATIONS',
@@ -30,6 +30,7 @@ __all__ = [
     'free_disk_bytes',
     'holds_results',
     'iter_jsonl',
+    'read_identity',
     'read_jsonl',
     'record_key',
     'search_key',
@@ -154,7 +155,10 @@ def check_results_dir(
             f'{directory} already holds results: pass --resume to continue or --overwrite to replace'
         )
     if overwrite:
-        foreign = sorted(p.name for p in directory.iterdir() if p.name not in RESULT_NAMES)
+        # Scratch files a killed writer left are not foreign; a running writer's are.
+        foreign = sorted(
+            p.name for p in directory.iterdir() if p.name not in RESULT_NAMES and not is_stale(p)
+        )
         if foreign:
             shown = ', '.join(foreign[:5]) + (', ...' if len(foreign) > 5 else '')
             raise ParameterError(

@@ -245,3 +245,21 @@ def test_a_full_tmpfs_gives_one_line_and_a_resumable_directory(tmp_path):
     _search(full)
     _search(copy, resume=True)
     assert _lines(copy) == _lines(full)
+
+
+def test_overwrite_replaces_results_with_a_killed_writers_scratch_but_not_a_running_ones(tmp_path):
+    directory = tmp_path / 'd'
+    _search(directory, frames=('a',))
+    dead = subprocess.run(
+        [sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True
+    )
+    stale = directory / f'.search.json.partial-{int(dead.stdout)}-0123abcd'
+    stale.write_text('{')
+    ResultsStore(directory, overwrite=True).close()
+    assert sorted(p.name for p in directory.iterdir()) == []
+    _search(directory, frames=('a',))
+    running = directory / f'.search.json.partial-{os.getpid()}-4567cdef'
+    running.write_text('{')
+    with pytest.raises(ParameterError, match='not results'):
+        ResultsStore(directory, overwrite=True)
+    assert running.exists() and (directory / EVALUATIONS).exists()
