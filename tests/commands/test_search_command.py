@@ -411,8 +411,8 @@ def test_a_search_stopped_by_any_signal_while_it_writes_its_front_resumes_withou
                 break
         else:
             pytest.fail('the signal never landed while the front was written')
+        # (SIGINT is handled between two Python steps: the record being written may be finished.)
         assert 0 < len(read_jsonl(out / 'pareto.jsonl')) <= len(read_jsonl(full / 'pareto.jsonl'))
-        assert not read_jsonl(out / 'summary.jsonl')
         assert main([*args, '--out', str(out), '--resume']) == 0
         assert _records(out) == _records(full), signal_number
         assert sorted(p.name for p in (out / 'frames').iterdir()) == sorted(
