@@ -89,6 +89,40 @@ def _parameters(backend: str, evaluations: int, seed: int) -> dict[str, dict[str
     }
 
 
+def _rand_searches(
+    backend: str, records: list[dict], by_stamp: dict[int, Any], out: Path, evaluations: int, seed: int
+) -> list[dict]:
+    """Search the frames the tester searched again with Rand (in process, same budget and seed), for the
+    NSGA-II vs Rand trade-off; results kept in `out` like any search's. Returns their evaluation records."""
+    from metavlm_ros.core.results import ResultsStore, read_jsonl
+    from metavlm_ros.core.search import SearchConfig, run_search
+    from metavlm_ros.core.vlm import create_backend
+
+    images = {}
+    for record in records:
+        stamp = int(record.get('source_stamp', 0))
+        if stamp in by_stamp:
+            images.setdefault(str(record['image']), stamp)
+    if not images:
+        return []
+    model = create_backend(backend, 'demo', device='cpu')
+    config = SearchConfig(
+        algorithm='random', population=min(30, max(2, evaluations)), evaluations=evaluations, seed=seed
+    )
+    with ResultsStore(out) as store:
+        for image, stamp in images.items():
+            extra = {'source_stamp': stamp, 'model': model.model_id, 'endpoint': 'inprocess'}
+            run_search(by_stamp[stamp], model, config, image_id=image, store=store, extra_fields=extra)
+    return read_jsonl(out / 'evaluations.jsonl')
+
+
+def _hypervolumes(directory: Path) -> dict[str, float]:
+    from metavlm_ros.core.results import read_jsonl
+
+    path = directory / 'summary.jsonl'
+    return {str(r['image']): float(r['hypervolume']) for r in read_jsonl(path)} if path.is_file() else {}
+
+
 def run_demo(
     out: Path, *, frames: int, evaluations: int, seed: int, log: Any = print, dds_transport: str = 'shm'
 ) -> dict[str, Any]:
@@ -98,7 +132,14 @@ def run_demo(
         Paths (bag, results per model, report.md, report.json, montage) and the run summaries.
     """
     from metavlm_ros.commands.run import run_nodes
-    from metavlm_ros.core.demo_report import DemoSection, montage, pair_panel, strongest, write_demo_report
+    from metavlm_ros.core.demo_report import (
+        DemoSection,
+        montage,
+        pair_panel,
+        pareto_plot,
+        strongest,
+        write_demo_report,
+    )
     from metavlm_ros.core.encoding import Composition
     from metavlm_ros.core.relations import apply_composition
     from metavlm_ros.core.results import read_jsonl
@@ -108,6 +149,8 @@ def run_demo(
     log(f'[1/{steps}] rendering synthetic footage ...')
     bag, by_stamp = _footage(out, frames, seed, log)
     sections, summaries, panels = [], {}, []
+    groups: dict[str, dict[str, list[dict]]] = {}
+    hypervolumes: dict[str, dict[str, dict[str, float]]] = {}
     for step, backend in enumerate(DEMO_MODELS, start=2):
         results = out / backend
         log(
@@ -142,6 +185,12 @@ def run_demo(
             f'  {backend}: {summary["searches"]} search(es), {summary["evaluations"]} evaluations, '
             f'{summary["violations"]} violation(s)'
         )
+        log(f'  {backend}: the same frame(s) searched with Rand, for the trade-off plot ...')
+        rand_dir = out / f'{backend}_rand'
+        rand_records = _rand_searches(backend, records, by_stamp, rand_dir, evaluations, seed)
+        title = f'demo {backend.upper()}'
+        groups[title] = {'nsga2': records, 'random': rand_records}
+        hypervolumes[title] = {'nsga2': _hypervolumes(results), 'random': _hypervolumes(rand_dir)}
         for record in strongest(records, 2):
             stamp = int(record.get('source_stamp', record.get('stamp_ns', 0)))
             if stamp not in by_stamp:
@@ -156,13 +205,17 @@ def run_demo(
 
         montage_path = out / 'strongest_violations.png'
         cv2.imwrite(str(montage_path), cv2.cvtColor(montage(panels), cv2.COLOR_RGB2BGR))
-    md, js = write_demo_report(out, sections, montage_path)
+    plot = pareto_plot(groups, out / 'trade_off.png')
+    md, js = write_demo_report(
+        out, sections, montage_path, trade_off={'plot': plot, 'hypervolume': hypervolumes}
+    )
     return {
         'bag': bag,
         'results': {b: out / b for b in DEMO_MODELS},
         'report': md,
         'report_json': js,
         'montage': montage_path,
+        'trade_off': plot,
         'summaries': summaries,
         'seconds': time.monotonic() - started,
     }
@@ -189,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         print(f'  {backend} results:        {path}/ (evaluations.jsonl, violations.jsonl, summary.jsonl)')
     print(f'  report:                {done["report"]}')
     print(f'  tables (JSON):         {done["report_json"]}')
+    print(f'  NSGA-II vs Rand:       {done["trade_off"]}')
     if done['montage'] is not None:
         print(f'  strongest violations:  {done["montage"]}')
     else:

@@ -17,6 +17,7 @@ __all__ = [
     'criterion',
     'montage',
     'pair_panel',
+    'pareto_plot',
     'strongest',
     'tabulate',
     'write_demo_report',
@@ -200,6 +201,59 @@ def montage(panels: Sequence[np.ndarray], gap: int = 10) -> np.ndarray:
     return np.vstack(rows[:-1])
 
 
+_ALGORITHM_STYLE = {'nsga2': ('NSGA-II', '#d62728'), 'random': ('Rand', '#1f77b4')}
+
+
+def pareto_plot(
+    groups: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]], path: Path, dpi: int = 110
+) -> Path:
+    """The trade-off the search explores: f_trans against f_pred, one panel per model.
+
+    Every judged evaluation is a faint point, coloured by algorithm; each algorithm's non-dominated
+    points over all its searched frames are joined as a step line (the attainment of the best
+    trade-offs: least transformation for each size of prediction change).
+
+    Args:
+        groups: model title -> algorithm ('nsga2', 'random') -> evaluation records.
+        path: the PNG to write.
+        dpi: resolution.
+
+    Returns:
+        `path`.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .metrics import non_dominated
+
+    figure = Figure(figsize=(5.2 * max(1, len(groups)), 4.2), layout='constrained')
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, max(1, len(groups)), squeeze=False)[0]
+    for ax, (title, algorithms) in zip(axes, groups.items(), strict=False):
+        for algorithm, records in algorithms.items():
+            label, colour = _ALGORITHM_STYLE.get(algorithm, (algorithm, 'grey'))
+            judged = _judged(records)
+            if not judged:
+                continue
+            ft = np.array([float(r['f_trans']) for r in judged])
+            fp = np.array([float(r['f_pred']) for r in judged])
+            ax.scatter(ft, fp, s=6, alpha=0.25, color=colour, linewidths=0)
+            front = [i for i in non_dominated(ft, fp) if fp[i] > 0]
+            front.sort(key=lambda i: ft[i])
+            if front:
+                ax.step(
+                    ft[front], fp[front], where='post', color=colour, linewidth=2, marker='o', markersize=3
+                )
+            ax.plot([], [], color=colour, marker='o', label=f'{label} ({len(judged)} evaluations)')
+        ax.set_title(title)
+        ax.set_xlabel('f_trans (size of the transformation, minimised)')
+        ax.set_ylabel('f_pred (change of the answer, maximised)')
+        ax.grid(alpha=0.3)
+        ax.legend(loc='upper left', fontsize=8)
+    figure.savefig(path, dpi=dpi)
+    return path
+
+
 @dataclass
 class DemoSection:
     """One model's (or one run's) results in the demo report.
@@ -224,9 +278,16 @@ def _rate(cell: Sequence[int]) -> str:
 
 
 def write_demo_report(
-    out: Path, sections: Sequence[DemoSection], montage_path: Path | None, top_compositions: int = 8
+    out: Path,
+    sections: Sequence[DemoSection],
+    montage_path: Path | None,
+    top_compositions: int = 8,
+    trade_off: Mapping[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """Write report.md (human) and report.json (the same tables) under `out`.
+
+    `trade_off` (optional): {'plot': path of pareto_plot's PNG, 'hypervolume': {model: {algorithm:
+    {image: hypervolume}}}}, shown as the NSGA-II vs Rand section.
 
     Returns:
         The paths of report.md and report.json.
@@ -255,6 +316,21 @@ def write_demo_report(
         data['sections'].append(
             {'title': section.title, 'results_dir': str(section.results_dir), 'kind': section.kind, **table}
         )
+    if trade_off:
+        lines += ['', '## Trade-off: NSGA-II against Rand', '']
+        lines.append(
+            'The same frames searched with the same budget by NSGA-II (through the ROS nodes) and by '
+            "Rand (the random baseline, in process); hypervolume of each search's non-dominated set "
+            '(higher is better, DESIGN 1.4).'
+        )
+        lines += ['', '| model | frame | NSGA-II | Rand |', '|---|---|---|---|']
+        for model, algorithms in trade_off['hypervolume'].items():
+            nsga2, rand = algorithms.get('nsga2', {}), algorithms.get('random', {})
+            for image in sorted(set(nsga2) | set(rand)):
+                cells = [f'{table[image]:.4f}' if image in table else '-' for table in (nsga2, rand)]
+                lines.append(f'| {model} | `{image}` | {cells[0]} | {cells[1]} |')
+        lines += ['', f'![f_trans against f_pred]({Path(trade_off["plot"]).name})']
+        data['trade_off'] = {'plot': str(trade_off['plot']), 'hypervolume': trade_off['hypervolume']}
     if montage_path is not None:
         lines += ['', '## Strongest violations', '', f'![strongest violations]({montage_path.name})']
         data['montage'] = str(montage_path)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from metavlm_ros import cli
-from metavlm_ros.core.demo_report import criterion, montage, pair_panel, strongest, tabulate
+from metavlm_ros.core.demo_report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
 from metavlm_ros.core.errors import InputError
 from metavlm_ros.core.results import read_jsonl
 
@@ -97,8 +97,39 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         assert sum(cell[0] for cell in section['by_order'].values()) == hits
     text = (out / 'report.md').read_text()
     assert '## demo CLIP through ROS' in text and '## demo BLIP through ROS' in text
+    # The trade-off: the frames the tester searched, searched again by Rand with the same budget; the
+    # report's hypervolumes are those the searches stored.
+    assert '## Trade-off: NSGA-II against Rand' in text and '![f_trans against f_pred](trade_off.png)' in text
+    assert (out / 'trade_off.png').stat().st_size > 10_000
+    for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP')):
+        nsga2 = read_jsonl(out / backend / 'summary.jsonl')
+        rand = read_jsonl(out / f'{backend}_rand' / 'summary.jsonl')
+        assert {r['image'] for r in rand} == {r['image'] for r in nsga2}
+        assert all(r['algorithm'] == 'random' and r['evaluations'] == 30 for r in rand)
+        stored = report['trade_off']['hypervolume'][title]
+        assert stored['nsga2'] == {r['image']: r['hypervolume'] for r in nsga2}
+        assert stored['random'] == {r['image']: r['hypervolume'] for r in rand}
     if report.get('montage'):
         assert (out / 'strongest_violations.png').stat().st_size > 1000
+
+
+def test_pareto_plot_draws_each_algorithm_in_its_colour(tmp_path):
+    import cv2
+
+    records = [
+        _record(1, '{1}', True, f_trans=t, strength=p) for t, p in ((0.2, 0.5), (0.8, 1.5), (1.0, 0.7))
+    ]
+    path = pareto_plot({'model A': {'random': records}, 'model B': {'nsga2': records}}, tmp_path / 'p.png')
+    image = cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2RGB).astype(int)
+    left, right = image[:, : image.shape[1] // 2], image[:, image.shape[1] // 2 :]
+
+    def has(part, rgb):
+        return bool((np.abs(part - rgb).sum(axis=2) < 30).any())
+
+    # Rand is drawn blue and only in the first panel, NSGA-II red and only in the second.
+    blue, red = (0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)
+    assert has(left, blue) and not has(left, red)
+    assert has(right, red) and not has(right, blue)
 
 
 def test_demo_refuses_to_overwrite_without_flag_and_foreign_directories(tmp_path, capsys):
