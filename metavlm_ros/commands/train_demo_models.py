@@ -99,6 +99,46 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='labelling rule: objects covering fewer pixels of the model input are dropped from the '
         'ground truth (default 0: the scene generator ground truth unchanged)',
     )
+    parser.add_argument(
+        '--init-from',
+        type=Path,
+        default=None,
+        metavar='MODELS_DIR',
+        help='fine-tune the demo-clip/ and demo-blip/ in this directory (weights and tokenizers) '
+        'instead of training from random weights',
+    )
+    parser.add_argument('--clip-lr', type=float, default=defaults.clip_lr, help='CLIP peak learning rate')
+    parser.add_argument('--blip-lr', type=float, default=defaults.blip_lr, help='BLIP peak learning rate')
+    parser.add_argument(
+        '--augment',
+        type=float,
+        default=defaults.augment,
+        help='fraction of training frames transformed by random small compositions of the relations',
+    )
+    parser.add_argument(
+        '--augment-magnitude',
+        type=float,
+        default=defaults.augment_magnitude,
+        help='largest deviation of an augmenting relation, as a fraction of its maximum deviation',
+    )
+    parser.add_argument(
+        '--clip-consistency-weight',
+        type=float,
+        default=defaults.clip_consistency_weight,
+        help='weight of the CLIP loss that keeps the scores of transformed copies of frames unchanged',
+    )
+    parser.add_argument(
+        '--robustness-frames',
+        type=int,
+        default=defaults.robustness_frames,
+        help='held-out frames the trained models are searched on with Rand (robustness figures)',
+    )
+    parser.add_argument(
+        '--robustness-evaluations',
+        type=int,
+        default=defaults.robustness_evaluations,
+        help='Rand evaluations per frame for the robustness figures (0: skip them)',
+    )
     parser.add_argument('--cache', type=Path, default=None, help='keep rendered scenes here between runs')
     parser.add_argument('--overwrite', action='store_true', help='replace existing demo model directories')
     parser.set_defaults(handler=run)
@@ -127,6 +167,14 @@ def run(args: argparse.Namespace) -> int:
         clip_contrastive_weight=args.clip_contrastive_weight,
         gain_range=tuple(args.gain_range),
         min_input_pixels=args.min_input_pixels,
+        init_from=str(args.init_from) if args.init_from is not None else None,
+        clip_lr=args.clip_lr,
+        blip_lr=args.blip_lr,
+        augment=args.augment,
+        augment_magnitude=args.augment_magnitude,
+        clip_consistency_weight=args.clip_consistency_weight,
+        robustness_frames=args.robustness_frames,
+        robustness_evaluations=args.robustness_evaluations,
     ).validate()
     out = Path(args.out)
     for name in models:

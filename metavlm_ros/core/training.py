@@ -96,6 +96,25 @@ class TrainingConfig:
             alike: objects covering fewer pixels of the model input are dropped from the ground truth.
             0 (the default) keeps the scene generator's ground truth. Tried at 32 it did not help
             (docs/demo.md).
+        robustness_frames / robustness_evaluations: after training, the random search runs this many
+            evaluations on each of this many held-out frames (`robustness`); 0 evaluations: skipped.
+        init_from: a directory with demo-clip/ and demo-blip/ to fine-tune (weights and tokenizers)
+            instead of training from random weights; None: from scratch.
+        augment: fraction of training frames transformed by a random composition of the metamorphic
+            relations (core.relations, black borders included) before resizing, labels unchanged:
+            what a camera model should shrug off. 0: none.
+        augment_size: (width, height) the relations are applied at (16:9, as the footage).
+        augment_magnitude: each augmenting relation's parameter deviates from nominal by a uniform
+            fraction in [0, augment_magnitude] of its maximum deviation (DESIGN 1.1).
+        clip_presence_scale: fixed scale of the CLIP presence logits, scale * (cosine - centre) +
+            class bias; a high scale lets the classes separate within a narrow cosine band.
+        clip_cosine_centre / clip_cosine_band: the class-prompt cosines are kept within
+            centre +- band (a real CLIP's cosines sit in about 0.15-0.35) by a penalty on the
+            excess, weighted clip_band_weight, so thresholds of 0.01-0.05 mean what they mean for
+            a real CLIP.
+        clip_consistency_weight / clip_consistency_pairs: this fraction of each CLIP batch repeats
+            other frames of the batch, transformed by the relations; the squared difference of their
+            presence logits, at this weight, teaches the scores not to move (0: off).
     """
 
     seed: int = 0
@@ -118,6 +137,18 @@ class TrainingConfig:
     coverage_weight: float = 3.0
     gain_range: tuple[float, float] = (0.6, 1.4)
     min_input_pixels: int = 0
+    init_from: str | None = None
+    robustness_frames: int = 20
+    robustness_evaluations: int = 300
+    augment: float = 0.5
+    augment_size: tuple[int, int] = (256, 144)
+    augment_magnitude: float = 0.5
+    clip_presence_scale: float = 50.0
+    clip_cosine_centre: float = 0.25
+    clip_cosine_band: float = 0.1
+    clip_band_weight: float = 100.0
+    clip_consistency_weight: float = 0.0
+    clip_consistency_pairs: float = 0.25
     threads: int = 2
     workers: int = 2
     log_every: int = 50
@@ -149,6 +180,27 @@ class TrainingConfig:
             raise ParameterError(
                 f'min_input_pixels must be zero or a positive integer, got {self.min_input_pixels!r}'
             )
+        for name in ('robustness_frames', 'robustness_evaluations'):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ParameterError(f'{name} must be zero or a positive integer, got {value!r}')
+        if self.init_from is not None and not all(
+            (Path(self.init_from) / f'demo-{n}' / 'config.json').is_file() for n in ('clip', 'blip')
+        ):
+            raise ParameterError(f'init_from {self.init_from} does not hold demo-clip/ and demo-blip/')
+        if not 0 <= self.augment <= 1:
+            raise ParameterError(f'augment must lie in [0, 1], got {self.augment!r}')
+        if not 0 < self.augment_magnitude <= 1:
+            raise ParameterError(f'augment_magnitude must lie in (0, 1], got {self.augment_magnitude!r}')
+        for name in ('clip_presence_scale', 'clip_cosine_band'):
+            if not getattr(self, name) > 0:
+                raise ParameterError(f'{name} must be positive, got {getattr(self, name)!r}')
+        if not 0 <= self.clip_consistency_pairs < 1 or not self.clip_consistency_weight >= 0:
+            raise ParameterError(
+                'clip_consistency_pairs must lie in [0, 1) and clip_consistency_weight be zero or positive'
+            )
+        if not self.clip_band_weight >= 0:
+            raise ParameterError(f'clip_band_weight must be zero or positive, got {self.clip_band_weight!r}')
         low, high = self.gain_range
         if not 0 < low <= high:
             raise ParameterError(f'gain_range must be 0 < low <= high, got {low!r} {high!r}')
@@ -168,6 +220,9 @@ class SceneSet:
         generator_counts: per-class counts under the scene generator's own rule (every object it
             calls visible, however small in the model input); equal to `counts` without a rule.
         environments: the environment of each frame ('pool', 'shallow', 'deep').
+        mid: frames resized to a 16:9 size between the render and the model input, (N, h, w, 3)
+            uint8, for augmenting with the metamorphic relations in the footage's aspect (training
+            only; None when not rendered).
     """
 
     frames: list[np.ndarray]
@@ -178,6 +233,7 @@ class SceneSet:
     coverage: np.ndarray | None = None
     generator_counts: np.ndarray | None = None
     environments: list[str] | None = None
+    mid: np.ndarray | None = None
 
 
 def demo_truth(truth: Any, image_size: int, min_pixels: int) -> Any:
@@ -235,18 +291,24 @@ def _resize(frame: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(frame).resize((size, size), Image.BICUBIC))
 
 
-def _render_scene(job: tuple[int, int, int, str, int, int, bool, int, int]) -> tuple[list, ...]:
+def _render_scene(job: tuple) -> tuple[list, ...]:
     """Render `count` frames of one scene, 3 s apart: full frames, resized, counts, captions, maps."""
+    import cv2
+
     from .scenes import SceneGenerator, caption
 
-    seed, width, height, environment, count, image_size, keep, grid, min_pixels = job
+    seed, width, height, environment, count, image_size, keep, grid, min_pixels, mid_size = job
     generator = SceneGenerator(width, height, 10, seed, environment=environment)
     frames, small, counts, captions, density, coverage, generator_counts = [], [], [], [], [], [], []
+    mid = []
     for k in range(count):
         rgb, full_truth, labels = generator.render(k * 30)
         truth = demo_truth(full_truth, image_size, min_pixels)
         if keep:
             frames.append(rgb)
+        if mid_size is not None:
+            same = tuple(mid_size) == (width, height)
+            mid.append(rgb if same else cv2.resize(rgb, tuple(mid_size), interpolation=cv2.INTER_AREA))
         small.append(_resize(rgb, image_size))
         generator_counts.append([int(full_truth.counts.get(c, 0)) for c in CLASSES])
         counts.append([int(truth.counts.get(c, 0)) for c in CLASSES])
@@ -254,7 +316,7 @@ def _render_scene(job: tuple[int, int, int, str, int, int, bool, int, int]) -> t
         density.append(_density(truth, width, height, grid))
         coverage.append(_coverage(labels, truth, grid))
     environments = [environment] * count
-    return frames, small, counts, captions, density, coverage, generator_counts, environments
+    return frames, small, counts, captions, density, coverage, generator_counts, environments, mid
 
 
 def render_scenes(
@@ -268,6 +330,7 @@ def render_scenes(
     workers: int = 1,
     grid: int = 8,
     min_input_pixels: int = 0,
+    mid_size: tuple[int, int] | None = None,
 ) -> SceneSet:
     """Render synthetic scenes and their Table 1 captions.
 
@@ -285,6 +348,7 @@ def render_scenes(
         workers: processes rendering scenes in parallel.
         grid: side of the per-class maps in `density` and `coverage` (the models' patch grid).
         min_input_pixels: a labelling rule (see demo_truth); 0: the generator's ground truth.
+        mid_size: (width, height) of the `mid` copies kept for augmentation; None: none kept.
 
     Returns:
         The SceneSet.
@@ -296,6 +360,7 @@ def render_scenes(
         environment = ENVIRONMENTS[j % len(ENVIRONMENTS)]
         jobs.append(
             (seed + j, width, height, environment, count, image_size, keep_frames, grid, min_input_pixels)
+            + (mid_size,)
         )
     if workers > 1:
         from multiprocessing import get_context
@@ -312,7 +377,8 @@ def render_scenes(
     coverage = np.stack([c for part in parts for c in part[5]])
     generator_counts = np.asarray([c for part in parts for c in part[6]], np.int64)
     environments = [e for part in parts for e in part[7]]
-    return SceneSet(frames, small, counts, captions, density, coverage, generator_counts, environments)
+    mid = np.stack([m for part in parts for m in part[8]]) if mid_size is not None else None
+    return SceneSet(frames, small, counts, captions, density, coverage, generator_counts, environments, mid)
 
 
 def heldout_set(
@@ -427,6 +493,76 @@ def evaluate_blip(backend: Any, scenes: SceneSet, batch_size: int = 32) -> dict[
     'examples', a few (answer, ground-truth caption) pairs."""
     texts = blip_answers(backend, scenes, batch_size)
     return count_metrics(texts, scenes.counts) | {'examples': _examples(texts, scenes)}
+
+
+def robustness_frames(scenes: SceneSet, n: int = 20) -> list[np.ndarray]:
+    """Up to `n` full frames of a held-out set, one per scene and spread over the environments:
+    every 15th frame (the held-out set takes 3 frames per scene and cycles the 3 environments)."""
+    return scenes.frames[::15][:n]
+
+
+def robustness(
+    backend: Any, frames: Sequence[np.ndarray], *, evaluations: int = 300, seed: int = 0
+) -> dict[str, Any]:
+    """How robust a model is to the metamorphic relations: the search's random baseline on each frame.
+
+    One `run_search` with algorithm 'random' per frame (seed `seed + i`, population 30), judging
+    violations as the tester does (every threshold of DEFAULT_THRESHOLDS for a confidence-type
+    model, any count change for a count-type one).
+
+    Returns:
+        'rate': per violation criterion ('0.05', ..., or 'count'), order (1..6) -> violation rate
+            over all frames' evaluations of that order;
+        'evaluations': per criterion, order -> number of evaluations of that order;
+        'smallest': per criterion, per frame, the smallest f_trans of a violating evaluation
+            (None: the frame had none);
+        'median_smallest': per criterion, the median over frames of 'smallest', a frame without a
+            violation counting as larger than any (None when most frames have none).
+    """
+    from .search import SearchConfig, run_search
+
+    hits: dict[str, dict[int, int]] = {}
+    totals: dict[str, dict[int, int]] = {}
+    smallest: dict[str, list[float | None]] = {}
+    for i, frame in enumerate(frames):
+        config = SearchConfig(algorithm='random', evaluations=evaluations, seed=seed + i)
+        result = run_search(frame, backend, config, image_id=f'frame{i}')
+        for key, table in result.violations_by_order.items():
+            for order, (violations, total) in table.items():
+                hits.setdefault(key, {})[order] = hits.get(key, {}).get(order, 0) + violations
+                totals.setdefault(key, {})[order] = totals.get(key, {}).get(order, 0) + total
+        for key in result.violations_by_order:
+            violating = [
+                ev.f_trans for ev in result.evaluations if not ev.failed and ev.violation.get(key, False)
+            ]
+            smallest.setdefault(key, []).append(min(violating) if violating else None)
+    median: dict[str, float | None] = {}
+    for key, values in smallest.items():
+        ordered = sorted(math.inf if v is None else v for v in values)
+        middle = float(np.median(ordered)) if ordered else math.inf
+        median[key] = None if math.isinf(middle) else middle
+    return {
+        'rate': {k: {o: hits[k][o] / totals[k][o] for o in sorted(totals[k])} for k in sorted(totals)},
+        'evaluations': {k: dict(sorted(v.items())) for k, v in sorted(totals.items())},
+        'smallest': smallest,
+        'median_smallest': median,
+    }
+
+
+def robustness_lines(name: str, figures: dict[str, Any], frames: int, evaluations: int) -> list[str]:
+    """The robustness figures as printed by the training command, one line per criterion."""
+    lines = []
+    for key, rates in figures['rate'].items():
+        label = 'count change' if key == 'count' else f'Th {key}'
+        median = figures['median_smallest'][key]
+        lines.append(
+            f'{name} robustness (Rand, {evaluations} evaluations x {frames} held-out frames), {label}: '
+            'violation rate by order '
+            + ' '.join(f'{order}:{rate:.3f}' for order, rate in rates.items())
+            + '; median smallest violating f_trans '
+            + ('none' if median is None else f'{median:.3f}')
+        )
+    return lines
 
 
 def _examples(texts: Sequence[str], scenes: SceneSet, n: int = 3) -> list[tuple[str, str]]:
@@ -553,6 +689,85 @@ def _clip_vision_into_blip(clip_dir: Path, blip: Any) -> None:
         vision.post_layernorm.load_state_dict(clip.post_layernorm.state_dict())
 
 
+def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
+    """A random composition of the metamorphic relations at small magnitudes.
+
+    The order k is uniform in 1..6 and the k relations a uniform subset, as the search's random
+    baseline draws them; each parameter deviates from its nominal value by a uniform fraction in
+    [0, magnitude] of the relation's maximum deviation, away from nominal into its range (CLAHE
+    upwards, downsampling downwards, the others either way).
+    """
+    from .encoding import N_RELATIONS, Composition
+    from .relations import RELATIONS
+
+    active = [False] * N_RELATIONS
+    values = [relation.nominal for relation in RELATIONS]
+    for i in rng.choice(N_RELATIONS, int(rng.integers(1, N_RELATIONS + 1)), replace=False):
+        relation = RELATIONS[i]
+        sign = 1.0 if relation.nominal == relation.low else -1.0 if relation.nominal == relation.high else 0.0
+        sign = sign or float(rng.choice((-1.0, 1.0)))
+        active[i] = True
+        values[i] = relation.nominal + sign * rng.uniform(0, magnitude) * relation.max_deviation
+    return Composition(tuple(active), tuple(values))
+
+
+def _geometry(composition: Any, width: int, height: int) -> np.ndarray | None:
+    """The 3x3 pixel matrix of a composition's geometric relations (applied in order), or None."""
+    from .relations import RELATIONS, relation_matrix
+
+    matrix = None
+    for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
+        if active and relation.id in ('rotation', 'scaling', 'shear', 'translation'):
+            step = np.vstack([relation_matrix(relation.id, value, width, height), [0.0, 0.0, 1.0]])
+            matrix = step if matrix is None else step @ matrix
+    return matrix
+
+
+def _batch(
+    train: SceneSet,
+    idx: np.ndarray,
+    rng: np.random.Generator,
+    config: TrainingConfig,
+    always: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """One batch of resized frames and their maps, some transformed by the relations, and flip flags.
+
+    A fraction `config.augment` of the frames is transformed, and every frame `always` marks.
+
+    A transformed frame's per-patch maps are moved by the same geometry (nearest cell), so the dense
+    losses still point at the objects; its counts and caption do not change.
+    """
+    import cv2
+
+    from .relations import apply_composition
+
+    small = train.small[idx].copy()
+    density = None if train.density is None else train.density[idx].copy()
+    coverage = None if train.coverage is None else train.coverage[idx].copy()
+    if config.augment and train.mid is not None:
+        height, width = train.mid.shape[1:3]
+        chosen = rng.random(len(idx)) < config.augment
+        if always is not None:
+            chosen |= always
+        for j in np.flatnonzero(chosen):
+            composition = _augmentation(rng, config.augment_magnitude)
+            small[j] = _resize(apply_composition(train.mid[idx[j]], composition), config.image_size)
+            matrix = _geometry(composition, width, height)
+            if matrix is None:
+                continue
+            for maps in (density, coverage):
+                if maps is None:
+                    continue
+                grid = maps.shape[1]
+                to_grid = np.diag([grid / width, grid / height, 1.0])
+                cells = (to_grid @ matrix @ np.linalg.inv(to_grid))[:2]
+                maps[j] = cv2.warpAffine(
+                    maps[j], cells, (grid, grid), flags=cv2.INTER_NEAREST, borderValue=0
+                ).reshape(maps[j].shape)
+    flip = rng.random(len(idx)) < 0.5
+    return small, density, coverage, flip
+
+
 _MEAN = np.asarray([0.48145466, 0.4578275, 0.40821073], np.float32)
 _STD = np.asarray([0.26862954, 0.26130258, 0.27577711], np.float32)
 
@@ -587,7 +802,12 @@ _COVERED = 0.005
 
 
 def _dense_loss(
-    head: Any, tokens: Any, scenes: SceneSet, idx: np.ndarray, flip: np.ndarray, config: TrainingConfig
+    head: Any,
+    tokens: Any,
+    density: np.ndarray | None,
+    coverage: np.ndarray | None,
+    flip: np.ndarray,
+    config: TrainingConfig,
 ) -> Any:
     """Dense losses on the vision tower's patch tokens: object centres and class coverage per patch.
 
@@ -602,21 +822,21 @@ def _dense_loss(
     from torch.nn import functional
 
     def cells(maps: np.ndarray) -> Any:
-        maps = maps[idx].copy()
+        maps = maps.copy()
         maps[flip] = maps[flip, :, ::-1]  # the frames were flipped left-right
         return torch.from_numpy(maps.reshape(len(maps), -1, maps.shape[-1]))
 
     out = head(tokens)
     loss = torch.zeros(())
-    if scenes.density is not None and config.density_weight:
-        target = cells(scenes.density)
+    if density is not None and config.density_weight:
+        target = cells(density)
         rate = functional.softplus(out[..., : len(CLASSES)])
         loss = loss + config.density_weight * (
             functional.poisson_nll_loss(rate, target, log_input=False)
             + functional.poisson_nll_loss(rate.sum(dim=1), target.sum(dim=1), log_input=False)
         )
-    if scenes.coverage is not None and config.coverage_weight:
-        covered = (cells(scenes.coverage) > _COVERED).float()
+    if coverage is not None and config.coverage_weight:
+        covered = (cells(coverage) > _COVERED).float()
         loss = loss + config.coverage_weight * functional.binary_cross_entropy_with_logits(
             out[..., len(CLASSES) :], covered
         )
@@ -640,7 +860,12 @@ def _train_clip(
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
     max_length = 48  # the longest Table 1 captions are about 40 BPE tokens
-    tokenizer = _clip_tokenizer(_corpus(train.captions), max_length)
+    start = Path(config.init_from) / 'demo-clip' if config.init_from else None
+    if start is not None:
+        # Fine-tuning: the trained model and its own tokenizer (its ids are what the weights know).
+        tokenizer = CLIPProcessor.from_pretrained(start, local_files_only=True).tokenizer
+    else:
+        tokenizer = _clip_tokenizer(_corpus(train.captions), max_length)
     model_config = CLIPConfig(
         text_config={
             'vocab_size': len(tokenizer),
@@ -658,6 +883,9 @@ def _train_clip(
     )
     torch.manual_seed(config.seed)
     model = CLIPModel(model_config)
+    if start is not None:
+        model = CLIPModel.from_pretrained(start, local_files_only=True, use_safetensors=True)
+        log(f'clip initialised from {start}')
     unique = sorted(set(train.captions))
     position = {c: i for i, c in enumerate(unique)}
     caption_index = np.asarray([position[c] for c in train.captions])
@@ -666,25 +894,29 @@ def _train_clip(
     per_class = len(prompts[0])
     prompt_ids = tokenizer(sum(prompts, []), padding=True, return_tensors='pt')
     present = torch.from_numpy(train.counts > 0).float()
-    # Presence logits are an affine map of the cosine, so training them shapes the cosine ranking itself.
-    presence_scale = torch.nn.Parameter(torch.tensor(10.0))
+    # Presence logits are an affine map of the cosine, so training them shapes the cosine ranking
+    # itself; the scale is fixed and high, so the classes separate within a narrow cosine band.
     presence_bias = torch.nn.Parameter(torch.zeros(len(CLASSES)))
     dense_head = torch.nn.Linear(config.vision_hidden, 2 * len(CLASSES))  # training only, not saved
-    params = [*model.parameters(), presence_scale, presence_bias, *dense_head.parameters()]
+    params = [*model.parameters(), presence_bias, *dense_head.parameters()]
     optimiser = torch.optim.AdamW(params, lr=config.clip_lr, weight_decay=0.05)
     rng = np.random.default_rng(config.seed)
+    pairs = round(config.batch_size * config.clip_consistency_pairs) if config.clip_consistency_weight else 0
     curve: list[float] = []
     running = []
     model.train()
     for step in range(config.clip_steps):
         for group in optimiser.param_groups:
             group['lr'] = _schedule(step, config.clip_steps, config.clip_lr)
-        idx = rng.choice(len(train.small), config.batch_size, replace=False)
-        flip = rng.random(len(idx)) < 0.5
-        pixels = _pixels(train.small[idx], flip, rng.uniform(*config.gain_range, len(idx)))
+        idx = rng.choice(len(train.small), config.batch_size - pairs, replace=False)
+        # The last `pairs` frames repeat the first ones, transformed: their scores should not move.
+        idx = np.concatenate([idx, idx[:pairs]])
+        always = np.arange(len(idx)) >= len(idx) - pairs
+        small, density, coverage, flip = _batch(train, idx, rng, config, always if pairs else None)
+        pixels = _pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
         vision = model.vision_model(pixel_values=pixels)
         image = functional.normalize(model.visual_projection(vision.pooler_output))
-        dense = _dense_loss(dense_head, vision.last_hidden_state[:, 1:], train, idx, flip, config)
+        dense = _dense_loss(dense_head, vision.last_hidden_state[:, 1:], density, coverage, flip, config)
         # Each distinct caption in the batch is one text; frames sharing a caption share the target.
         batch_captions, inverse = np.unique(caption_index[idx], return_inverse=True)
         text_out = model.text_model(
@@ -702,10 +934,17 @@ def _train_clip(
         prompt_out = model.text_model(**prompt_ids)
         prompt = functional.normalize(model.text_projection(prompt_out.pooler_output))
         cosine = (image @ prompt.T).view(len(idx), len(CLASSES), per_class)
-        presence_logits = presence_scale * cosine + presence_bias[None, :, None]
+        offset = cosine - config.clip_cosine_centre
+        presence_logits = config.clip_presence_scale * offset + presence_bias[None, :, None]
         labels = present[idx][:, :, None].expand_as(presence_logits)
         presence = functional.binary_cross_entropy_with_logits(presence_logits, labels)
+        band = functional.relu(offset.abs() - config.clip_cosine_band).pow(2).mean()
         loss = config.clip_contrastive_weight * contrastive + 2.0 * presence + dense
+        loss = loss + config.clip_band_weight * band
+        consistency = torch.zeros(())
+        if pairs:
+            consistency = (presence_logits[-pairs:] - presence_logits[:pairs]).pow(2).mean()
+            loss = loss + config.clip_consistency_weight * consistency
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -718,7 +957,8 @@ def _train_clip(
             log(
                 f'clip step {step + 1}/{config.clip_steps} loss {curve[-1]:.4f} '
                 f'(contrastive {contrastive.item():.3f}, presence {presence.item():.3f}, '
-                f'dense {dense.item():.3f})'
+                f'dense {dense.item():.3f}, band {band.item():.5f}, consistency {consistency.item():.3f}, '
+                f'cosine {cosine.min().item():.2f}..{cosine.max().item():.2f})'
             )
             running = []
     model.eval()
@@ -748,7 +988,11 @@ def _train_blip(
 
     from .vlm import TABLE1_PROMPT
 
-    tokenizer = _blip_tokenizer(_corpus(train.captions))
+    start = Path(config.init_from) / 'demo-blip' if config.init_from else None
+    if start is not None:
+        tokenizer = BlipProcessor.from_pretrained(start, local_files_only=True).tokenizer
+    else:
+        tokenizer = _blip_tokenizer(_corpus(train.captions))
     model_config = BlipConfig(
         text_config={
             'vocab_size': len(tokenizer),
@@ -767,7 +1011,13 @@ def _train_blip(
     )
     torch.manual_seed(config.seed)
     model = BlipForConditionalGeneration(model_config)
-    if vision_from is not None:
+    if start is not None:
+        model = BlipForConditionalGeneration.from_pretrained(
+            start, local_files_only=True, use_safetensors=True
+        )
+        log(f'blip initialised from {start}')
+        vision_from = None  # its own trained tower, not a CLIP's
+    elif vision_from is not None:
         _clip_vision_into_blip(vision_from, model)
         log(f'blip vision tower initialised from {vision_from}')
     # An auxiliary per-class count classifier on the image embedding (not saved) gives the vision encoder
@@ -810,8 +1060,8 @@ def _train_blip(
             group['lr'] = group['scale'] * _schedule(step, config.blip_steps, config.blip_lr)
         idx = rng.choice(len(train.small), config.batch_size, replace=False)
         width = int(attention[idx].sum(dim=1).max())
-        flip = rng.random(len(idx)) < 0.5
-        pixels = _pixels(train.small[idx], flip, rng.uniform(*config.gain_range, len(idx)))
+        small, density, coverage, flip = _batch(train, idx, rng, config)
+        pixels = _pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
         output = model(
             pixel_values=pixels,
             input_ids=input_ids[idx, :width],
@@ -821,7 +1071,7 @@ def _train_blip(
         counting = functional.cross_entropy(
             aux(output.image_embeds[:, 0]).view(-1, _MAX_AUX_COUNT + 1), aux_targets[idx].reshape(-1)
         )
-        dense = _dense_loss(dense_head, output.image_embeds[:, 1:], train, idx, flip, config)
+        dense = _dense_loss(dense_head, output.image_embeds[:, 1:], density, coverage, flip, config)
         loss = output.loss + counting + dense
         optimiser.zero_grad()
         loss.backward()
@@ -857,7 +1107,8 @@ def _cached_scenes(cache: Path | None, key: dict, render: Callable[[], SceneSet]
         data = np.load(path, allow_pickle=False)
         frames = list(data['frames']) if 'frames' in data else []
         optional = {
-            name: data[name] if name in data else None for name in ('density', 'coverage', 'generator_counts')
+            name: data[name] if name in data else None
+            for name in ('density', 'coverage', 'generator_counts', 'mid')
         }
         captions = [str(c) for c in data['captions']]
         environments = [str(e) for e in data['environments']] if 'environments' in data else None
@@ -869,7 +1120,7 @@ def _cached_scenes(cache: Path | None, key: dict, render: Callable[[], SceneSet]
     arrays = {'small': scenes.small, 'counts': scenes.counts, 'captions': np.asarray(scenes.captions)}
     if scenes.environments is not None:
         arrays['environments'] = np.asarray(scenes.environments)
-    for name in ('density', 'coverage', 'generator_counts'):
+    for name in ('density', 'coverage', 'generator_counts', 'mid'):
         if getattr(scenes, name) is not None:
             arrays[name] = getattr(scenes, name)
     if scenes.frames:
@@ -902,6 +1153,8 @@ def datasets(
         'maps': ['density', 'coverage'],
         'min_input_pixels': config.min_input_pixels,
     }
+    if config.augment:
+        train_key['mid'] = list(config.augment_size)
     log(f'rendering {config.train_frames} training frames ...')
     train = _cached_scenes(
         cache,
@@ -915,6 +1168,7 @@ def datasets(
             workers=config.workers,
             grid=config.image_size // config.patch_size,
             min_input_pixels=config.min_input_pixels,
+            mid_size=config.augment_size if config.augment else None,
         ),
     )
     log(f'rendering {config.heldout_frames} held-out frames ...')
@@ -983,7 +1237,7 @@ def train_demo_models(
             curve = _train_clip(train, config, directory, log)
         else:
             start = vision_from
-            if start is None and 'clip' in summary:
+            if start is None and 'clip' in summary and not config.init_from:
                 start = Path(out) / 'demo-clip'
             curve = _train_blip(train, config, directory, log, vision_from=start)
         seconds = time.monotonic() - t0
@@ -1015,6 +1269,15 @@ def train_demo_models(
             metrics['examples'] = _examples(texts, heldout)
             for answer, truth in metrics['examples']:
                 log(f'  answer {answer!r}  truth {truth!r}')
+        if config.robustness_evaluations:
+            frames = robustness_frames(heldout, config.robustness_frames)
+            t1 = time.monotonic()
+            metrics['robustness'] = robustness(backend, frames, evaluations=config.robustness_evaluations)
+            for line in robustness_lines(
+                name, metrics['robustness'], len(frames), config.robustness_evaluations
+            ):
+                log(line)
+            log(f'{name} robustness measured in {time.monotonic() - t1:.0f} s')
         log(f'{name} loss curve (every {config.log_every} steps): {_curve_text(curve)}')
         summary[name] = {'seconds': round(seconds, 1), 'loss_curve': curve, 'heldout': metrics}
         if name == 'blip':

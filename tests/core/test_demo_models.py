@@ -168,6 +168,14 @@ def test_training_config_rejects_bad_values():
         TrainingConfig(gain_range=(1.4, 0.6)).validate()
     with pytest.raises(ParameterError, match='min_input_pixels'):
         TrainingConfig(min_input_pixels=-1).validate()
+    with pytest.raises(ParameterError, match='augment_magnitude'):
+        TrainingConfig(augment_magnitude=0.0).validate()
+    with pytest.raises(ParameterError, match='augment must'):
+        TrainingConfig(augment=1.5).validate()
+    with pytest.raises(ParameterError, match='robustness_evaluations'):
+        TrainingConfig(robustness_evaluations=-1).validate()
+    with pytest.raises(ParameterError, match='does not hold demo-clip'):
+        TrainingConfig(init_from='/nonexistent').validate()
 
 
 def _truth_with_a_speck():
@@ -241,13 +249,16 @@ def _toy_config(**changes) -> TrainingConfig:
         blip_steps=2,
         batch_size=4,
         workers=1,
+        robustness_evaluations=0,
     )
     return TrainingConfig(**(toy | changes))
 
 
 def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
     # A few seconds: the whole recipe (with a labelling rule) at toy size, so the default suite runs it.
-    config = _toy_config(train_frames=12, heldout_frames=6, frames_per_scene=6, min_input_pixels=32)
+    config = _toy_config(
+        train_frames=12, heldout_frames=6, frames_per_scene=6, min_input_pixels=32, robustness_evaluations=6
+    )
     lines = []
     summary = train_demo_models(tmp_path, config, log=lines.append)
     for name in ('clip', 'blip'):
@@ -257,6 +268,15 @@ def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
         assert summary[name]['heldout']
     assert any(line.startswith('clip held-out ROC AUC') for line in lines)
     assert any(line.startswith('blip held-out exact count') for line in lines)
+    # The robustness figures: Rand on the held-out frames (6 frames: every 15th is frame 0 only).
+    assert any(
+        line.startswith('clip robustness (Rand, 6 evaluations x 1 held-out frames), Th 0.05')
+        for line in lines
+    )
+    assert any(
+        line.startswith('blip robustness (Rand, 6 evaluations x 1 held-out frames), count') for line in lines
+    )
+    assert sum(summary['blip']['heldout']['robustness']['evaluations']['count'].values()) == 6
     # Under a labelling rule the same answers are also judged against the generator's truth, and the
     # CLIP is judged within each environment of the held-out frames (6 frames: pool and shallow).
     assert any(line.startswith('clip held-out ROC AUC (generator rule)') for line in lines)
@@ -264,6 +284,28 @@ def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
     assert set(summary['clip']['heldout']['auc_by_environment']) == {'pool', 'shallow'}
     card = write_model_card(tmp_path / 'demo-clip', 'clip', summary).read_text()
     assert 'generator rule' in card and '| pool |' in card and 'at least 32' in card
+
+
+def test_fine_tuning_starts_from_the_given_models_and_keeps_their_tokenizers(tmp_path):
+    from safetensors.numpy import load_file
+    from transformers import AutoTokenizer
+
+    train_demo_models(tmp_path / 'a', _toy_config(), log=lambda line: None)
+    lines = []
+    tuned = _toy_config(init_from=str(tmp_path / 'a'), clip_lr=1e-6, blip_lr=1e-6, seed=1, train_frames=4)
+    train_demo_models(tmp_path / 'b', tuned, log=lines.append)
+    assert any(line.startswith('clip initialised from') for line in lines)
+    assert any(line.startswith('blip initialised from') for line in lines)
+    for name in ('clip', 'blip'):
+        before, after = (tmp_path / run / f'demo-{name}' for run in ('a', 'b'))
+        vocabularies = [
+            AutoTokenizer.from_pretrained(d, local_files_only=True).get_vocab() for d in (before, after)
+        ]
+        assert vocabularies[0] == vocabularies[1], name
+        # Two steps at a tiny rate: every weight stays close to where it started (not re-initialised).
+        old, new = load_file(before / 'model.safetensors'), load_file(after / 'model.safetensors')
+        assert old.keys() == new.keys()
+        assert max(float(np.abs(old[k] - new[k]).max()) for k in old) < 1e-3, name
 
 
 def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
@@ -274,3 +316,75 @@ def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
     for name in ('clip', 'blip'):
         files = [(tmp_path / run / f'demo-{name}' / 'model.safetensors').read_bytes() for run in ('a', 'b')]
         assert files[0] == files[1], name
+
+
+def test_robustness_rates_by_order_and_the_median_smallest_violating_change():
+    from metavlm_ros.core.training import robustness
+    from metavlm_ros.core.vlm import Prediction
+    from tests.conftest import make_frame
+    from tests.core.fakes import BlackCountBackend
+
+    # The stand-in counts one animal per 5 % of black pixels: the black fill of a geometric relation
+    # changes its answer.
+    frames = [make_frame(160, 120, seed=s) for s in (1, 2, 3)]
+    figures = robustness(BlackCountBackend(), frames, evaluations=60, seed=4)
+    assert set(figures['rate']) == {'count'}
+    # Rand draws every order 1..6 and never the identity: all 3 x 60 evaluations are judged.
+    assert sum(figures['evaluations']['count'].values()) == 180
+    assert set(figures['evaluations']['count']) == set(range(1, 7))
+    assert all(0 <= rate <= 1 for rate in figures['rate']['count'].values())
+    smallest = figures['smallest']['count']
+    assert len(smallest) == 3 and None not in smallest
+    assert figures['median_smallest']['count'] == pytest.approx(sorted(smallest)[1])
+
+    class Constant(BlackCountBackend):
+        def predict(self, batch):
+            return [Prediction(kind='count', values=dict.fromkeys(CLASSES, 1), text='') for _ in batch]
+
+    # A model that never changes: no violation at any order, no smallest change, no median.
+    steady = robustness(Constant(), frames[:2], evaluations=30)
+    assert set(steady['rate']['count'].values()) == {0.0}
+    assert steady['smallest']['count'] == [None, None] and steady['median_smallest']['count'] is None
+
+
+def test_augmentations_are_small_compositions_of_the_relations():
+    from metavlm_ros.core.relations import RELATIONS
+    from metavlm_ros.core.training import _augmentation
+
+    rng = np.random.default_rng(0)
+    orders = set()
+    for _ in range(300):
+        composition = _augmentation(rng, 0.4)
+        orders.add(composition.order)
+        for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
+            deviation = abs(value - relation.nominal) / relation.max_deviation
+            assert deviation <= 0.4 + 1e-9 if active else deviation == 0
+            # One-sided relations deviate into their range: CLAHE up, downsampling down.
+            assert relation.low <= value <= relation.high
+    assert orders == set(range(1, 7))
+
+
+def test_a_transformed_training_frame_moves_its_maps_with_it():
+    from metavlm_ros.core.training import SceneSet, _batch
+
+    # One 64x32 frame whose second patch column (of a 4x4 grid) is a white animal; every draw
+    # transforms it (augment 1.0, full magnitude), and the coverage map must follow the pixels.
+    mid = np.zeros((1, 32, 64, 3), np.uint8)
+    mid[:, :, 16:32] = 255
+    coverage = np.zeros((1, 4, 4, len(CLASSES)), np.float32)
+    coverage[0, :, 1, 0] = 1.0
+    scenes = SceneSet(
+        [], np.zeros((1, 8, 8, 3), np.uint8), np.ones((1, 4), np.int64), [''], coverage=coverage
+    )
+    scenes.mid = mid
+    config = TrainingConfig(image_size=8, augment=1.0, augment_magnitude=1.0)
+    rng = np.random.default_rng(1)
+    moved = 0
+    for _ in range(40):
+        small, density, maps, flip = _batch(scenes, np.array([0]), rng, config)
+        assert density is None and small.shape == (1, 8, 8, 3)
+        # Wherever the white band went in the frame, the animal's cells went with it.
+        white = small[0, :, :, 0].reshape(4, 2, 4, 2).mean(axis=(1, 3)) > 200
+        assert (maps[0, ..., 0] > 0)[white].all()
+        moved += not np.array_equal(maps[0], coverage[0])
+    assert moved, 'some compositions (zoom, rotation) must move the cells'
