@@ -1327,7 +1327,12 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
             f'{BLIP_PRESENCE_TARGET:.2f} for every class'
         )
     start = ''
-    if result.get('vision_from') == 'demo-clip of this run':
+    if config.get('init_from'):
+        start = (
+            f'\n- Fine-tuned from the demo-{name} in {config["init_from"]} (its weights and tokenizer); '
+            'docs/demo.md gives the command and where that model came from.'
+        )
+    elif result.get('vision_from') == 'demo-clip of this run':
         start = '\n- Vision tower started from the demo CLIP trained in the same run.'
     elif result.get('vision_from'):
         start = f'\n- Vision tower started from the demo CLIP in {result["vision_from"]}.'
@@ -1354,6 +1359,39 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
             ['| within | ' + ' | '.join(CLASSES) + ' |', '|---' * (len(CLASSES) + 1) + '|', *rows]
         )
         within = f'\n\nROC AUC within the frames of each environment:\n\n{table}'
+    augment = ''
+    if config.get('augment'):
+        augment = (
+            f'\n- Augmented: {config["augment"]:.0%} of the training frames transformed by random '
+            f'compositions of the metamorphic relations, each parameter up to '
+            f'{config["augment_magnitude"]:.0%} of its '
+            'maximum deviation (black borders included).'
+        )
+        if name == 'clip':
+            augment += (
+                f'\n- Cosines calibrated to {config["clip_cosine_centre"]} +- {config["clip_cosine_band"]} '
+                f'(presence logits {config["clip_presence_scale"]:g} * (cosine - centre) + class bias).'
+            )
+    robust = ''
+    if held.get('robustness'):
+        figures = held['robustness']
+        rows = []
+        for key, table in figures['rate'].items():
+            rates = {int(order): rate for order, rate in table.items()}  # JSON keys are strings
+            label = 'count change' if key == 'count' else f'Th {key}'
+            median = figures['median_smallest'][key]
+            rows.append(
+                f'| {label} | '
+                + ' | '.join(f'{rates[o]:.3f}' if o in rates else '-' for o in range(1, 7))
+                + f' | {"none" if median is None else f"{median:.3f}"} |'
+            )
+        frames = len(next(iter(figures['smallest'].values())))
+        evaluations = config.get('robustness_evaluations')
+        robust = (
+            f'\n\n## Robustness (Rand, {evaluations} evaluations on each of {frames} held-out frames)\n\n'
+            '| violation rate by order | 1 | 2 | 3 | 4 | 5 | 6 | median smallest violating f_trans |\n'
+            '|---|---|---|---|---|---|---|---|\n' + '\n'.join(rows)
+        )
     text = f"""# metavlm_ros demo-{name}
 
 **For demonstration only.** A small {kind} that metavlm_ros ships so that `metavlm demo` and
@@ -1365,7 +1403,7 @@ used to judge real robots or real models.
   {config['batch_size']} frames, {config['threads']} CPU thread(s)) on {config['train_frames']} synthetic
   frames from {scenes} scenes (pool, shallow and deep environments, {size}x{size} input, horizontal
   flips), with captions in the Table 1 format and per-patch object-centre and
-  class-coverage maps from the ground truth (docs/demo.md).{start}
+  class-coverage maps from the ground truth (docs/demo.md).{start}{augment}
 - Loads through the normal transformers classes: config.json, model.safetensors, tokenizer and
   processor files (own tokenizer trained with the `tokenizers` library).
 - Training: {result['seconds']:.0f} s on CPU; loss curve and settings in training.json.
@@ -1377,7 +1415,7 @@ used to judge real robots or real models.
 {header}
 {scores}{within}
 
-Target of the project: {target}: **{'met' if met else 'not met'}**.
+Target of the project: {target}: **{'met' if met else 'not met'}**.{robust}
 """
     path = Path(directory) / 'README.md'
     path.write_text(text)

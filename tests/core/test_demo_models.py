@@ -388,3 +388,17 @@ def test_a_transformed_training_frame_moves_its_maps_with_it():
         assert (maps[0, ..., 0] > 0)[white].all()
         moved += not np.array_equal(maps[0], coverage[0])
     assert moved, 'some compositions (zoom, rotation) must move the cells'
+
+
+def test_demo_blip_is_steadier_under_small_changes_than_under_large_ones(blip, heldout):
+    # Rand on 4 held-out frames (one per scene), 90 evaluations each. The shipped BLIP was fine-tuned
+    # with the relations as augmentation (issue 15); on these frames it violates at order 1 in 48 %
+    # of evaluations and at orders 1-3 in 55 % (the BLIP shipped before: 57 % and 76 %), more at
+    # orders 5-6. This guards that gain; the issue's targets (order 1 <= 45 % on 20 frames, median
+    # smallest violating f_trans >= 0.3) are not reached yet (docs/demo.md).
+    from metavlm_ros.core.training import robustness, robustness_frames
+
+    rates = robustness(blip, robustness_frames(heldout, 4), evaluations=90)['rate']['count']
+    assert rates[1] <= 0.50, rates
+    assert np.mean([rates[o] for o in (1, 2, 3)]) <= 0.60, rates
+    assert np.mean([rates[5], rates[6]]) > np.mean([rates[1], rates[2]]), rates
