@@ -321,7 +321,7 @@ def write_demo_report(
         lines.append(
             'The same frames searched with the same budget by NSGA-II (through the ROS nodes) and by '
             "Rand (the random baseline, in process); hypervolume of each search's non-dominated set "
-            '(higher is better, DESIGN 1.4).'
+            '(higher is better, docs/method.md §5).'
         )
         lines += ['', '| model | frame | NSGA-II | Rand |', '|---|---|---|---|']
         for model, algorithms in trade_off['hypervolume'].items():

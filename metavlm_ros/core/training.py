@@ -105,7 +105,7 @@ class TrainingConfig:
             what a camera model should shrug off. 0: none.
         augment_size: (width, height) the relations are applied at (16:9, as the footage).
         augment_magnitude: each augmenting relation's parameter deviates from nominal by a uniform
-            fraction in [0, augment_magnitude] of its maximum deviation (DESIGN 1.1).
+            fraction in [0, augment_magnitude] of its maximum deviation (docs/method.md §1).
         clip_presence_scale: fixed scale of the CLIP presence logits, scale * (cosine - centre) +
             class bias; a high scale lets the classes separate within a narrow cosine band.
         clip_cosine_centre / clip_cosine_band: the class-prompt cosines are kept within
