@@ -25,6 +25,20 @@ def can_mount_tmpfs() -> bool:
     return done.returncode == 0
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test whose ROS 2 tools are missing, or fail it where they are required (CI)."""
+    from tests.ros_tools import REQUIRE_ENV, ROS_TOOLS_DIR, missing
+
+    for marker in item.iter_markers('ros_tools'):
+        absent = missing(marker.args)
+        if not absent:
+            continue
+        reason = f'needs the ROS 2 tools {", ".join(absent)}: run tools/setup.sh with {ROS_TOOLS_DIR} present'
+        if os.environ.get(REQUIRE_ENV) == '1':
+            pytest.fail(f'{REQUIRE_ENV}=1 but this test {reason}', pytrace=False)
+        pytest.skip(reason)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)

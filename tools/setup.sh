@@ -12,4 +12,15 @@ fi
 # torch==2.13.0 is pinned in requirements.txt: it is the CPU build (an unpinned torch pulls CUDA).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+# The ROS 2 tools (ros2 launch/param/lifecycle, launch_testing, colcon, rosdep) for the tests that run the
+# package as a ROS user does. Their wheels are not on PyPI; where ../shared/ros-tools is absent those
+# tests skip, saying so.
+ROS_TOOLS=${METAVLM_ROS_TOOLS:-../shared/ros-tools}
+if [ -d "$ROS_TOOLS/wheels" ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "$ROS_TOOLS"/wheels/*.whl
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-ros-tools.txt
+  echo "ROS 2 tools installed from $ROS_TOOLS"
+else
+  echo "no $ROS_TOOLS: the tests that need ros2 launch, launch_testing, colcon or rosdep will skip"
+fi
 echo "metavlm_ros is set up in .venv ($(.venv/bin/python --version))"
