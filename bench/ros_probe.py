@@ -138,6 +138,8 @@ def start_perception(args: argparse.Namespace) -> subprocess.Popen:
         'metavlm_ros.ros.perception_node',
         '--ros-args',
         '-p',
+        'autostart:=true',
+        '-p',
         f'backend:={args.backend}',
         '-p',
         f'model:={args.model}',
@@ -252,6 +254,7 @@ def throughput(args: argparse.Namespace, node, perception: subprocess.Popen) -> 
 def camera_run(args: argparse.Namespace, context, executor) -> None:
     from rclpy.parameter import Parameter
 
+    from metavlm_ros.ros.managed import bring_up
     from metavlm_ros.ros.tester_node import TesterNode
 
     results = tempfile.mkdtemp(prefix='metavlm-bench-')
@@ -269,6 +272,7 @@ def camera_run(args: argparse.Namespace, context, executor) -> None:
     tester = TesterNode(
         context=context, parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()]
     )
+    bring_up(tester)
     executor.add_node(tester)
     camera = subprocess.Popen(
         [sys.executable, __file__, '--role', 'camera', '--frame-size', args.frame_size,

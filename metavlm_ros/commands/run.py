@@ -261,7 +261,10 @@ def run_nodes(
     from rclpy.context import Context
     from rclpy.executors import MultiThreadedExecutor
     from rclpy.qos import qos_profile_sensor_data
+    from rclpy.signals import SignalHandlerOptions
     from sensor_msgs.msg import CompressedImage, Image
+
+    from metavlm_ros.ros.managed import bring_up, shut_down
 
     say = log or (lambda _line: None)
     if duration is not None and not duration > 0:
@@ -294,7 +297,13 @@ def run_nodes(
         path = _write_ros_file(nodes, Path(tmp))
         context = Context()
         try:
-            rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
+            # rclpy's SIGINT handler would invalidate the context at once, and the running search could
+            # not publish nor finish: Ctrl-C raises KeyboardInterrupt here, and `finally` shuts down.
+            rclpy.init(
+                args=['--ros-args', '--params-file', str(path)],
+                context=context,
+                signal_handler_options=SignalHandlerOptions.NO,
+            )
         except Exception as exc:  # rcl's parser reports a bad file as RCLError, with a long text
             raise ParameterError(f'parameter file refused: {str(exc).splitlines()[0]}') from None
         created: list[Any] = []
@@ -317,6 +326,9 @@ def run_nodes(
                 'image/compressed' if compressed else 'image',
                 qos_profile_sensor_data,
             )
+            # Both are managed nodes: configure (load the model, open the results), then activate.
+            for node in reversed(created[:-1]):
+                bring_up(node)
             executor = MultiThreadedExecutor(num_threads=4, context=context)
             for node in created:
                 executor.add_node(node)
@@ -380,7 +392,9 @@ def run_nodes(
                 time.sleep(0.05)
         finally:
             if created:
-                created[0].stop()  # the search worker first: it may be waiting on probe replies
+                # The tester first, while the executor still delivers probe replies: its running
+                # search stops after its generation and writes its summary.
+                shut_down(created[0])
             if spinner is not None:
                 spinning.clear()
                 spinner.join(5.0)
@@ -390,6 +404,8 @@ def run_nodes(
             if executor is not None:
                 executor.shutdown(timeout_sec=5.0)
             summary = _summary(created[0], published, started) if created else None
+            for node in created[1:-1]:
+                shut_down(node)  # the perception node: its worker ends, the model is freed
             for node in reversed(created):
                 node.destroy_node()
             rclpy.try_shutdown(context=context)

@@ -7,6 +7,7 @@ __all__ = [
     'ModelError',
     'ParameterError',
     'ResultsError',
+    'SearchInterrupted',
     'StorageError',
 ]
 
@@ -37,3 +38,10 @@ class StorageError(MetaVLMError):
 
 class ResultsError(MetaVLMError):
     """Results on disk that are damaged, or that belong to another search than the one asked for."""
+
+
+class SearchInterrupted(MetaVLMError):
+    """Raised by a backend whose caller is ending the search (a node shutting down) mid-generation.
+
+    `run_search` drops the generation in progress and finishes the search with what it recorded.
+    """

@@ -22,7 +22,7 @@ from pymoo.problems.static import StaticProblem
 from pymoo.util.display.multi import MultiObjectiveOutput
 
 from metavlm_ros.core.encoding import N_RELATIONS, N_VAR, Composition, SearchSpace, decode
-from metavlm_ros.core.errors import InputError, ModelError, ParameterError
+from metavlm_ros.core.errors import InputError, ModelError, ParameterError, SearchInterrupted
 from metavlm_ros.core.frames import parse_working_size, resize_longer_side, working_size_for
 from metavlm_ros.core.metrics import (
     DEFAULT_THRESHOLDS,
@@ -267,7 +267,8 @@ def run_search(
 
     Args:
         frame: the source frame, RGB uint8.
-        backend: the VLM; `predict` is called once for the source and once per generation.
+        backend: the VLM; `predict` is called once for the source and once per generation; it may raise
+            SearchInterrupted to end the search (the generation in progress is dropped, the rest finished).
         config: algorithm, budget, seed, search space, thresholds, working size.
         image_id: the name recorded with every evaluation.
         store: where evaluations, the non-dominated set and the summary are appended (flushed).
@@ -319,7 +320,11 @@ def run_search(
             progress(len(batch))
 
     xl, xu = _bounds(config.space)
-    _drive(judge, config, xl, xu, record, should_stop, result)
+    try:
+        _drive(judge, config, xl, xu, record, should_stop, result)
+    except SearchInterrupted:
+        # The caller cut the generation in progress short: it is not recorded, the rest is finished.
+        result.stopped = True
 
     _finish(result, judge, backend, store, extra, started)
     return result

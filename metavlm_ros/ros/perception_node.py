@@ -1,7 +1,8 @@
-"""The perception node (`metavlm_perception`): runs the VLM on camera frames and on the tester's probes."""
+"""The perception node (`metavlm_perception`): a managed node running the VLM on camera frames and probes."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -9,17 +10,16 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
-from rclpy.node import Node
+from rclpy.clock import Clock, ClockType
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
-from metavlm_ros.core.errors import InputError, MetaVLMError, ParameterError
+from metavlm_ros.core.errors import InputError, ParameterError
 from metavlm_ros.core.vlm import BACKENDS, CLASSES, VLMBackend, create_backend
 from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
+from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import PROBE_QOS, LatencyStats
 
@@ -34,6 +34,9 @@ MAX_PENDING_PROBES = 4096
 WARN_PERIOD_S = 5.0
 DIAGNOSTICS_PERIOD_S = 1.0
 DIAGNOSTIC_STATUS = 'metavlm_perception: model'
+# At shutdown, how long probes already received are still answered, so that the tester's last
+# generation completes and is recorded instead of being dropped.
+DRAIN_S = 2.0
 
 
 @dataclass
@@ -59,24 +62,26 @@ class PerceptionCounters:
     downscaled: int = 0
 
 
-class PerceptionNode(Node):
+class PerceptionNode(ManagedNode):
     """Judges camera frames (latest wins) and micro-batched probe frames with one VLM backend.
 
-    Inference runs on a worker thread, never in a callback, so parameter services and subscriptions
-    stay responsive while the model works.
+    A managed node: `configure` loads the model and creates the publishers, `activate` subscribes to
+    the camera and the probes, `deactivate` unsubscribes (the tester sees the probe topic unmatched
+    and waits), `cleanup` frees the model, `shutdown` answers the probes already received (at most
+    DRAIN_S) and then ends. Inference runs on a worker thread, never in a callback, so parameter and
+    lifecycle services and subscriptions stay responsive while the model works.
     """
 
     def __init__(self, *, backend: VLMBackend | None = None, **node_kwargs: Any) -> None:
-        """Declare parameters, build the backend (unless one is given), then topics and the worker.
+        """Declare and check the parameters; the node starts unconfigured (`bring_up` or a launch file).
 
         Args:
-            backend: an already loaded backend to use instead of building one from the parameters
-                (one model shared by nodes in one process, or tests).
-            **node_kwargs: passed to rclpy.node.Node (context, namespace, parameter_overrides, ...).
+            backend: an already loaded backend to use instead of building one at configure (one
+                model shared by nodes in one process, or tests).
+            **node_kwargs: passed to rclpy's LifecycleNode (context, namespace, parameter_overrides, ...).
 
         Raises:
             ParameterError: an invalid parameter value at start.
-            ModelError: the model cannot be loaded.
         """
         super().__init__(NODE_NAME, **node_kwargs)
         self.counters = PerceptionCounters()
@@ -84,34 +89,105 @@ class PerceptionNode(Node):
         self._camera: _Pending | None = None
         self._probes: deque[_Pending] = deque()
         self._stopping = False
+        self._judging = False  # the worker holds a batch
         self._worker: threading.Thread | None = None
+        self._given_backend = backend
+        self.backend: VLMBackend | None = None
+        self.prediction_pub: Any = None
+        self.probe_prediction_pub: Any = None
+        self.diagnostics_pub: Any = None
+        self._subscriptions_active: list[Any] = []
         try:
             self._declare_parameters()
-            self.backend = backend if backend is not None else self._create_backend()
         except BaseException:
             super().destroy_node()  # a node that failed to start must not linger in its context
             raise
 
         self.latency = LatencyStats()
         self._reported = PerceptionCounters()  # the counters at the previous /diagnostics
+        self._made: list[Any] = []  # the configured node's publishers and timer
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def _configure(self) -> None:
+        """Load the model (ModelError fails the transition), create the publishers, start the worker."""
+        self.backend = self._given_backend if self._given_backend is not None else self._create_backend()
         self.prediction_pub = self.create_publisher(DiagnosticArray, 'prediction', RESULT_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
         self.probe_prediction_pub = self.create_publisher(DiagnosticArray, 'probe/prediction', PROBE_QOS)
-        if self._rules.value('image_transport') == 'compressed':
-            self.create_subscription(
-                CompressedImage, 'image/compressed', self._on_camera, qos_profile_sensor_data
-            )
-        else:
-            self.create_subscription(Image, 'image', self._on_camera, qos_profile_sensor_data)
-        self.create_subscription(Image, 'probe', self._on_probe, PROBE_QOS)
-        self.create_timer(DIAGNOSTICS_PERIOD_S, self.publish_diagnostics)
-
+        self._made = [
+            self.prediction_pub,
+            self.diagnostics_pub,
+            self.probe_prediction_pub,
+            # The steady clock: with use_sim_time a stopped /clock must not stop /diagnostics.
+            self.create_timer(
+                DIAGNOSTICS_PERIOD_S, self.publish_diagnostics, clock=Clock(clock_type=ClockType.STEADY_TIME)
+            ),
+        ]
+        self._stopping = False
         self._worker = threading.Thread(target=self._work, name='metavlm-perception', daemon=True)
         self._worker.start()
         self.get_logger().info(
-            f'{self.backend.name or "model"} {self.backend.model_id!r} ready ({self.backend.kind}); '
+            f'{self.backend.name or "model"} {self.backend.model_id!r} loaded ({self.backend.kind}); '
             f'classes {", ".join(self.backend.classes)}'
         )
+
+    def _activate(self) -> None:
+        if self._rules.value('image_transport') == 'compressed':
+            camera = self.create_subscription(
+                CompressedImage, 'image/compressed', self._on_camera, qos_profile_sensor_data
+            )
+        else:
+            camera = self.create_subscription(Image, 'image', self._on_camera, qos_profile_sensor_data)
+        probe = self.create_subscription(Image, 'probe', self._on_probe, PROBE_QOS)
+        self._subscriptions_active = [camera, probe]
+        self.get_logger().info('active: judging camera frames and probes')
+
+    def _deactivate(self) -> None:
+        for subscription in self._subscriptions_active:
+            self.destroy_subscription(subscription)
+        self._subscriptions_active = []
+        with self._cond:
+            self._camera = None
+        self.get_logger().info('inactive: camera and probe topics unsubscribed')
+
+    def _cleanup(self) -> None:
+        self._drain(DRAIN_S)
+        self._stop_worker()
+        for entity in self._made:
+            if hasattr(entity, 'cancel'):
+                self.destroy_timer(entity)
+            else:
+                self.destroy_publisher(entity)
+        self._made = []
+        self.prediction_pub = self.probe_prediction_pub = self.diagnostics_pub = None
+        with self._cond:
+            self._probes.clear()
+            self._camera = None
+        self.backend = None  # the model's memory goes with the last reference
+        gc.collect()
+        self.get_logger().info('model freed')
+
+    def _drain(self, timeout_s: float) -> None:
+        """Let the worker answer the probes already queued, for at most `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._camera = None
+            while (self._probes or self._judging) and self._worker is not None and self._worker.is_alive():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(min(remaining, 0.05))
+
+    def _stop_worker(self) -> None:
+        """Stop the worker (after the model call in progress, if any)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        worker = self._worker
+        if worker is not None and worker.is_alive() and threading.current_thread() is not worker:
+            worker.join()
+        self._worker = None
 
     # -- parameters --------------------------------------------------------------------------------
 
@@ -242,8 +318,10 @@ class PerceptionNode(Node):
                 if self._stopping:
                     return None
                 count = min(self._max_batch, len(self._probes))
+                self._judging = True
                 return [self._probes.popleft() for _ in range(count)], True
             pending, self._camera = self._camera, None
+            self._judging = True
             return [pending], False
 
     def _work(self) -> None:
@@ -260,6 +338,10 @@ class PerceptionNode(Node):
                 if self._stopping or not self.context.ok():
                     return
                 self.get_logger().error(f'perception worker: {type(exc).__name__}: {exc}')
+            finally:
+                with self._cond:
+                    self._judging = False
+                    self._cond.notify_all()
 
     def _judge(self, batch: list[_Pending], publisher: Any, is_probe: bool) -> None:
         frames, kept = [], []
@@ -366,7 +448,7 @@ class PerceptionNode(Node):
         array.status = [self.diagnostics()]
         self.diagnostics_pub.publish(array)
 
-    # -- lifecycle ----------------------------------------------------------------------------------
+    # -- state ------------------------------------------------------------------------------------------
 
     def pending(self) -> int:
         """Frames waiting for the model (probes plus the camera slot)."""
@@ -375,12 +457,7 @@ class PerceptionNode(Node):
 
     def destroy_node(self) -> None:
         """Stop the worker (after the model call in progress, if any) and destroy the node."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        worker = self._worker
-        if worker is not None and worker.is_alive() and threading.current_thread() is not worker:
-            worker.join()
+        self._stop_worker()
         super().destroy_node()
 
 
@@ -397,26 +474,12 @@ def _distinct(classes: Any) -> str | None:
 
 
 def main(args: list[str] | None = None) -> int:
-    """Run the perception node until interrupted; returns 1 on a bad parameter or model."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = PerceptionNode()
-        rclpy.spin(node)
-    except MetaVLMError as exc:
-        print(f'{NODE_NAME}: error: {exc}', file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        if rclpy.ok():
-            raise
-        # Interrupted while the model was loading: the context went away under the constructor.
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    """Run the perception node until SIGINT, SIGTERM or its shutdown transition.
+
+    It starts unconfigured, as managed nodes do: the launch files configure and activate it, or
+    `ros2 lifecycle set /metavlm_perception configure` (then `activate`). Returns 1 on a bad parameter.
+    """
+    return run_managed(PerceptionNode, NODE_NAME, args)
 
 
 if __name__ == '__main__':

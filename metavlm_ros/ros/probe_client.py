@@ -14,7 +14,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import Image
 
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.core.errors import ParameterError, SearchInterrupted
 from metavlm_ros.core.frames import resize_longer_side
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend
 from metavlm_ros.ros.conversions import array_to_prediction, refusal_of, rgb_to_image_msg, stamp_to_ns
@@ -30,8 +30,8 @@ PROBE_QOS = QoSProfile(
 )
 
 
-class ProbesReleased(RuntimeError):
-    """The probe endpoint was released (shutdown) while a caller waited for answers."""
+class ProbesReleased(SearchInterrupted):
+    """The probe endpoint was released (stop, deactivate, shutdown) while a caller waited for answers."""
 
 
 class TransportSizeBackend(VLMBackend):
@@ -271,6 +271,11 @@ class RosProbeBackend(VLMBackend):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def reopen(self) -> None:
+        """Accept callers again after `release()` (the tester was deactivated, then activated)."""
+        with self._cond:
+            self._closed = False
 
     def close(self) -> None:
         """Release waiting callers and drop the probe topics."""

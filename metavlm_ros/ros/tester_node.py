@@ -1,7 +1,8 @@
-"""The tester node (`metavlm_tester`): searches camera frames for violations and publishes them."""
+"""The tester node (`metavlm_tester`): a managed node that searches camera frames for violations."""
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import sys
@@ -13,12 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
-from rclpy.node import Node
+from rclpy.clock import Clock, ClockType
 from rclpy.parameter import Parameter
 from rclpy.qos import (
     QoSDurabilityPolicy,
@@ -28,6 +27,7 @@ from rclpy.qos import (
     qos_profile_sensor_data,
 )
 from sensor_msgs.msg import CompressedImage, Image
+from std_srvs.srv import Trigger
 
 from metavlm_ros.core.encoding import SearchSpace
 from metavlm_ros.core.errors import InputError, MetaVLMError, ParameterError
@@ -47,6 +47,7 @@ from metavlm_ros.core.search import (
 )
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend, create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
+from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend, TransportSizeBackend
 from metavlm_ros.ros.visualisation import violation_image
@@ -71,8 +72,12 @@ TRANSPORTS = ('raw', 'compressed')
 # Consecutive probe rounds with no answer at all after which a search is given up (its results are
 # kept) and the tester waits for the perception node instead of recording failure after failure.
 FAILED_ROUNDS_TO_PAUSE = 3
-# How long a stopping tester lets the generation in progress finish before it abandons its probes.
-STOP_GRACE_S = 5.0
+# How long a stopping tester lets the generation in progress finish before it abandons its probes
+# (then drops that generation and finishes the search with what it recorded). With the wait for the
+# search's last records, a stop stays inside the 5 s `ros2 launch` allows between SIGINT and SIGTERM.
+STOP_GRACE_S = 2.5
+# After the probes are abandoned: the most a stop waits for the summary and Pareto records.
+FINISH_WAIT_S = 2.0
 # Least seconds between two warnings about unreadable camera frames (a broken camera sends many).
 WARN_PERIOD_S = 5.0
 MIB = 1024 * 1024
@@ -377,26 +382,32 @@ class _Job:
         self.violation_pngs = 0  # follow-up PNGs written for this search's published violations
         # Added to every stored record of this search.
         self.extra = {'source_stamp': stamp_ns, 'endpoint': settings.endpoint}
+        self.stop_reason = ''  # set when asked to stop (stop_search service, deactivate, shutdown)
 
 
-class TesterNode(Node):
+class TesterNode(ManagedNode):
     """Searches camera frames for violations, one search at a time, and publishes what it finds.
 
-    The camera callback only keeps the newest message in a one-slot buffer (older unsearched frames
-    are counted as dropped); a timer hands it to a worker thread at most every `frame_period_s`; the
-    worker runs `core.search.run_search`, whose results are stored before anything is published.
+    A managed node: `configure` builds the endpoint (the probe topics, or loads the inprocess model)
+    and opens the results; `activate` subscribes to the camera and starts testing; `deactivate`
+    unsubscribes and stops the running search after its current generation (its summary is
+    written); `cleanup` closes the results and frees the model; `shutdown` does what is needed of
+    both. The camera callback only keeps the newest message in a one-slot buffer (older unsearched
+    frames are counted as dropped); a timer hands it to a worker thread at most every
+    `frame_period_s`; the worker runs `core.search.run_search`, whose results are stored before
+    anything is published. Services `~/search_now` and `~/stop_search` (std_srvs/Trigger) search the
+    newest frame at once and stop the running search.
     """
 
     def __init__(self, *, backend: VLMBackend | None = None, **kwargs: Any) -> None:
-        """Declare and validate the parameters, then build the endpoint, topics, timers and worker.
+        """Declare and validate the parameters; the node starts unconfigured (`bring_up` or a launch file).
 
         Args:
-            backend: a ready model for the inprocess endpoint (instead of loading `model`).
-            **kwargs: passed to rclpy's Node (context, parameter_overrides, namespace, ...).
+            backend: a ready model for the inprocess endpoint (instead of loading `model` at configure).
+            **kwargs: passed to rclpy's LifecycleNode (context, parameter_overrides, namespace, ...).
 
         Raises:
             ParameterError: a parameter is invalid (the message names it and says why).
-            ModelError: the inprocess endpoint's model cannot be loaded.
         """
         super().__init__(NODE_NAME, **kwargs)
         self._given_backend = backend
@@ -430,9 +441,10 @@ class TesterNode(Node):
         self._disk_low = False
         self._stopped_for_disk = False
         self.camera_callback_max_s = 0.0
-        self.state = 'waiting for frames'
+        self.state = 'unconfigured'
 
         self._slot: Any = None
+        self._latest: Any = None  # the newest camera message, for ~/search_now
         self._job: _Job | None = None
         self._busy = False
         self._last_start = -math.inf
@@ -441,14 +453,53 @@ class TesterNode(Node):
         self._pending: tuple[Any, TesterSettings] | None = None
         self._store: ResultsStore | None = None
         self._violations_file: Any = None
-
-        try:
-            self.backend = self._make_backend(self.settings)
-        except BaseException:
-            super().destroy_node()
-            raise
+        self._worker: threading.Thread | None = None
+        self.backend: TransportSizeBackend | None = None
+        self.probe: RosProbeBackend | None = None
+        self._camera: Any = None
+        self._made: list[Any] = []  # publishers and timers of the configured node
+        # Timers run on the steady clock: with use_sim_time a stopped /clock (a bag that ended) must
+        # not stop the scheduling nor /diagnostics.
+        self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._camera_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
+        services = MutuallyExclusiveCallbackGroup()
+        self.create_service(Trigger, '~/search_now', self._on_search_now, callback_group=services)
+        self.create_service(Trigger, '~/stop_search', self._on_stop_search, callback_group=services)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def _configure(self) -> None:
+        settings = self.settings
+        self.backend = self._make_backend(settings)
+        try:
+            self._results(settings.results_dir)
+        except OSError as exc:
+            self._release_backend()
+            raise InputError(
+                f'parameter results_dir: cannot write to {settings.results_dir} ({exc})'
+            ) from None
+        self.violations_pub = self.create_publisher(DiagnosticArray, 'violations', RESULT_QOS)
+        self.violation_image_pub = self.create_publisher(Image, 'violation_image', RESULT_QOS)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
+        self._made = [
+            self.violations_pub,
+            self.violation_image_pub,
+            self.diagnostics_pub,
+            self.create_timer(0.05, self._schedule, callback_group=self._timer_group, clock=self._steady),
+            self.create_timer(
+                1.0, self.publish_diagnostics, callback_group=self._timer_group, clock=self._steady
+            ),
+        ]
+        self._stopping.clear()
+        self._worker = threading.Thread(target=self._work, name='metavlm-search', daemon=True)
+        self._worker.start()
+        self.state = 'inactive'
+        self.get_logger().info(f'configured: {settings.endpoint} endpoint, results in {settings.results_dir}')
+
+    def _activate(self) -> None:
+        if self.probe is not None:
+            self.probe.reopen()
         if self.settings.image_transport == 'compressed':
             self._camera = self.create_subscription(
                 CompressedImage,
@@ -461,18 +512,103 @@ class TesterNode(Node):
             self._camera = self.create_subscription(
                 Image, 'image', self._on_camera, qos_profile_sensor_data, callback_group=self._camera_group
             )
-        self.violations_pub = self.create_publisher(DiagnosticArray, 'violations', RESULT_QOS)
-        self.violation_image_pub = self.create_publisher(Image, 'violation_image', RESULT_QOS)
-        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
-        self._schedule_timer = self.create_timer(0.05, self._schedule, callback_group=self._timer_group)
-        self._diagnostics_timer = self.create_timer(
-            1.0, self.publish_diagnostics, callback_group=self._timer_group
-        )
-        self._worker = threading.Thread(target=self._work, name='metavlm-search', daemon=True)
-        self._worker.start()
-        self.get_logger().info(
-            f'testing through the {self.settings.endpoint} endpoint; results in {self.settings.results_dir}'
-        )
+        self.state = 'waiting for frames'
+        self.get_logger().info('active: testing camera frames')
+
+    def _deactivate(self) -> None:
+        if self._camera is not None:
+            self.destroy_subscription(self._camera)
+            self._camera = None
+        with self._lock:
+            self._slot = None
+        reason = 'shutting down' if self.shutting_down else 'deactivated'
+        self.stop_search(reason)
+        self.state = 'inactive'
+        self.get_logger().info('inactive: camera unsubscribed, no search runs')
+
+    def _cleanup(self) -> None:
+        self._stopping.set()
+        with self._wake:
+            self._wake.notify_all()
+        if self._worker is not None:
+            self._worker.join(FINISH_WAIT_S)
+            if self._worker.is_alive():
+                self.get_logger().warning('the search worker is still busy; cleaned up without it')
+            self._worker = None
+        if self._store is not None:
+            self._store.close()
+            self._violations_file.close()
+            self._store = None
+        for entity in self._made:
+            if hasattr(entity, 'cancel'):
+                self.destroy_timer(entity)
+            else:
+                self.destroy_publisher(entity)
+        self._made = []
+        self._release_backend()
+        self.state = 'unconfigured'
+
+    def _release_backend(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
+            self.probe = None
+        self.backend = None  # an inprocess model's memory goes with the last reference
+        gc.collect()
+
+    # -- services -----------------------------------------------------------------------------------
+
+    def _on_search_now(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            if not self.active:
+                response.success, response.message = False, f'not active ({self.state})'
+            elif self._busy:
+                job = self._job
+                response.success = False
+                response.message = f'a search is running ({job.image_id if job else "starting"})'
+            elif self._slot is None and self._latest is None:
+                response.success, response.message = False, 'no camera frame received yet'
+            else:
+                if self._slot is None:
+                    self._slot = self._latest
+                self._last_start = -math.inf  # frame_period_s does not hold this one back
+                response.success = True
+                response.message = f'searching the frame of {stamp_to_ns(self._slot.header.stamp)} ns'
+        return response
+
+    def _on_stop_search(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        job = self._job
+        if job is None:
+            response.success, response.message = False, 'no search is running'
+        else:
+            job.stop_reason = job.stop_reason or 'asked to stop (~/stop_search)'
+            response.success = True
+            response.message = f'the search of {job.image_id} stops after its current generation'
+        return response
+
+    def stop_search(self, reason: str, grace_s: float = STOP_GRACE_S) -> bool:
+        """Stop the running search after its current generation; its records and summary are kept.
+
+        The generation in progress gets `grace_s` to finish; then its probes are abandoned (it is
+        not recorded) and the search finishes with what it has. Returns whether no search runs.
+        """
+        with self._lock:
+            job = self._job
+            if job is not None and not job.stop_reason:
+                job.stop_reason = reason
+            with self._wake:
+                if self._pending is not None:
+                    self._pending = None
+                    self._busy = False
+        if not self._wait_idle(grace_s) and self.probe is not None:
+            self.probe.release()
+            self._wait_idle(FINISH_WAIT_S)
+        return not self._busy
+
+    def _wait_idle(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not self._busy
 
     # -- parameters -----------------------------------------------------------------------------
 
@@ -551,11 +687,12 @@ class TesterNode(Node):
             if self._slot is not None:
                 self.frames_dropped += 1
             self._slot = msg
+            self._latest = msg
         self.camera_callback_max_s = max(self.camera_callback_max_s, time.perf_counter() - started)
 
     def _schedule(self) -> None:
         with self._lock:
-            if self._busy or self._slot is None or self._stopping.is_set():
+            if self._busy or self._slot is None or self._stopping.is_set() or not self.active:
                 return
             settings = self.settings
             if time.monotonic() - self._last_start < settings.frame_period_s:
@@ -593,12 +730,9 @@ class TesterNode(Node):
             try:
                 self._search(*job)
             except ProbesReleased:
-                # Shutdown cut the generation in progress short: it is not recorded; the rest is kept.
-                self.searches_stopped += 1
-                self.state = 'search stopped: shutting down'
-                self.get_logger().info(
-                    'search stopped by shutdown; the generation in progress was not recorded'
-                )
+                # Stopped while the source frame was being judged: nothing of this search was recorded.
+                self.state = 'search stopped before it began'
+                self.get_logger().info('search stopped before its source frame was judged; nothing recorded')
             except MetaVLMError as exc:
                 self._error(str(exc))
                 self.get_logger().error(f'search failed: {exc}')
@@ -668,9 +802,9 @@ class TesterNode(Node):
         self._finish(result, job)
 
     def _should_stop(self) -> bool:
-        if self._stopping.is_set():
-            return True
         job = self._job
+        if self._stopping.is_set() or not self.active or (job is not None and job.stop_reason):
+            return True
         if job is not None and self._check_disk(job.settings):
             self._stopped_for_disk = True
             return True
@@ -707,14 +841,16 @@ class TesterNode(Node):
         self.last_rate = len(result.evaluations) / max(result.seconds, 1e-9)
         if result.stopped:
             self.searches_stopped += 1
-            if self._stopping.is_set():
-                reason = 'shutting down'
+            if job.stop_reason:
+                reason = job.stop_reason
             elif self._stopped_for_disk:
                 reason = 'the results disk fell below min_free_disk_mb'
             else:
                 reason = 'the perception node stopped answering'
             self.state = 'search stopped: ' + reason
-            self.get_logger().warning(
+            # A stop that was asked for is news, not a problem; the other two are.
+            log = self.get_logger().info if job.stop_reason else self.get_logger().warning
+            log(
                 f'search of {job.image_id} stopped after {len(result.evaluations)} evaluations ({reason}); '
                 'its results are kept'
             )
@@ -853,29 +989,11 @@ class TesterNode(Node):
         array.status = [self.diagnostics()]
         self.diagnostics_pub.publish(array)
 
-    # -- shutdown -------------------------------------------------------------------------------------
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the worker: a running search ends after its current generation; results are kept.
-
-        The generation in progress is given a few seconds to finish, so that a shutdown does not
-        record its evaluations as failed; only then are waiting probes released.
-        """
-        self._stopping.set()
-        with self._wake:
-            self._wake.notify_all()
-        self._worker.join(min(STOP_GRACE_S, timeout_s))
-        if self._worker.is_alive() and self.probe is not None:
-            self.probe.release()
-            self._worker.join(timeout_s)
-        if self._store is not None and not self._worker.is_alive():
-            self._store.close()
-            self._violations_file.close()
-            self._store = None
-
     def destroy_node(self) -> None:
-        """Stop the search worker, then destroy the node."""
-        self.stop()
+        """Stop the search worker (if the node was not shut down first), then destroy the node."""
+        if not self.finalized and self._worker is not None:
+            self.stop_search('the node is destroyed')
+            self._cleanup()
         super().destroy_node()
 
 
@@ -890,25 +1008,13 @@ def _safe(name: str) -> str:
 
 
 def main(args: list[str] | None = None) -> int:
-    """Run the tester node until interrupted; invalid parameters: a one-line error and exit code 1."""
-    rclpy.init(args=args)
-    try:
-        node = TesterNode()
-    except MetaVLMError as exc:
-        print(f'{NODE_NAME}: error: {exc}', file=sys.stderr)
-        rclpy.try_shutdown()
-        return 1
-    executor = MultiThreadedExecutor(num_threads=4)
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    """Run the tester node until SIGINT, SIGTERM or its shutdown transition.
+
+    It starts unconfigured, as managed nodes do: the launch files configure and activate it, or
+    `ros2 lifecycle set /metavlm_tester configure` (then `activate`). Invalid parameters: a one-line
+    error and exit code 1.
+    """
+    return run_managed(TesterNode, NODE_NAME, args)
 
 
 if __name__ == '__main__':

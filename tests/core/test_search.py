@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from metavlm_ros.core.encoding import SearchSpace, decode
-from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.core.errors import InputError, ParameterError, SearchInterrupted
 from metavlm_ros.core.metrics import hypervolume, non_dominated
 from metavlm_ros.core.relations import apply_composition
 from metavlm_ros.core.results import ResultsStore, free_disk_bytes, read_jsonl
@@ -367,3 +367,30 @@ def test_tiny_clip_search_end_to_end(tiny_clip_dir, frame):
     assert len(result.evaluations) == 24
     assert result.source.kind == 'confidence' and set(result.source.values) == set(backend.classes)
     assert 0.0 <= result.hypervolume <= 1.0
+
+
+class _InterruptedAt(ImageStatsBackend):
+    """Raises SearchInterrupted on its n-th model call, as a node's probe endpoint does at shutdown."""
+
+    def __init__(self, call: int):
+        super().__init__()
+        self.call = call
+
+    def predict(self, frames):
+        if len(self.calls) + 1 == self.call:
+            raise SearchInterrupted('shutting down')
+        return super().predict(frames)
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_an_interrupted_generation_is_dropped_and_the_search_finished(algorithm, tmp_path, frame):
+    config = SearchConfig(algorithm=algorithm, population=10, evaluations=100, seed=4)
+    # call 1: the source; calls 2, 3: generations 0 and 1; call 4 (generation 2) is interrupted
+    with ResultsStore(tmp_path / 'out') as store:
+        result = run_search(frame, _InterruptedAt(4), config, image_id='f', store=store)
+    assert result.stopped
+    assert len(result.evaluations) == 20
+    assert len(read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')) == 20
+    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
+    assert summary['stopped'] is True and summary['evaluations'] == 20
+    assert len(read_jsonl(tmp_path / 'out' / 'pareto.jsonl')) == len(result.pareto) > 0

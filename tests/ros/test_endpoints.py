@@ -12,6 +12,7 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
 from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.perception_node import PerceptionNode
 from metavlm_ros.ros.probe_client import PROBE_QOS
 from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
@@ -43,9 +44,11 @@ def search_once(tmp_path, endpoint, tiny_clip_dir):
         if endpoint == 'ros':
             model = [Parameter('model', value=str(tiny_clip_dir)), Parameter('device', value='cpu')]
             nodes.append(PerceptionNode(context=context, parameter_overrides=model))
+            bring_up(nodes[-1])
         tester = MetaVLMTester(
             context=context, parameter_overrides=node_parameters(results, endpoint, tiny_clip_dir)
         )
+        bring_up(tester)
         camera = CameraPublisher(context)
         probes = TopicCollector(context, 'probe', Image, PROBE_QOS, name='probe_sink')
         nodes += [tester, camera, probes]
@@ -93,6 +96,8 @@ def start_perception(tiny_clip_dir):
             'metavlm_ros.ros.perception_node',
             '--ros-args',
             '-p',
+            'autostart:=true',
+            '-p',
             f'model:={tiny_clip_dir}',
             '-p',
             'device:=cpu',
@@ -118,6 +123,7 @@ def test_tester_waits_for_survives_and_resumes_with_a_restarted_perception_node(
                 results, 'ros', tiny_clip_dir, evaluations=6000, probe_timeout_s=0.4
             ),
         )
+        bring_up(tester)
         camera = CameraPublisher(context)
         diagnostics = TopicCollector(context, '/diagnostics', DiagnosticArray, name='diagnostics_sink')
         executor = SingleThreadedExecutor(context=context)

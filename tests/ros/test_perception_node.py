@@ -22,6 +22,7 @@ from metavlm_ros.ros.conversions import (
     refusal_of,
     stamp_to_ns,
 )
+from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.perception_node import PROBE_QOS, PerceptionNode, main
 from metavlm_ros.ros.probe_client import RosProbeBackend
 from tests.conftest import make_frame
@@ -68,9 +69,11 @@ def test_camera_frames_get_predictions_with_the_design_fields(tiny_clip_dir, cli
     expected = clip.predict([frame])[0]
     with ros_context() as context:
         node = PerceptionNode(context=context, parameter_overrides=overrides(tiny_clip_dir))
+        bring_up(node)
         camera = CameraPublisher(context)
         results = TopicCollector(context, 'prediction', DiagnosticArray)
         nodes = [node, camera, results]
+        worker = node._worker
         try:
             wait_for(lambda: node.count_publishers('image') > 0, 5, nodes, 'camera discovery')
             wait_for(lambda: node.prediction_pub.get_subscription_count() > 0, 5, nodes, 'the collector')
@@ -101,7 +104,7 @@ def test_camera_frames_get_predictions_with_the_design_fields(tiny_clip_dir, cli
         finally:
             for n in nodes:
                 n.destroy_node()
-        assert not node._worker.is_alive()
+        assert not worker.is_alive()
 
 
 def test_probes_are_micro_batched_and_answered_with_their_stamps(tiny_clip_dir, clip):
@@ -114,6 +117,7 @@ def test_probes_are_micro_batched_and_answered_with_their_stamps(tiny_clip_dir, 
             backend=counting,
             parameter_overrides=overrides(tiny_clip_dir, max_batch=16, batch_wait_ms=300),
         )
+        bring_up(node)
         tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
         replies = TopicCollector(context, 'probe/prediction', DiagnosticArray, PROBE_QOS)
         nodes = [node, tester, replies]
@@ -149,6 +153,7 @@ def test_latest_camera_frame_wins_while_the_model_is_busy(tiny_clip_dir, clip):
     blocking = CountingBackend(clip, gate)
     with ros_context() as context:
         node = PerceptionNode(context=context, backend=blocking, parameter_overrides=overrides(tiny_clip_dir))
+        bring_up(node)
         camera = CameraPublisher(context)
         results = TopicCollector(context, 'prediction', DiagnosticArray)
         nodes = [node, camera, results]
@@ -189,6 +194,7 @@ def test_a_failing_model_call_is_counted_and_the_node_goes_on(tiny_clip_dir):
         node = PerceptionNode(
             context=context, backend=FailingBackend(), parameter_overrides=overrides(tiny_clip_dir)
         )
+        bring_up(node)
         tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
         nodes = [node, tester]
         try:
@@ -206,6 +212,7 @@ def test_a_failing_model_call_is_counted_and_the_node_goes_on(tiny_clip_dir):
 def test_parameters_are_refused_at_run_time_with_a_reason(tiny_clip_dir, clip):
     with ros_context() as context:
         node = PerceptionNode(context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir))
+        bring_up(node)
         try:
             (result,) = node.set_parameters([Parameter('max_batch', value=0)])
             assert not result.successful and 'max_batch' in result.reason
@@ -230,6 +237,7 @@ def test_parameter_service_answers_while_the_model_is_busy(tiny_clip_dir, clip):
     blocking = CountingBackend(clip, gate)
     with ros_context() as context:
         node = PerceptionNode(context=context, backend=blocking, parameter_overrides=overrides(tiny_clip_dir))
+        bring_up(node)
         tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
         client = tester.create_client(SetParameters, '/metavlm_perception/set_parameters')
         nodes = [node, tester]
@@ -255,6 +263,7 @@ def test_garbage_frames_are_counted_and_the_node_goes_on(tiny_clip_dir, clip):
         node = PerceptionNode(
             context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir, batch_wait_ms=0)
         )
+        bring_up(node)
         tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
         replies = TopicCollector(context, 'probe/prediction', DiagnosticArray, PROBE_QOS)
         nodes = [node, tester, replies]
@@ -285,6 +294,7 @@ def test_compressed_transport_subscribes_image_compressed(tiny_clip_dir, clip):
             backend=clip,
             parameter_overrides=overrides(tiny_clip_dir, image_transport='compressed'),
         )
+        bring_up(node)
         camera = CameraPublisher(context, compressed=True)
         results = TopicCollector(context, 'prediction', DiagnosticArray)
         nodes = [node, camera, results]
@@ -331,6 +341,7 @@ def test_class_prompts_reach_the_backend(tiny_clip_dir):
         node = PerceptionNode(
             context=context, parameter_overrides=overrides(tiny_clip_dir, class_prompts=prompts)
         )
+        bring_up(node)
         try:
             assert node.backend.class_prompts['animal'] == 'a fish'
             assert node.backend.class_prompts['object'] == 'a pipe'
@@ -405,6 +416,7 @@ def test_malformed_probes_get_an_error_answer_and_diagnostics_count_them(tiny_cl
         node = PerceptionNode(
             context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir, batch_wait_ms=0)
         )
+        bring_up(node)
         tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
         replies = TopicCollector(context, 'probe/prediction', DiagnosticArray, PROBE_QOS)
         health = TopicCollector(context, '/diagnostics', DiagnosticArray, name='health_sink')
@@ -451,6 +463,7 @@ def test_a_failing_model_answers_the_probe_client_with_the_reason_at_once(tiny_c
         node = PerceptionNode(
             context=context, backend=FailingBackend(), parameter_overrides=overrides(tiny_clip_dir)
         )
+        bring_up(node)
         client_node = rclpy.create_node('probe_client', context=context)
         client = RosProbeBackend(client_node, timeout_s=10.0)
         executor = MultiThreadedExecutor(num_threads=3, context=context)

@@ -20,6 +20,7 @@ from metavlm_ros.core.search import Evaluation
 from metavlm_ros.core.vlm import Prediction, VLMBackend
 from metavlm_ros.ros import tester_node
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg
+from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.tester_node import (
     PARAMETERS,
     coerce_parameters,
@@ -97,13 +98,15 @@ def params(**values):
 class Graph:
     """A tester (stand-in model), a test camera and collectors of its three output topics."""
 
-    def __init__(self, context, tmp_path, backend=None, **values):
+    def __init__(self, context, tmp_path, backend=None, start=True, **values):
         self.backend = backend or StatsBackend()
         self.tester = MetaVLMTester(
             context=context,
             backend=self.backend,
             parameter_overrides=params(results_dir=str(tmp_path / 'results'), **values),
         )
+        if start:
+            bring_up(self.tester)
         compressed = values.get('image_transport') == 'compressed'
         self.camera = CameraPublisher(context, compressed=compressed)
         self.violations = TopicCollector(context, 'violations', DiagnosticArray, name='violations_sink')
@@ -132,7 +135,8 @@ def graph(tmp_path):
         def make(**kwargs):
             g = Graph(context, tmp_path, **kwargs)
             made.append(g)
-            g.wait(lambda: g.camera.publisher.get_subscription_count() > 0, 5, 'the tester to subscribe')
+            if kwargs.get('start', True):
+                g.wait(lambda: g.camera.publisher.get_subscription_count() > 0, 5, 'the tester to subscribe')
             return g
 
         yield make
