@@ -57,8 +57,8 @@ setup(
     entry_points={
         'console_scripts': [
             'metavlm = metavlm_ros.cli:main',
-            'perception_node = metavlm_ros.ros.perception_node:main',
-            'tester_node = metavlm_ros.ros.tester_node:main',
+            'perception_node = metavlm_ros.ros.perception_node:entry_point',
+            'tester_node = metavlm_ros.ros.tester_node:entry_point',
         ],
     },
 )

@@ -1,41 +1,90 @@
-"""Launch the metavlm_ros perception and tester nodes on a camera topic."""
+"""Launch the metavlm_ros perception and tester nodes (managed nodes) on a camera topic."""
 
 import os
 
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+import lifecycle_msgs.msg
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch.events import matches_action
 from launch.launch_description import LaunchDescription
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import FindPackageShare
 
 PACKAGE = 'metavlm_ros'
 # The tester's probes and the perception node's answers meet here (both nodes are remapped to it),
 # away from any other node's `probe` topic on the robot.
 PROBE_TOPIC = '/metavlm/probe'
+PERCEPTION = 'metavlm_perception'
+TESTER = 'metavlm_tester'
+
+
+def flag(context, name: str) -> bool:
+    """A true/false launch argument; anything else stops the launch with one line naming it."""
+    value = LaunchConfiguration(name).perform(context)
+    if value.lower() in ('true', '1', 'yes'):
+        return True
+    if value.lower() in ('false', '0', 'no'):
+        return False
+    raise ValueError(f'launch argument {name}: expected true or false, got {value!r}')
+
+
+def bring_to_active(node: LifecycleNode) -> list:
+    """Configure the node once it runs, and activate it once it is configured (inactive)."""
+    activate = RegisterEventHandler(
+        OnStateTransition(
+            target_lifecycle_node=node,
+            start_state='configuring',
+            goal_state='inactive',
+            entities=[
+                EmitEvent(
+                    event=ChangeState(
+                        lifecycle_node_matcher=matches_action(node),
+                        transition_id=lifecycle_msgs.msg.Transition.TRANSITION_ACTIVATE,
+                    )
+                )
+            ],
+        )
+    )
+    configure = EmitEvent(
+        event=ChangeState(
+            lifecycle_node_matcher=matches_action(node),
+            transition_id=lifecycle_msgs.msg.Transition.TRANSITION_CONFIGURE,
+        )
+    )
+    return [activate, configure]
 
 
 def _nodes(context, *args, **kwargs):
-    """Build both nodes once the launch arguments are known."""
+    """Build both nodes once the launch arguments are known (and checked)."""
 
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
     camera_topic = arg('camera_topic')
     params_file = arg('params_file')
-    use_sim_time = arg('use_sim_time').lower() in ('true', '1', 'yes')
-    # Empty arguments leave the parameter file's value in force.
+    if not os.path.isfile(params_file):
+        raise ValueError(f'launch argument params_file: no such file {params_file!r}')
+    use_sim_time = flag(context, 'use_sim_time')
+    autostart = flag(context, 'autostart')
+    # Empty arguments leave the parameter file's value in force; the nodes check the values given.
     model_overrides = {name: arg(name) for name in ('backend', 'model') if arg(name)}
     camera_remaps = [('image', camera_topic), ('image/compressed', camera_topic + '/compressed')]
     probe_remaps = [('probe', PROBE_TOPIC), ('probe/prediction', PROBE_TOPIC + '/prediction')]
     from metavlm_ros.ros.transport import local_transport_env
 
     # Shared memory with room for raw full-size camera frames (dds_transport:=default: DDS as installed).
-    transport_env = local_transport_env(os.environ, arg('dds_transport'))
+    try:
+        transport_env = local_transport_env(os.environ, arg('dds_transport'))
+    except ValueError as exc:
+        raise ValueError(f'launch argument dds_transport: {exc}') from None
 
-    perception = Node(
+    perception = LifecycleNode(
         package=PACKAGE,
         executable='perception_node',
-        name='metavlm_perception',
+        name=PERCEPTION,
+        namespace='',
         output='screen',
         parameters=[params_file, {'use_sim_time': use_sim_time, **model_overrides}],
         remappings=camera_remaps + probe_remaps,
@@ -44,20 +93,25 @@ def _nodes(context, *args, **kwargs):
     tester_overrides = {'use_sim_time': use_sim_time, **model_overrides}
     if arg('vlm_endpoint'):
         tester_overrides['vlm_endpoint'] = arg('vlm_endpoint')
-    tester = Node(
+    tester = LifecycleNode(
         package=PACKAGE,
         executable='tester_node',
-        name='metavlm_tester',
+        name=TESTER,
+        namespace='',
         output='screen',
         parameters=[params_file, tester_overrides],
         remappings=camera_remaps + probe_remaps,
         additional_env=transport_env,
     )
-    return [perception, tester]
+    actions = [perception, tester]
+    if autostart:
+        actions += bring_to_active(perception) + bring_to_active(tester)
+    return actions
 
 
 def generate_launch_description() -> LaunchDescription:
-    """Arguments: camera_topic, backend, model, params_file, vlm_endpoint, use_sim_time, dds_transport."""
+    """Arguments: camera_topic, backend, model, params_file, vlm_endpoint, use_sim_time, dds_transport,
+    autostart."""
     default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config', 'metavlm.yaml'])
     return LaunchDescription(
         [
@@ -84,6 +138,12 @@ def generate_launch_description() -> LaunchDescription:
                 default_value='shm',
                 description='shm: Fast DDS shared memory large enough for raw full-size frames '
                 '(config/fastdds_shm.xml) unless the environment already chooses | default: DDS as installed',
+            ),
+            DeclareLaunchArgument(
+                'autostart',
+                default_value='true',
+                description='configure and activate both managed nodes (false: they wait, unconfigured, '
+                'for `ros2 lifecycle set`)',
             ),
             OpaqueFunction(function=_nodes),
         ]

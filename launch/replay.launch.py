@@ -1,13 +1,20 @@
-"""Replay a bag with `ros2 bag play` into the metavlm_ros perception and tester nodes."""
+"""Replay a bag into the metavlm_ros perception and tester nodes, once they are active."""
 
 import os
 from pathlib import Path
 
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription, OpaqueFunction
+from launch.actions import (
+    DeclareLaunchArgument,
+    ExecuteProcess,
+    IncludeLaunchDescription,
+    OpaqueFunction,
+    RegisterEventHandler,
+)
 from launch.launch_description import LaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.substitutions import FindPackageShare
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.substitutions import FindPackagePrefix, FindPackageShare
 
 PACKAGE = 'metavlm_ros'
 # Arguments handed on to metavlm.launch.py unchanged.
@@ -19,7 +26,9 @@ FORWARDED = (
     'vlm_endpoint',
     'use_sim_time',
     'dds_transport',
+    'autostart',
 )
+PLAYERS = ('ros2', 'metavlm')
 
 
 def _bag_path(name: str) -> str:
@@ -30,34 +39,93 @@ def _bag_path(name: str) -> str:
     try:
         return str(resolve_bag(name))
     except BagError:
-        return name  # ros2 bag play says what is wrong with it
+        return name  # the player says what is wrong with it
 
 
-def _bag_play(context, *args, **kwargs):
-    """`ros2 bag play` with the camera QoS override, and --clock when the nodes use sim time."""
+def _flag(context, name: str) -> bool:
+    value = LaunchConfiguration(name).perform(context)
+    if value.lower() in ('true', '1', 'yes'):
+        return True
+    if value.lower() in ('false', '0', 'no'):
+        return False
+    raise ValueError(f'launch argument {name}: expected true or false, got {value!r}')
+
+
+def _player_command(context) -> list:
+    """`ros2 bag play` (or `metavlm replay`) with the camera QoS override, --clock for sim time."""
 
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
-    bag = _bag_path(arg('bag'))
-    cmd = ['ros2', 'bag', 'play', bag, '--qos-profile-overrides-path', arg('qos_overrides')]
-    storage = {'.mcap': 'mcap', '.db3': 'sqlite3'}.get(Path(bag).suffix.lower())
-    if storage and Path(bag).is_file():
-        cmd += ['--storage', storage]  # a lone storage file: Humble's rosbag2 does not guess it
-    cmd += ['--rate', arg('rate')]
-    if arg('loop').lower() in ('true', '1', 'yes'):
+    bag, player, rate = _bag_path(arg('bag')), arg('player'), arg('rate')
+    if player not in PLAYERS:
+        raise ValueError(f'launch argument player: expected one of {", ".join(PLAYERS)}, got {player!r}')
+    if not os.path.exists(bag):
+        raise ValueError(f'launch argument bag: no such bag {arg("bag")!r}')
+    try:
+        if not float(rate) > 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f'launch argument rate: expected a positive number, got {rate!r}') from None
+    if player == 'ros2':
+        cmd = ['ros2', 'bag', 'play', bag]
+        storage = {'.mcap': 'mcap', '.db3': 'sqlite3'}.get(Path(bag).suffix.lower())
+        if storage and Path(bag).is_file():
+            cmd += ['--storage', storage]  # a lone storage file: Humble's rosbag2 does not guess it
+    else:  # the package's own player: no rosbag2 needed
+        metavlm = PathJoinSubstitution([FindPackagePrefix(PACKAGE), 'lib', PACKAGE, 'metavlm']).perform(
+            context
+        )
+        cmd = [metavlm, 'replay', bag]
+    cmd += ['--qos-profile-overrides-path', arg('qos_overrides'), '--rate', rate]
+    if _flag(context, 'loop'):
         cmd.append('--loop')
-    if arg('use_sim_time').lower() in ('true', '1', 'yes'):
+    if _flag(context, 'use_sim_time'):
         cmd.append('--clock')
-    from metavlm_ros.ros.transport import local_transport_env
+    return cmd
 
-    # The player writes the frames: its transport decides whether full-size frames fit.
-    env = local_transport_env(os.environ, arg('dds_transport'))
-    return [ExecuteProcess(cmd=cmd, output='screen', additional_env=env)]
+
+def _checked(context, *args, **kwargs):
+    """Check the player's arguments before any node starts (one line naming a wrong one)."""
+    _player_command(context)
+    return []
+
+
+def _start_player_when_ready():
+    """An event handler that starts the player once the nodes that judge frames are active.
+
+    The tester must be active, and with the `ros` endpoint the perception node too: frames played
+    before then would be lost, and a short bag would be over before anything was searched.
+    """
+    active: set[str] = set()
+    started = []
+
+    def on_active(context, *args, **kwargs):
+        active.add(context.locals.event.action.node_name.lstrip('/'))
+        wanted = {'metavlm_tester'}
+        if LaunchConfiguration('vlm_endpoint').perform(context) != 'inprocess':
+            wanted.add('metavlm_perception')
+        if started or not wanted <= active:
+            return []
+        started.append(True)
+        from metavlm_ros.ros.transport import local_transport_env
+
+        # The player writes the frames: its transport decides whether full-size frames fit.
+        env = local_transport_env(os.environ, LaunchConfiguration('dds_transport').perform(context))
+        return [
+            ExecuteProcess(cmd=_player_command(context), output='screen', name='player', additional_env=env)
+        ]
+
+    return RegisterEventHandler(
+        OnStateTransition(
+            matcher=lambda event: getattr(event, 'goal_state', None) == 'active',
+            entities=[OpaqueFunction(function=on_active)],
+        )
+    )
 
 
 def generate_launch_description() -> LaunchDescription:
-    """Arguments: bag, rate, loop, qos_overrides, and those of metavlm.launch.py."""
+    """Arguments: bag, rate, loop, qos_overrides, player, and those of metavlm.launch.py."""
     share = FindPackageShare(PACKAGE)
     nodes = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(PathJoinSubstitution([share, 'launch', 'metavlm.launch.py'])),
@@ -71,7 +139,12 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument(
                 'qos_overrides',
                 default_value=PathJoinSubstitution([share, 'config', 'qos_override.yaml']),
-                description='QoS profile overrides of ros2 bag play, keyed by topic',
+                description='QoS profile overrides of the player, keyed by topic',
+            ),
+            DeclareLaunchArgument(
+                'player',
+                default_value='ros2',
+                description='ros2 (ros2 bag play) | metavlm (metavlm replay: no rosbag2 needed)',
             ),
             DeclareLaunchArgument(
                 'camera_topic', default_value='/camera/image_raw', description='camera image topic in the bag'
@@ -92,7 +165,13 @@ def generate_launch_description() -> LaunchDescription:
                 default_value='shm',
                 description='shm: shared memory for raw full-size frames (player and nodes) | default',
             ),
+            DeclareLaunchArgument(
+                'autostart',
+                default_value='true',
+                description='bring both nodes to active; false: the bag plays once you activate them',
+            ),
+            OpaqueFunction(function=_checked),
+            _start_player_when_ready(),
             nodes,
-            OpaqueFunction(function=_bag_play),
         ]
     )

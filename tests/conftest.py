@@ -39,6 +39,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
+# launch_testing files: run by tests/ros/test_launch_system.py through `launch_test`, not by pytest.
+collect_ignore_glob = ['launch/test_*.launch.py']
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)

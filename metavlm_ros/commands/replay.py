@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import threading
 import time
@@ -419,8 +420,13 @@ def run(args: argparse.Namespace) -> int:
     # The writer's shared-memory segment decides whether large frames fit: the transport comes first.
     with use_transport(args.dds_transport):
         context = Context()
-        rclpy.init(args=[], context=context)
+        # SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process group, and `ros2 launch`
+        # sends its own) end the replay after the current message, exit code 0, as `ros2 bag play` does.
+        from rclpy.signals import SignalHandlerOptions
+
+        rclpy.init(args=[], context=context, signal_handler_options=SignalHandlerOptions.NO)
         stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         total = None if args.loop else _count(args.bag, args.topic)
         bar = tqdm(total=total, unit='msg', desc='replay', disable=None, file=sys.stderr)
         stats = ReplayStats()
@@ -441,13 +447,14 @@ def run(args: argparse.Namespace) -> int:
                 stats=stats,
             )
             ending = ''
-        except KeyboardInterrupt:
-            stop.set()
-            stats.seconds = time.monotonic() - started
-            ending = ' (interrupted)'
         finally:
             bar.close()
             rclpy.try_shutdown(context=context)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if stop.is_set():
+            stats.seconds = time.monotonic() - started
+            ending = ' (interrupted)'
     print(
         f'published {stats.total} messages on {len(stats.published)} topic(s) '
         f'in {stats.seconds:.1f} s ({stats.loops} full pass(es)){ending}'

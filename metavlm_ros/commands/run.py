@@ -393,8 +393,9 @@ def run_nodes(
         finally:
             if created:
                 # The tester first, while the executor still delivers probe replies: its running
-                # search stops after its generation and writes its summary.
-                shut_down(created[0])
+                # search stops after its generation and writes its summary. The transitions that
+                # destroy entities come after the executor has stopped.
+                created[0].prepare_shutdown()
             if spinner is not None:
                 spinning.clear()
                 spinner.join(5.0)
@@ -403,9 +404,10 @@ def run_nodes(
                 time.sleep(0.2)
             if executor is not None:
                 executor.shutdown(timeout_sec=5.0)
+            for node in created[:2]:
+                if hasattr(node, 'prepare_shutdown'):
+                    shut_down(node)  # the tester's results are closed, the perception node's model freed
             summary = _summary(created[0], published, started) if created else None
-            for node in created[1:-1]:
-                shut_down(node)  # the perception node: its worker ends, the model is freed
             for node in reversed(created):
                 node.destroy_node()
             rclpy.try_shutdown(context=context)

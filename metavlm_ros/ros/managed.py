@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -11,13 +12,14 @@ from typing import Any
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 
 from metavlm_ros.core.errors import MetaVLMError
 
-__all__ = ['ManagedNode', 'bring_up', 'run_managed', 'shut_down', 'state_label']
+__all__ = ['ManagedNode', 'bring_up', 'exit_process', 'run_managed', 'shut_down', 'state_label']
 
 # Longest wait for a transition in progress (a model loading) before a shutdown is attempted anyway.
 TRANSITION_WAIT_S = 30.0
@@ -62,7 +64,27 @@ class ManagedNode(LifecycleNode):
         """Whether the node went through shutdown."""
         return self._finalized.is_set()
 
+    # -- entities that transitions create and destroy -------------------------------------------------
+
+    # rclpy (Kilted) adds a publisher's or subscription's QoS event handlers to a wait set even when
+    # they were destroyed meanwhile, which kills the spinning thread (InvalidHandle). Entities that a
+    # transition destroys while the executor runs are therefore created without them.
+    def create_transient_publisher(self, *args: Any, **kwargs: Any) -> Any:
+        """create_publisher without QoS event handlers (safe to destroy while the executor spins)."""
+        return self.create_publisher(
+            *args, event_callbacks=PublisherEventCallbacks(use_default_callbacks=False), **kwargs
+        )
+
+    def create_transient_subscription(self, *args: Any, **kwargs: Any) -> Any:
+        """create_subscription without QoS event handlers (safe to destroy while the executor spins)."""
+        return self.create_subscription(
+            *args, event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False), **kwargs
+        )
+
     # -- hooks for subclasses ---------------------------------------------------------------------
+
+    def prepare_shutdown(self) -> None:
+        """What must happen while the executor still spins, before `shutdown` (default: nothing)."""
 
     def _configure(self) -> None:
         raise NotImplementedError
@@ -221,6 +243,8 @@ def run_managed(
         try:
             while not signalled.is_set() and not node.finalized:
                 executor.spin_once(timeout_sec=0.1)
+            # First what needs the executor (the tester's last generation waits for probe answers),
+            # then the shutdown transition with no other thread in the executor.
             done = threading.Event()
 
             def spin() -> None:
@@ -230,10 +254,12 @@ def run_managed(
             spinner = threading.Thread(target=spin, name=f'{name}-shutdown-spin', daemon=True)
             spinner.start()
             try:
-                shut_down(node)
+                if not node.finalized:
+                    node.prepare_shutdown()
             finally:
                 done.set()
                 spinner.join()
+            shut_down(node)
         finally:
             executor.shutdown()
             node.destroy_node()
@@ -242,3 +268,15 @@ def run_managed(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def exit_process(code: int) -> None:
+    """End a node's process with `code` once `run_managed` has returned, skipping interpreter teardown.
+
+    Everything the node owns is closed by then (results flushed, rclpy shut down); what is left is
+    the garbage collection of DDS and torch objects at interpreter exit, which can deadlock with
+    middleware threads after a busy run (seen as a hang until `ros2 launch` escalated to SIGTERM).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 import time
 from collections import deque
@@ -19,7 +18,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from metavlm_ros.core.errors import InputError, ParameterError
 from metavlm_ros.core.vlm import BACKENDS, CLASSES, VLMBackend, create_backend
 from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
-from metavlm_ros.ros.managed import ManagedNode, run_managed
+from metavlm_ros.ros.managed import ManagedNode, exit_process, run_managed
 from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import PROBE_QOS, LatencyStats
 
@@ -112,9 +111,11 @@ class PerceptionNode(ManagedNode):
     def _configure(self) -> None:
         """Load the model (ModelError fails the transition), create the publishers, start the worker."""
         self.backend = self._given_backend if self._given_backend is not None else self._create_backend()
-        self.prediction_pub = self.create_publisher(DiagnosticArray, 'prediction', RESULT_QOS)
-        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
-        self.probe_prediction_pub = self.create_publisher(DiagnosticArray, 'probe/prediction', PROBE_QOS)
+        self.prediction_pub = self.create_transient_publisher(DiagnosticArray, 'prediction', RESULT_QOS)
+        self.diagnostics_pub = self.create_transient_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
+        self.probe_prediction_pub = self.create_transient_publisher(
+            DiagnosticArray, 'probe/prediction', PROBE_QOS
+        )
         self._made = [
             self.prediction_pub,
             self.diagnostics_pub,
@@ -134,12 +135,14 @@ class PerceptionNode(ManagedNode):
 
     def _activate(self) -> None:
         if self._rules.value('image_transport') == 'compressed':
-            camera = self.create_subscription(
+            camera = self.create_transient_subscription(
                 CompressedImage, 'image/compressed', self._on_camera, qos_profile_sensor_data
             )
         else:
-            camera = self.create_subscription(Image, 'image', self._on_camera, qos_profile_sensor_data)
-        probe = self.create_subscription(Image, 'probe', self._on_probe, PROBE_QOS)
+            camera = self.create_transient_subscription(
+                Image, 'image', self._on_camera, qos_profile_sensor_data
+            )
+        probe = self.create_transient_subscription(Image, 'probe', self._on_probe, PROBE_QOS)
         self._subscriptions_active = [camera, probe]
         self.get_logger().info('active: judging camera frames and probes')
 
@@ -167,6 +170,10 @@ class PerceptionNode(ManagedNode):
         self.backend = None  # the model's memory goes with the last reference
         gc.collect()
         self.get_logger().info('model freed')
+
+    def prepare_shutdown(self) -> None:
+        """Answer the probes already received (at most DRAIN_S): the tester's last generation completes."""
+        self._drain(DRAIN_S)
 
     def _drain(self, timeout_s: float) -> None:
         """Let the worker answer the probes already queued, for at most `timeout_s`."""
@@ -482,5 +489,10 @@ def main(args: list[str] | None = None) -> int:
     return run_managed(PerceptionNode, NODE_NAME, args)
 
 
+def entry_point() -> None:
+    """The `perception_node` executable: main(), then exit at once with its code."""
+    exit_process(main())
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    entry_point()

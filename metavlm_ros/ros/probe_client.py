@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
+from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import Image
@@ -176,9 +177,21 @@ class RosProbeBackend(VLMBackend):
         self._last_stamp = 0
         self._closed = False
         self.callback_group = callback_group or MutuallyExclusiveCallbackGroup()
-        self._publisher = node.create_publisher(Image, probe_topic, PROBE_QOS)
+        # No QoS event handlers: the tester destroys these (close) while its executor spins, and rclpy
+        # would still put destroyed event handlers in a wait set.
+        self._publisher = node.create_publisher(
+            Image,
+            probe_topic,
+            PROBE_QOS,
+            event_callbacks=PublisherEventCallbacks(use_default_callbacks=False),
+        )
         self._subscription = node.create_subscription(
-            DiagnosticArray, reply_topic, self._on_reply, PROBE_QOS, callback_group=self.callback_group
+            DiagnosticArray,
+            reply_topic,
+            self._on_reply,
+            PROBE_QOS,
+            callback_group=self.callback_group,
+            event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False),
         )
 
     # -- health -----------------------------------------------------------------------------------

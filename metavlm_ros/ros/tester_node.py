@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -47,7 +46,7 @@ from metavlm_ros.core.search import (
 )
 from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend, create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
-from metavlm_ros.ros.managed import ManagedNode, run_managed
+from metavlm_ros.ros.managed import ManagedNode, exit_process, run_managed
 from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend, TransportSizeBackend
 from metavlm_ros.ros.visualisation import violation_image
@@ -479,9 +478,9 @@ class TesterNode(ManagedNode):
             raise InputError(
                 f'parameter results_dir: cannot write to {settings.results_dir} ({exc})'
             ) from None
-        self.violations_pub = self.create_publisher(DiagnosticArray, 'violations', RESULT_QOS)
-        self.violation_image_pub = self.create_publisher(Image, 'violation_image', RESULT_QOS)
-        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
+        self.violations_pub = self.create_transient_publisher(DiagnosticArray, 'violations', RESULT_QOS)
+        self.violation_image_pub = self.create_transient_publisher(Image, 'violation_image', RESULT_QOS)
+        self.diagnostics_pub = self.create_transient_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
         self._made = [
             self.violations_pub,
             self.violation_image_pub,
@@ -501,7 +500,7 @@ class TesterNode(ManagedNode):
         if self.probe is not None:
             self.probe.reopen()
         if self.settings.image_transport == 'compressed':
-            self._camera = self.create_subscription(
+            self._camera = self.create_transient_subscription(
                 CompressedImage,
                 'image/compressed',
                 self._on_camera,
@@ -509,7 +508,7 @@ class TesterNode(ManagedNode):
                 callback_group=self._camera_group,
             )
         else:
-            self._camera = self.create_subscription(
+            self._camera = self.create_transient_subscription(
                 Image, 'image', self._on_camera, qos_profile_sensor_data, callback_group=self._camera_group
             )
         self.state = 'waiting for frames'
@@ -584,6 +583,10 @@ class TesterNode(ManagedNode):
             response.success = True
             response.message = f'the search of {job.image_id} stops after its current generation'
         return response
+
+    def prepare_shutdown(self) -> None:
+        """Stop the running search while probe answers can still arrive (its summary is written)."""
+        self.stop_search('shutting down')
 
     def stop_search(self, reason: str, grace_s: float = STOP_GRACE_S) -> bool:
         """Stop the running search after its current generation; its records and summary are kept.
@@ -848,12 +851,16 @@ class TesterNode(ManagedNode):
             else:
                 reason = 'the perception node stopped answering'
             self.state = 'search stopped: ' + reason
-            # A stop that was asked for is news, not a problem; the other two are.
-            log = self.get_logger().info if job.stop_reason else self.get_logger().warning
-            log(
+            text = (
                 f'search of {job.image_id} stopped after {len(result.evaluations)} evaluations ({reason}); '
                 'its results are kept'
             )
+            # A stop that was asked for is news, not a problem; the other two are. (One call site per
+            # severity: rclpy refuses a logging call whose severity changes between calls.)
+            if job.stop_reason:
+                self.get_logger().info(text)
+            else:
+                self.get_logger().warning(text)
         else:
             self.state = 'idle'
         self.get_logger().info(
@@ -1017,5 +1024,10 @@ def main(args: list[str] | None = None) -> int:
     return run_managed(TesterNode, NODE_NAME, args)
 
 
+def entry_point() -> None:
+    """The `tester_node` executable: main(), then exit at once with its code."""
+    exit_process(main())
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    entry_point()

@@ -77,7 +77,7 @@ class LaunchFile:
         return [
             {k: self.keyword(call, k) for k in ('package', 'executable', 'name')}
             for call in self.calls
-            if _call_name(call) == 'Node'
+            if _call_name(call) in ('Node', 'LifecycleNode')
         ]
 
     def default(self, argument: str):
@@ -136,12 +136,13 @@ def test_every_launch_argument_is_used_and_every_used_one_declared(launch_files)
         'vlm_endpoint',
         'use_sim_time',
         'dds_transport',
+        'autostart',
     }
     replay = launch_files['replay.launch.py']
     forwarded = replay.constants['FORWARDED']
     # what replay.launch.py hands on must be declared by both files
     assert set(forwarded) <= set(main.declared) and set(forwarded) <= set(replay.declared)
-    assert {'bag', 'rate', 'loop', 'qos_overrides'} <= set(replay.declared)
+    assert {'bag', 'rate', 'loop', 'qos_overrides', 'player'} <= set(replay.declared)
 
 
 def test_nodes_are_remapped_to_the_camera_and_to_each_other(launch_files):

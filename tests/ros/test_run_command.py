@@ -181,3 +181,32 @@ def test_damaged_or_empty_footage_is_refused_before_any_node_or_model_starts(
         err = capsys.readouterr().err.strip()
         assert err.startswith('metavlm: error:') and needle in err and '\n' not in err, err
     assert not (tmp_path / 'results').exists()
+
+
+def test_ctrl_c_during_metavlm_run_stops_the_search_with_its_summary(tmp_path, tiny_clip_dir, folder):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    params = write_params(tmp_path, tiny_clip_dir, evaluations=1_000_000, transport_size=32)
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'metavlm_ros.cli', 'run', '--params', str(params), '--source', str(folder),
+         '--loop', '--duration', '600'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    evaluations = tmp_path / 'results' / 'evaluations.jsonl'
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if evaluations.is_file() and len(evaluations.read_text().splitlines()) >= 12:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert 'results written so far are kept' in output
+    assert 'ERROR' not in output and 'Traceback' not in output, output
+    (summary,) = read_jsonl(tmp_path / 'results' / 'summary.jsonl')
+    assert summary['stopped'] is True
+    assert summary['evaluations'] == len(read_jsonl(evaluations))
