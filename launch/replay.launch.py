@@ -57,11 +57,10 @@ def _player_command(context) -> list:
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
-    bag, player, rate = _bag_path(arg('bag')), arg('player'), arg('rate')
+    bag, rate = _bag_path(arg('bag')), arg('rate')
+    player = LaunchConfiguration('player', default='ros2').perform(context)
     if player not in PLAYERS:
         raise ValueError(f'launch argument player: expected one of {", ".join(PLAYERS)}, got {player!r}')
-    if not os.path.exists(bag):
-        raise ValueError(f'launch argument bag: no such bag {arg("bag")!r}')
     try:
         if not float(rate) > 0:
             raise ValueError
@@ -85,9 +84,23 @@ def _player_command(context) -> list:
     return cmd
 
 
+def _bag_play(context, *args, **kwargs):
+    """The player process, with the project's transport: the writer's segment decides whether frames fit."""
+    from metavlm_ros.ros.transport import local_transport_env
+
+    try:
+        env = local_transport_env(os.environ, LaunchConfiguration('dds_transport').perform(context))
+    except ValueError as exc:
+        raise ValueError(f'launch argument dds_transport: {exc}') from None
+    return [ExecuteProcess(cmd=_player_command(context), output='screen', name='player', additional_env=env)]
+
+
 def _checked(context, *args, **kwargs):
     """Check the player's arguments before any node starts (one line naming a wrong one)."""
-    _player_command(context)
+    bag = LaunchConfiguration('bag').perform(context)
+    if not os.path.exists(_bag_path(bag)):
+        raise ValueError(f'launch argument bag: no such bag {bag!r}')
+    _bag_play(context)
     return []
 
 
@@ -108,13 +121,7 @@ def _start_player_when_ready():
         if started or not wanted <= active:
             return []
         started.append(True)
-        from metavlm_ros.ros.transport import local_transport_env
-
-        # The player writes the frames: its transport decides whether full-size frames fit.
-        env = local_transport_env(os.environ, LaunchConfiguration('dds_transport').perform(context))
-        return [
-            ExecuteProcess(cmd=_player_command(context), output='screen', name='player', additional_env=env)
-        ]
+        return _bag_play(context)
 
     return RegisterEventHandler(
         OnStateTransition(
