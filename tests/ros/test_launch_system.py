@@ -230,7 +230,10 @@ def test_a_wrong_parameter_is_one_line_naming_it_and_the_other_node_keeps_runnin
             time.sleep(0.5)
         time.sleep(1.0)
         os.killpg(process.pid, signal.SIGINT)
-        process.wait(60)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError('ros2 launch still running 60 s after SIGINT:\n' + ''.join(lines)) from None
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)  # never leave nodes behind in the test's ROS domain
