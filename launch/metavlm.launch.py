@@ -18,11 +18,12 @@ PACKAGE = 'metavlm_ros'
 PROBE_TOPIC = '/metavlm/probe'
 PERCEPTION = 'metavlm_perception'
 TESTER = 'metavlm_tester'
+FLAG_DEFAULTS = {'use_sim_time': 'false', 'autostart': 'true'}
 
 
 def flag(context, name: str) -> bool:
     """A true/false launch argument; anything else stops the launch with one line naming it."""
-    value = LaunchConfiguration(name).perform(context)
+    value = LaunchConfiguration(name, default=FLAG_DEFAULTS[name]).perform(context)
     if value.lower() in ('true', '1', 'yes'):
         return True
     if value.lower() in ('false', '0', 'no'):
@@ -131,7 +132,9 @@ def generate_launch_description() -> LaunchDescription:
                 'vlm_endpoint', default_value='ros', description="ros (perception node) | inprocess | ''"
             ),
             DeclareLaunchArgument(
-                'use_sim_time', default_value='false', description='follow /clock (bag replay with --clock)'
+                'use_sim_time',
+                default_value=FLAG_DEFAULTS['use_sim_time'],
+                description='follow /clock (bag replay with --clock)',
             ),
             DeclareLaunchArgument(
                 'dds_transport',
@@ -141,7 +144,7 @@ def generate_launch_description() -> LaunchDescription:
             ),
             DeclareLaunchArgument(
                 'autostart',
-                default_value='true',
+                default_value=FLAG_DEFAULTS['autostart'],
                 description='configure and activate both managed nodes (false: they wait, unconfigured, '
                 'for `ros2 lifecycle set`)',
             ),

@@ -426,7 +426,11 @@ def run(args: argparse.Namespace) -> int:
 
         rclpy.init(args=[], context=context, signal_handler_options=SignalHandlerOptions.NO)
         stop = threading.Event()
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {}
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            previous = {
+                sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+            }
         total = None if args.loop else _count(args.bag, args.topic)
         bar = tqdm(total=total, unit='msg', desc='replay', disable=None, file=sys.stderr)
         stats = ReplayStats()

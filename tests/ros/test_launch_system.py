@@ -43,7 +43,11 @@ def ros_env(tmp_path_factory) -> dict[str, str]:
     prefix = workspace / 'install' / 'metavlm_ros'
     assert (prefix / 'share' / 'ament_index' / 'resource_index' / 'packages' / 'metavlm_ros').is_file()
     site = prefix / 'lib' / f'python{sys.version_info.major}.{sys.version_info.minor}' / 'site-packages'
+    # A ROS domain of their own: nodes left in this test process's domain by other tests (same names,
+    # /metavlm_tester) would otherwise answer the launched nodes' lifecycle and parameter requests.
+    domain = (int(os.environ.get('ROS_DOMAIN_ID', '0')) + 100) % 233
     env.update(
+        ROS_DOMAIN_ID=str(domain),
         AMENT_PREFIX_PATH=str(prefix),
         # the installed package first; the source root after it only for tests.launch.support
         PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]),
@@ -156,7 +160,7 @@ def test_a_signal_to_the_process_group_stops_the_search_cleanly(ros_env, tmp_pat
         processes = _start_nodes(ros_env, tmp_path, params)
     group = processes[0].pid
     try:
-        rclpy.init()
+        rclpy.init(domain_id=int(ros_env['ROS_DOMAIN_ID']))
         watcher = Watcher(camera_topic='/camera/image_raw' if how == 'ros2-launch' else '/image')
         try:
             deadline = time.monotonic() + 240

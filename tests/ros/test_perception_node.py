@@ -491,6 +491,7 @@ def test_a_flood_of_malformed_probes_gets_every_answer_but_few_warnings(tiny_cli
         node = PerceptionNode(
             context=context, backend=clip, parameter_overrides=overrides(tiny_clip_dir, batch_wait_ms=0)
         )
+        bring_up(node)
         tester = CameraPublisher(context, 'probe', qos=PROBE_QOS, name='test_tester')
         replies = TopicCollector(context, 'probe/prediction', DiagnosticArray, PROBE_QOS)
         nodes = [node, tester, replies]

@@ -82,7 +82,10 @@ def test_launched_nodes_get_the_transport_and_dds_transport_default_turns_it_off
         def text(substitutions):
             return ''.join(part.perform(context) for part in substitutions)
 
-        return [{text(k): text(v) for k, v in node.additional_env or []} for node in module._nodes(context)]
+        from launch_ros.actions import Node
+
+        nodes = [action for action in module._nodes(context) if isinstance(action, Node)]  # not the handlers
+        return [{text(k): text(v) for k, v in node.additional_env or []} for node in nodes]
 
     assert envs('shm') == [{'FASTDDS_DEFAULT_PROFILES_FILE': str(shm_profile())}] * 2
     assert envs('default') == [{}, {}]
