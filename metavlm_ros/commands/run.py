@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import tempfile
 import threading
 import time
@@ -257,14 +258,6 @@ def run_nodes(
     Raises:
         InputError, ParameterError, ModelError: bad footage, parameters or model (nothing is left running).
     """
-    import rclpy
-    from rclpy.context import Context
-    from rclpy.executors import MultiThreadedExecutor
-    from rclpy.qos import qos_profile_sensor_data
-    from rclpy.signals import SignalHandlerOptions
-    from sensor_msgs.msg import CompressedImage, Image
-
-    from metavlm_ros.ros.managed import bring_up, shut_down
 
     say = log or (lambda _line: None)
     if duration is not None and not duration > 0:
@@ -291,6 +284,34 @@ def run_nodes(
     footage = _footage(str(source) if source is not None else None, topic, rate, loop)
 
     started = time.monotonic()
+    # Ctrl-C (or SIGTERM) ends the loop below at its next check instead of raising KeyboardInterrupt
+    # wherever the main thread is (inside rclpy, a handle would stay in use and destroying the nodes
+    # would wait for ever); it is raised once everything is shut down and the summaries are written.
+    interrupted = threading.Event()
+    previous_handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous_handlers[signum] = signal.signal(signum, lambda *_: interrupted.set())
+    try:
+        return _run_in_context(
+            nodes, footage, source, duration, dds_transport, say, should_stop, interrupted, started
+        )
+    finally:
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
+
+
+def _run_in_context(nodes, footage, source, duration, dds_transport, say, should_stop, interrupted, started):
+    """run_nodes once its arguments are checked: the nodes in one rclpy context, fed with footage."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.qos import qos_profile_sensor_data
+    from rclpy.signals import SignalHandlerOptions
+    from sensor_msgs.msg import CompressedImage, Image
+
+    from metavlm_ros.ros.managed import bring_up, shut_down
+
     published = 0
     # The transport is chosen before rclpy starts DDS in this process.
     with use_transport(dds_transport) as transport, tempfile.TemporaryDirectory(prefix='metavlm-run-') as tmp:
@@ -360,6 +381,8 @@ def run_nodes(
             exhausted_at = None
 
             def stop_now() -> bool:
+                if interrupted.is_set():
+                    return True
                 return time.monotonic() >= end or (should_stop is not None and should_stop())
 
             while not stop_now():
@@ -411,6 +434,8 @@ def run_nodes(
             for node in reversed(created):
                 node.destroy_node()
             rclpy.try_shutdown(context=context)
+    if interrupted.is_set():
+        raise KeyboardInterrupt  # the command's own message and exit code; the results are complete
     return summary
 
 

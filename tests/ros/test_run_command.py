@@ -203,7 +203,12 @@ def test_ctrl_c_during_metavlm_run_stops_the_search_with_its_summary(tmp_path, t
             break
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()  # never leave nodes behind in the tests' ROS domain
+            process.wait(10)
     assert process.returncode == 130, output
     assert 'results written so far are kept' in output
     assert 'ERROR' not in output and 'Traceback' not in output, output
