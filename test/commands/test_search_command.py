@@ -1,0 +1,478 @@
+"""`metavlm search` end to end with a tiny CLIP, and its answers to bad input."""
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import pytest
+import torch
+
+from metavlm_ros.cli import main
+from metavlm_ros.core.results import read_jsonl
+from test.conftest import can_mount_tmpfs, make_frame
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def image_path(tmp_path):
+    path = tmp_path / 'frame.png'
+    cv2.imwrite(str(path), make_frame(96, 64)[..., ::-1])
+    return path
+
+
+def search(args, tiny_clip_dir):
+    # The options given last win: tests may pass another --model or --backend.
+    return main(['search', '--backend', 'clip', '--model', str(tiny_clip_dir), '--quiet', *args])
+
+
+def test_search_writes_results_and_prints_a_summary(tmp_path, image_path, tiny_clip_dir, capsys):
+    out = tmp_path / 'res'
+    code = search(
+        [str(image_path), '--population', '6', '--evaluations', '18', '--out', str(out)], tiny_clip_dir
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert 'hypervolume' in printed and 'violations by order' in printed and str(out) in printed
+    assert len(read_jsonl(out / 'evaluations.jsonl')) == 18
+    assert len(read_jsonl(out / 'summary.jsonl')) == 1
+
+
+def test_search_works_at_twice_the_model_input_by_default(tmp_path, tiny_clip_dir, capsys):
+    # The tiny CLIP sees 32x32: by default a 160x120 frame is searched at 64x48.
+    path = tmp_path / 'big.png'
+    cv2.imwrite(str(path), make_frame(160, 120)[..., ::-1])
+    common = [str(path), '--population', '4', '--evaluations', '4']
+    assert search([*common, '--out', str(tmp_path / 'auto')], tiny_clip_dir) == 0
+    (summary,) = read_jsonl(tmp_path / 'auto' / 'summary.jsonl')
+    assert summary['working_size'] == 64 and summary['source_size'] == [160, 120]
+    assert 'relations at working size 64 px (frame 160x120' in capsys.readouterr().out
+    assert search([*common, '--out', str(tmp_path / 'full'), '--working-size', 'full'], tiny_clip_dir) == 0
+    (summary,) = read_jsonl(tmp_path / 'full' / 'summary.jsonl')
+    assert summary['working_size'] == 160
+
+
+def test_existing_results_are_kept_unless_resume_or_overwrite(tmp_path, image_path, tiny_clip_dir, capsys):
+    out = tmp_path / 'res'
+    args = [str(image_path), '--population', '6', '--evaluations', '12', '--out', str(out)]
+    assert search(args, tiny_clip_dir) == 0
+    before = (out / 'evaluations.jsonl').read_bytes()
+    assert search(args, tiny_clip_dir) == 2
+    assert 'already holds results' in capsys.readouterr().err
+    assert (out / 'evaluations.jsonl').read_bytes() == before
+    assert search([*args, '--resume'], tiny_clip_dir) == 0
+    assert 'already searched' in capsys.readouterr().out
+    assert (out / 'evaluations.jsonl').read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ('extra', 'needle'),
+    [
+        (['--evaluations', '0'], 'evaluations'),
+        (['--population', '-3'], 'population'),
+        (['--range', 'rotation=-9:9'], 'rotation'),
+        (['--relations', 'blur'], 'blur'),
+        (['--algorithm', 'annealing'], 'algorithm'),
+        (['--working-size', 'half'], 'working size'),
+    ],
+)
+def test_bad_parameters_give_one_line_and_exit_2(tmp_path, image_path, tiny_clip_dir, capsys, extra, needle):
+    code = search([str(image_path), '--out', str(tmp_path / 'r'), *extra], tiny_clip_dir)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith('metavlm: error:') and needle in err and '\n' not in err
+    assert not (tmp_path / 'r' / 'evaluations.jsonl').exists()
+
+
+def test_bad_frames_and_models_give_one_line(tmp_path, image_path, tiny_clip_dir, capsys):
+    text = tmp_path / 'notes.png'
+    text.write_text('not an image')
+    empty = tmp_path / 'empty.png'
+    empty.write_bytes(b'')
+    for path in (text, empty, tmp_path / 'missing.png'):
+        assert search([str(path), '--out', str(tmp_path / 'r')], tiny_clip_dir) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and str(path.name) in err and '\n' not in err
+    assert main(['search', str(image_path), '--backend', 'llava', '--out', str(tmp_path / 'r')]) == 2
+    assert 'llava' in capsys.readouterr().err
+    assert (
+        main(['search', str(image_path), '--model', str(tmp_path / 'nomodel'), '--out', str(tmp_path / 'r')])
+        == 2
+    )
+    assert 'nomodel' in capsys.readouterr().err
+
+
+def test_class_prompts_map_onto_the_classes(tmp_path, image_path, tiny_clip_dir, capsys):
+    out = tmp_path / 'res'
+    prompts = ['a fish', 'a plant', 'a pipe', 'a bottle']
+    args = [
+        str(image_path),
+        '--population',
+        '4',
+        '--evaluations',
+        '4',
+        '--out',
+        str(out),
+        '--class-prompts',
+        *prompts,
+    ]
+    assert search(args, tiny_clip_dir) == 0
+    assert search([*args[:-1], '--overwrite'], tiny_clip_dir) == 2
+    assert '3 prompts for 4 classes' in capsys.readouterr().err
+
+
+def test_blip_search_with_a_custom_vocabulary(tmp_path, image_path, tiny_blip_dir):
+    out = tmp_path / 'res'
+    code = main(
+        [
+            'search',
+            str(image_path),
+            '--backend',
+            'blip',
+            '--model',
+            str(tiny_blip_dir),
+            '--quiet',
+            '--population',
+            '4',
+            '--evaluations',
+            '4',
+            '--max-new-tokens',
+            '8',
+            '--out',
+            str(out),
+            '--vocabulary',
+            'trash=bottle,can',
+        ]
+    )
+    assert code == 0
+    (summary,) = read_jsonl(out / 'summary.jsonl')
+    assert summary['kind'] == 'count' and set(summary['source']) == {
+        'animal',
+        'vegetation',
+        'object',
+        'trash',
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Results as evidence: validated before they are touched, never mixed, lost or duplicated
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob('*')) if p.is_file()
+    }
+
+
+def _records(directory: Path) -> dict[str, list[dict]]:
+    return {
+        name: [{k: v for k, v in r.items() if k != 'seconds'} for r in read_jsonl(directory / name)]
+        for name in ('evaluations.jsonl', 'pareto.jsonl', 'summary.jsonl')
+    }
+
+
+SMALL = ['--population', '6', '--evaluations', '12']
+
+
+@pytest.fixture
+def damaged_weights(tmp_path, tiny_clip_dir):
+    """Model directories whose weights are truncated, cut in the middle, or random bytes."""
+    made = []
+    data = (tiny_clip_dir / 'model.safetensors').read_bytes()
+    for name, weights in (
+        ('header', data[:100]),
+        ('middle', data[: len(data) // 2]),
+        ('random', os.urandom(5000)),
+    ):
+        copy = tmp_path / f'weights-{name}'
+        shutil.copytree(tiny_clip_dir, copy)
+        (copy / 'model.safetensors').write_bytes(weights)
+        made.append(copy)
+    return made
+
+
+def test_overwrite_checks_everything_before_it_replaces_anything(
+    tmp_path, image_path, tiny_clip_dir, damaged_weights, capsys
+):
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out)], tiny_clip_dir) == 0
+    (out / 'frames' / 'earlier_run.png').write_bytes((out / 'frames').iterdir().__next__().read_bytes())
+    before = _snapshot(out)
+    capsys.readouterr()
+    bad_runs = [
+        ['search', str(image_path), '--model', str(tmp_path / 'no' / 'model')],
+        *[['search', str(image_path), '--model', str(d)] for d in damaged_weights],
+        ['search', str(tmp_path / 'missing.png'), '--model', str(tiny_clip_dir)],
+        ['search', str(image_path), '--model', str(tiny_clip_dir), '--population', '0'],
+        ['search', str(image_path), '--model', str(tiny_clip_dir), '--batch-size', '0'],
+        ['search', str(image_path), '--model', str(tiny_clip_dir), '--backend', 'llava'],
+    ]
+    for argv in bad_runs:
+        assert main([*argv, '--out', str(out), '--overwrite', '--quiet']) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and '\n' not in err
+        assert _snapshot(out) == before, argv
+    # A directory holding anything but results is never replaced.
+    (out / 'notes.txt').write_text('mine')
+    assert search([str(image_path), *SMALL, '--out', str(out), '--overwrite'], tiny_clip_dir) == 2
+    assert 'not results (notes.txt)' in capsys.readouterr().err
+    (out / 'notes.txt').unlink()
+    # A good run replaces the whole directory: the old frames go too, nothing is left beside it.
+    assert (
+        search([str(image_path), *SMALL, '--seed', '4', '--out', str(out), '--overwrite'], tiny_clip_dir) == 0
+    )
+    assert not (out / 'frames' / 'earlier_run.png').exists()
+    assert {r['seed'] for r in read_jsonl(out / 'evaluations.jsonl')} == {4}
+    assert len(read_jsonl(out / 'summary.jsonl')) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith('.')) == []
+
+
+@pytest.mark.parametrize(
+    ('change', 'named'),
+    [
+        (['--population', '4'], 'settings.population'),
+        (['--evaluations', '10'], 'settings.evaluations'),
+        (['--seed', '1'], 'settings.seed'),
+        (['--algorithm', 'random'], 'settings.algorithm'),
+        (['--relations', 'rotation', 'shear'], 'settings.relations.enabled'),
+        (['--range', 'rotation=-2:2'], 'settings.relations.low'),
+        (['--thresholds', '0.02'], 'settings.thresholds'),
+        (['--working-size', '32'], 'settings.working_size'),
+        (['--backend', 'blip'], 'model.backend'),
+        (['--classes', 'animal', 'trash'], 'model.classes'),
+        (['--confidence', 'softmax'], 'model.confidence'),
+        (['--dtype', 'float32'], 'model.dtype'),
+    ],
+)
+def test_resume_continues_only_the_same_search(tmp_path, image_path, tiny_clip_dir, capsys, change, named):
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out)], tiny_clip_dir) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert search([str(image_path), *SMALL, '--out', str(out), '--resume', *change], tiny_clip_dir) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('metavlm: error:') and '\n' not in err
+    assert 'holds another search' in err and named in err
+    assert _snapshot(out) == before
+
+
+def test_resume_refuses_other_weights_or_another_frame_under_the_same_names(
+    tmp_path, image_path, tiny_clip_dir, capsys
+):
+    model = tmp_path / 'model'
+    shutil.copytree(tiny_clip_dir, model)
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out), '--model', str(model)], tiny_clip_dir) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    # Same directory name, other weights (retrained in place).
+    data = bytearray((model / 'model.safetensors').read_bytes())
+    data[-1] ^= 0xFF
+    (model / 'model.safetensors').write_bytes(bytes(data))
+    assert (
+        search([str(image_path), *SMALL, '--out', str(out), '--resume', '--model', str(model)], tiny_clip_dir)
+        == 2
+    )
+    assert 'model.weights_sha256' in capsys.readouterr().err
+    shutil.rmtree(model)
+    shutil.copytree(tiny_clip_dir, model)
+    # Same file name, other pixels.
+    (out / 'summary.jsonl').write_text('')  # the search must be run again, so its frame is compared
+    before = _snapshot(out)
+    cv2.imwrite(str(image_path), make_frame(96, 64, seed=5)[..., ::-1])
+    assert (
+        search([str(image_path), *SMALL, '--out', str(out), '--resume', '--model', str(model)], tiny_clip_dir)
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert 'frame' in err and 'pixels differ' in err and '\n' not in err
+    assert _snapshot(out) == before
+
+
+def test_resume_refuses_results_that_carry_no_identity(tmp_path, image_path, tiny_clip_dir, capsys):
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out)], tiny_clip_dir) == 0
+    (out / 'search.json').unlink()
+    capsys.readouterr()
+    assert search([str(image_path), *SMALL, '--out', str(out), '--resume'], tiny_clip_dir) == 2
+    assert 'no identity record' in capsys.readouterr().err
+
+
+def test_a_failed_search_leaves_no_new_directory(
+    tmp_path, image_path, tiny_clip_dir, damaged_weights, capsys
+):
+    out = tmp_path / 'new' / 'res'
+    failures = [
+        ['--model', str(tmp_path / 'nothing')],
+        *[['--model', str(d)] for d in damaged_weights],
+        ['--population', '1'],
+        ['--batch-size', '0'],
+        ['--backend', 'llava'],
+        ['--relations', 'blur'],
+    ]
+    for extra in failures:
+        argv = [
+            'search',
+            str(image_path),
+            '--model',
+            str(tiny_clip_dir),
+            '--quiet',
+            '--out',
+            str(out),
+            *extra,
+        ]
+        assert main(argv) == 2, extra
+        assert not (tmp_path / 'new').exists(), extra
+    assert main(['search', str(tmp_path / 'none.png'), '--model', str(tiny_clip_dir), '--out', str(out)]) == 2
+    assert not (tmp_path / 'new').exists()
+
+
+def test_an_output_below_a_file_gets_one_line(tmp_path, image_path, tiny_clip_dir, capsys):
+    (tmp_path / 'afile').write_text('x')
+    for out in ('afile', 'afile/sub', 'afile/sub/deeper'):
+        assert search([str(image_path), *SMALL, '--out', str(tmp_path / out)], tiny_clip_dir) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and 'is a file, not a directory' in err and '\n' not in err
+    assert (tmp_path / 'afile').read_text() == 'x'
+
+
+def test_a_read_only_output_is_refused_before_the_model_loads(
+    tmp_path, image_path, tiny_clip_dir, capsys, monkeypatch
+):
+    import errno
+    import tempfile
+
+    from metavlm_ros.commands import search as search_command
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    def no_model(args):
+        raise AssertionError('the model was loaded before the output was checked')
+
+    monkeypatch.setattr(tempfile, 'mkstemp', read_only)
+    monkeypatch.setattr(search_command, 'create_backend_from_args', no_model)
+    assert search([str(image_path), *SMALL, '--out', str(tmp_path / 'res')], tiny_clip_dir) == 2
+    err = capsys.readouterr().err.strip()
+    assert 'Read-only file system' in err and '\n' not in err
+    assert not (tmp_path / 'res').exists()
+
+
+def _cli(*argv: str) -> list[str]:
+    return [sys.executable, '-m', 'metavlm_ros.cli', *argv]
+
+
+def _stop_while_front_is_written(command, out, env, signal_number) -> bool:
+    """Run a search and signal it while it writes its non-dominated set (some pareto lines, no
+    summary). It is frozen (SIGSTOP) as soon as pareto.jsonl has a line, and signalled only if
+    the summary is not written yet; returns False when that moment was missed."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pareto, summary = out / 'pareto.jsonl', out / 'summary.jsonl'
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        if pareto.exists() and pareto.stat().st_size:
+            process.send_signal(signal.SIGSTOP)
+            break
+        time.sleep(0.001)
+    caught = process.poll() is None and not (summary.exists() and summary.stat().st_size)
+    if caught:
+        process.send_signal(signal_number)
+    process.send_signal(signal.SIGCONT)
+    stderr = process.communicate(timeout=60)[1].decode()
+    assert 'Traceback' not in stderr
+    return caught
+
+
+def test_a_search_stopped_by_any_signal_while_it_writes_its_front_resumes_without_duplicates(
+    tmp_path, tiny_clip_dir
+):
+    # Large frames make the non-dominated set slow to write (a PNG each), so the signal can land
+    # there: some pareto lines written, no summary yet. Every other moment: test/core/test_results.py.
+    large = tmp_path / 'large.png'
+    cv2.imwrite(str(large), make_frame(1280, 720, seed=2)[..., ::-1])
+    args = ['search', str(large), '--model', str(tiny_clip_dir), '--population', '10', '--evaluations', '40',
+            '--quiet']  # fmt: skip
+    full = tmp_path / 'full'
+    assert main([*args, '--out', str(full)]) == 0
+    assert len(read_jsonl(full / 'pareto.jsonl')) >= 3
+    # The same torch thread count as this process (which other tests may have changed): a resume
+    # reproduces a search only with it (the store refuses otherwise).
+    env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()))
+    for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        for attempt in range(5):
+            out = tmp_path / f'cut-{signal_number}-{attempt}'
+            if _stop_while_front_is_written(_cli(*args, '--out', str(out)), out, env, signal_number):
+                break
+        else:
+            pytest.fail('the signal never landed while the front was written')
+        # (SIGINT is handled between two Python steps: the record being written may be finished.)
+        assert 0 < len(read_jsonl(out / 'pareto.jsonl')) <= len(read_jsonl(full / 'pareto.jsonl'))
+        assert main([*args, '--out', str(out), '--resume']) == 0
+        assert _records(out) == _records(full), signal_number
+        assert sorted(p.name for p in (out / 'frames').iterdir()) == sorted(
+            p.name for p in (full / 'frames').iterdir()
+        )
+
+
+def test_a_full_disk_during_a_search_gives_one_line_and_resumes(tmp_path, image_path, tiny_clip_dir, capsys):
+    args = ['search', str(image_path), '--model', str(tiny_clip_dir), '--population', '10',
+            '--evaluations', '40', '--quiet']  # fmt: skip
+    full = tmp_path / 'full'
+    assert main([*args, '--out', str(full)]) == 0
+    size = (full / 'evaluations.jsonl').stat().st_size
+    out = tmp_path / 'cut'
+    capsys.readouterr()
+    # Writes past this size fail with EFBIG, as they fail with ENOSPC on a full disk.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, hard))
+    try:
+        code = main([*args, '--out', str(out)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('metavlm: error:') and 'File too large' in err and '\n' not in err
+    assert (out / 'evaluations.jsonl').read_bytes().endswith(b'\n')
+    assert main([*args, '--out', str(out), '--resume']) == 0
+    assert _records(out) == _records(full)
+
+
+def test_a_damaged_bag_is_refused_before_any_frame_is_searched(tmp_path, tiny_clip_dir, capsys):
+    from metavlm_ros.core.bags import write_bag
+
+    frames = [(make_frame(64, 48, seed=i), None) for i in range(3)]
+    for storage in ('mcap', 'sqlite3'):
+        bag = write_bag(tmp_path / storage / 'bag', frames, fps=5.0, storage=storage)
+        (path,) = [p for p in bag.iterdir() if p.name != 'metadata.yaml']
+        data = bytearray(path.read_bytes())
+        start = data.find(frames[2][0].tobytes()[:256])  # the last frame: the first two would be searched
+        data[start + 10 : start + 210] = bytes(range(200))
+        path.write_bytes(bytes(data))
+        out = tmp_path / f'res-{storage}'
+        assert search([str(bag), *SMALL, '--out', str(out)], tiny_clip_dir) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and 'damaged bag' in err and '\n' not in err
+        assert not out.exists()
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason='needs unshare and tmpfs mounts (user namespaces)')
+def test_a_read_only_file_system_is_one_line_before_the_model_loads(tmp_path, image_path, tiny_clip_dir):
+    mount = tmp_path / 'mnt'
+    mount.mkdir()
+    command = ' '.join(_cli('search', str(image_path), '--model', str(tiny_clip_dir), '--quiet', '--out'))
+    script = (
+        f'mount -t tmpfs tmpfs {mount} && mkdir {mount}/kept && echo x > {mount}/kept/a && '
+        f'mount -o remount,ro {mount} && {command} {mount}/kept/res; code=$?; ls {mount}/kept; exit $code'
+    )
+    done = subprocess.run(['unshare', '-rm', 'sh', '-c', script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip()
+    assert err.startswith('metavlm: error:') and 'Read-only file system' in err and '\n' not in err
+    assert done.stdout.split() == ['a']

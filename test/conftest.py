@@ -1,0 +1,100 @@
+"""Shared fixtures: a seeded rng, a synthetic frame, tiny random-initialised models, a local ROS domain."""
+
+import functools
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+# DDS traffic stays on this machine, in a domain of this test process's own.
+os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+os.environ.setdefault('ROS_DOMAIN_ID', str(100 + os.getpid() % 100))
+os.environ['HF_HUB_OFFLINE'] = '1'
+os.environ['TRANSFORMERS_OFFLINE'] = '1'
+
+
+@functools.lru_cache(maxsize=1)
+def can_mount_tmpfs() -> bool:
+    """Whether this machine lets a test mount a small tmpfs of its own (a user and mount namespace)."""
+    try:
+        done = subprocess.run(['unshare', '-rm', 'sh', '-c', 'mount -t tmpfs -o size=64k tmpfs /mnt'],
+                              capture_output=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test whose ROS 2 tools are missing, or fail it where they are required (CI)."""
+    from test.ros_tools import REQUIRE_ENV, ROS_TOOLS_DIR, missing
+
+    for marker in item.iter_markers('ros_tools'):
+        absent = missing(marker.args)
+        if not absent:
+            continue
+        reason = f'needs the ROS 2 tools {", ".join(absent)}: run tools/setup.sh with {ROS_TOOLS_DIR} present'
+        if os.environ.get(REQUIRE_ENV) == '1':
+            pytest.fail(f'{REQUIRE_ENV}=1 but this test {reason}', pytrace=False)
+        pytest.skip(reason)
+
+
+# launch_testing files: run by test/ros/test_launch_system.py through `launch_test`, not by pytest.
+collect_ignore_glob = ['launch/test_*.launch.py']
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+def make_frame(width: int = 160, height: int = 120, seed: int = 0) -> np.ndarray:
+    """A deterministic RGB test frame with structure (gradients, blocks, a bright disc)."""
+    gen = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:height, 0:width]
+    frame = np.zeros((height, width, 3), np.uint8)
+    frame[..., 0] = (xx * 255 // max(width - 1, 1)).astype(np.uint8)
+    frame[..., 1] = (yy * 255 // max(height - 1, 1)).astype(np.uint8)
+    frame[..., 2] = 128
+    for _ in range(6):
+        x0, y0 = gen.integers(0, width - 20), gen.integers(0, height - 20)
+        frame[y0 : y0 + 16, x0 : x0 + 16] = gen.integers(0, 256, 3)
+    disc = (xx - width // 2) ** 2 + (yy - height // 2) ** 2 < (min(width, height) // 6) ** 2
+    frame[disc] = (250, 240, 200)
+    return frame
+
+
+@pytest.fixture
+def frame() -> np.ndarray:
+    return make_frame()
+
+
+@pytest.fixture(scope='session')
+def tiny_model_dirs(tmp_path_factory):
+    """Directories of tiny random-initialised models, built once per test session, by backend."""
+    from metavlm_ros.core.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp('tiny-models')
+    built = {}
+
+    def get(backend: str):
+        if backend not in built:
+            built[backend] = build_tiny_model(backend, root / backend, seed=0)
+        return built[backend]
+
+    return get
+
+
+@pytest.fixture(scope='session')
+def tiny_clip_dir(tiny_model_dirs):
+    return tiny_model_dirs('clip')
+
+
+@pytest.fixture(scope='session')
+def tiny_blip_dir(tiny_model_dirs):
+    return tiny_model_dirs('blip')
+
+
+@pytest.fixture(scope='session')
+def tiny_instructblip_dir(tiny_model_dirs):
+    return tiny_model_dirs('instructblip')

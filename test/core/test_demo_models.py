@@ -1,0 +1,404 @@
+"""Tests of the shipped demo CLIP and BLIP: offline loading, held-out quality, violations, and the trainer."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import metavlm_ros
+from metavlm_ros.core.counts import CLASSES
+from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.core.search import SearchConfig, run_search
+from metavlm_ros.core.training import (
+    BLIP_EXACT_TARGET,
+    BLIP_PRESENCE_TARGET,
+    CLIP_AUC_TARGET,
+    SECTION_TOKENS,
+    TrainingConfig,
+    evaluate_blip,
+    evaluate_clip,
+    heldout_set,
+    roc_auc,
+    train_demo_models,
+    write_model_card,
+)
+from metavlm_ros.core.vlm import TABLE1_PROMPT, create_backend, resolve_model
+
+MODELS = Path(metavlm_ros.__file__).resolve().parent / 'models'
+# The whole fixed held-out set, the one the trainer prints its metrics on (about half a minute to
+# render and judge on two cores): a prefix would make the thresholds a coin toss for rare classes.
+HELDOUT_FRAMES = TrainingConfig().heldout_frames
+
+
+@pytest.fixture(scope='module')
+def heldout():
+    return heldout_set(HELDOUT_FRAMES, workers=2)
+
+
+@pytest.fixture(scope='module')
+def clip():
+    return create_backend('clip', 'demo', device='cpu')
+
+
+@pytest.fixture(scope='module')
+def blip():
+    return create_backend('blip', 'demo', device='cpu')
+
+
+def test_demo_blip_answers_parse_in_the_table1_format(blip, heldout):
+    # The format part of the issue-5 target holds on its own: every answer has all four sections.
+    metrics = evaluate_blip(blip, heldout)
+    assert metrics['parsed'] == 1.0, metrics['examples']
+
+
+@pytest.mark.parametrize('backend', ['clip', 'blip'])
+def test_shipped_model_directories_are_complete_and_small(backend):
+    directory = MODELS / f'demo-{backend}'
+    assert resolve_model(backend, 'demo') == str(directory)
+    for name in ('config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'README.md'):
+        assert (directory / name).is_file(), name
+    assert (directory / 'processor_config.json').is_file() or (
+        directory / 'preprocessor_config.json'
+    ).is_file()
+    assert (directory / 'model.safetensors').stat().st_size <= 10 * 1024 * 1024
+    assert not list(directory.glob('*.bin')), 'weights must be safetensors only'
+    card = (directory / 'README.md').read_text()
+    assert 'demonstration only' in card and 'synthetic' in card
+
+
+def test_roc_auc_by_hand():
+    # Positives score 0.35 and 0.8; negatives 0.1 and 0.4: 3 of 4 (positive, negative) pairs ordered.
+    assert roc_auc([0.1, 0.4, 0.35, 0.8], [False, False, True, True]) == pytest.approx(0.75)
+    assert roc_auc([0.5, 0.5], [False, True]) == pytest.approx(0.5)
+    assert np.isnan(roc_auc([0.1, 0.2], [True, True]))
+
+
+def test_heldout_prefix_has_both_labels_for_every_class(heldout):
+    present = heldout.counts > 0
+    assert present.any(axis=0).all() and (~present).any(axis=0).all()
+
+
+# The held-out thresholds settled in issue 15 (what the 45-minute CPU budget reaches; see the model
+# cards for the shipped pair's scores), on the same 300 frames the trainer prints its metrics on.
+def test_demo_clip_loads_offline_and_separates_class_presence(clip, heldout):
+    assert clip.kind == 'confidence' and clip.name == 'clip'
+    auc = evaluate_clip(clip, heldout)
+    assert set(auc) == set(CLASSES)
+    for cls, value in auc.items():
+        assert value >= CLIP_AUC_TARGET, f'{cls}: ROC AUC {value:.3f}'
+
+
+def test_demo_blip_loads_offline_and_counts_in_the_table1_format(blip, heldout):
+    assert blip.kind == 'count' and blip.prompt == TABLE1_PROMPT
+    metrics = evaluate_blip(blip, heldout)
+    assert metrics['parsed'] == 1.0, metrics['examples']
+    for cls in CLASSES:
+        assert metrics['exact'][cls] >= BLIP_EXACT_TARGET, (cls, metrics['exact'])
+        assert metrics['presence'][cls] >= BLIP_PRESENCE_TARGET, (cls, metrics['presence'])
+
+
+def test_demo_blip_tokenizer_keeps_the_table1_spelling():
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(MODELS / 'demo-blip', local_files_only=True)
+    answer = 'Animals: 2 fish, 1 crab Vegetation: 1 seaweed Objects: None Trash: 1 bottle'
+    ids = processor.tokenizer(answer)['input_ids']
+    assert processor.tokenizer.decode(ids, skip_special_tokens=True) == answer
+    assert all(token in processor.tokenizer.get_vocab() for token in SECTION_TOKENS.values())
+
+
+def test_tokenizer_training_is_repeatable():
+    # The tokenizers trainers number some symbols in hash-map order; the recipe must not inherit that.
+    from metavlm_ros.core.scenes import SceneGenerator, caption
+    from metavlm_ros.core.training import _blip_tokenizer, _clip_tokenizer, _corpus
+
+    captions = [caption(SceneGenerator(256, 144, 1, seed).frame(0)[1]) for seed in range(12)]
+    corpus = _corpus(captions)
+    for build in (lambda: _clip_tokenizer(corpus, 48), lambda: _blip_tokenizer(corpus)):
+        vocabularies = [build().get_vocab() for _ in range(4)]
+        assert all(v == vocabularies[0] for v in vocabularies[1:])
+
+    def merges():
+        return json.loads(_clip_tokenizer(corpus, 48).backend_tokenizer.to_str())['model']['merges']
+
+    first = merges()
+    assert merges() == first
+    assert len(first) > 100  # it still learns merges, not only the listed symbols
+
+
+@pytest.mark.parametrize('name', ['clip', 'blip'])
+def test_a_short_search_on_a_demo_frame_finds_a_violation(name, request, heldout):
+    backend = request.getfixturevalue(name)
+    config = SearchConfig(population=12, evaluations=48, seed=3)
+    result = run_search(heldout.frames[0], backend, config, image_id='heldout-0')
+    assert len(result.evaluations) == 48
+    assert any(any(ev.violation.values()) for ev in result.evaluations)
+
+
+def test_coverage_maps_count_only_visible_ground_truth_objects():
+    from metavlm_ros.core.training import _coverage
+
+    # A 4x4-pixel label map on a 2x2 grid: object 0 (a fish in the ground truth) fills the top-left
+    # cell and half the top-right; object 1 fills the bottom-right cell but is not in the ground truth
+    # (too hidden to count), so it covers nothing.
+    labels = np.full((4, 4), -1, np.int16)
+    labels[0:2, 0:3] = 0
+    labels[2:4, 2:4] = 1
+
+    class Truth:
+        boxes = [{'class': 'animal', 'id': 0}]
+
+    cells = _coverage(labels, Truth(), 2)
+    animal = CLASSES.index('animal')
+    assert cells[..., animal] == pytest.approx(np.array([[1.0, 0.5], [0.0, 0.0]]))
+    assert cells.sum() == pytest.approx(1.5)
+
+
+def test_training_config_rejects_bad_values():
+    with pytest.raises(ParameterError, match='clip_steps'):
+        TrainingConfig(clip_steps=0).validate()
+    with pytest.raises(ParameterError, match='multiple of patch_size'):
+        TrainingConfig(image_size=100, patch_size=16).validate()
+    with pytest.raises(ParameterError, match='coverage_weight'):
+        TrainingConfig(coverage_weight=-1.0).validate()
+    with pytest.raises(ParameterError, match='clip_lr'):
+        TrainingConfig(clip_lr=0.0).validate()
+    with pytest.raises(ParameterError, match='gain_range'):
+        TrainingConfig(gain_range=(1.4, 0.6)).validate()
+    with pytest.raises(ParameterError, match='min_input_pixels'):
+        TrainingConfig(min_input_pixels=-1).validate()
+    with pytest.raises(ParameterError, match='augment_magnitude'):
+        TrainingConfig(augment_magnitude=0.0).validate()
+    with pytest.raises(ParameterError, match='augment must'):
+        TrainingConfig(augment=1.5).validate()
+    with pytest.raises(ParameterError, match='robustness_evaluations'):
+        TrainingConfig(robustness_evaluations=-1).validate()
+    with pytest.raises(ParameterError, match='does not hold demo-clip'):
+        TrainingConfig(init_from='/nonexistent').validate()
+
+
+def _truth_with_a_speck():
+    from metavlm_ros.core.scenes import KINDS, GroundTruth
+
+    # A 64x64 frame squashed to a 32x32 model input (4 frame pixels per input pixel): object 3, a
+    # fish, shows 40x40 frame pixels = 400 input pixels; object 7, a crab, 8x8 = 16 input pixels.
+    kinds = {k: 0 for c in CLASSES for k in KINDS[c]}
+    kinds.update(fish=1, crab=1)
+    fish = {'class': 'animal', 'kind': 'fish', 'id': 3, 'visible': 1.0, 'box': [0, 0, 40, 40]}
+    crab = {'class': 'animal', 'kind': 'crab', 'id': 7, 'visible': 1.0, 'box': [50, 50, 58, 58]}
+    boxes = [fish | {'area': 1600 / 4096}, crab | {'area': 64 / 4096}]
+    counts = dict.fromkeys(CLASSES, 0) | {'animal': 2}
+    return GroundTruth(counts, kinds, boxes, 5, 'pool')
+
+
+def test_demo_labelling_rule_drops_objects_too_small_for_the_model_input():
+    from metavlm_ros.core.scenes import caption
+    from metavlm_ros.core.training import demo_truth
+
+    truth = _truth_with_a_speck()
+    kept = demo_truth(truth, image_size=32, min_pixels=32)
+    assert kept.counts['animal'] == 1 and kept.kind_counts == truth.kind_counts | {'crab': 0}
+    assert [b['id'] for b in kept.boxes] == [3]
+    assert caption(kept).startswith('Animals: 1 fish Vegetation: None')
+    assert kept.frame_index == 5 and kept.environment == 'pool'
+    # The threshold is in pixels of the model input: a 64-pixel input makes the crab 64 pixels.
+    assert demo_truth(truth, image_size=64, min_pixels=32).counts['animal'] == 2
+    assert demo_truth(truth, image_size=32, min_pixels=0) is truth
+    # The generator's truth is left as it was.
+    assert truth.counts['animal'] == 2 and len(truth.boxes) == 2
+
+
+def test_heldout_set_keeps_the_generator_counts_next_to_a_labelling_rule(heldout):
+    # Without a rule the two agree; with one, objects are only removed (and half the held-out
+    # animals are specks of a few input pixels, so some frames change).
+    assert (heldout.counts == heldout.generator_counts).all()
+    ruled = heldout_set(30, min_input_pixels=32)
+    assert (ruled.generator_counts == heldout.generator_counts[:30]).all()
+    assert (ruled.counts <= ruled.generator_counts).all()
+    assert (ruled.counts < ruled.generator_counts).any()
+    assert ruled.environments == [('pool', 'shallow', 'deep')[(i // 3) % 3] for i in range(30)]
+
+
+def test_auc_within_environments_does_not_reward_recognising_the_environment():
+    from metavlm_ros.core.training import SceneSet, auc_by_environment, presence_auc
+
+    # Animals show in every pool frame and in no deep frame; a score that only says "pool" ranks
+    # every positive above every negative over all frames, and is useless within each environment.
+    counts = np.zeros((8, len(CLASSES)), np.int64)
+    counts[:4, 0] = 1
+    counts[[0, 2, 4, 6], 1] = 1
+    environments = ['pool'] * 4 + ['deep'] * 4
+    scores = np.zeros((8, len(CLASSES)))
+    scores[:4] = 1.0
+    scenes = SceneSet([], np.zeros((8, 1, 1, 3), np.uint8), counts, [''] * 8, environments=environments)
+    assert presence_auc(scores, counts)['animal'] == pytest.approx(1.0)
+    within = auc_by_environment(scores, scenes)
+    assert set(within) == {'pool', 'deep'}
+    assert np.isnan(within['pool']['animal']) and np.isnan(within['deep']['animal'])
+    assert within['pool']['vegetation'] == pytest.approx(0.5)
+
+
+def _toy_config(**changes) -> TrainingConfig:
+    """The recipe at toy size (seconds on one process), with `changes` on top."""
+    toy = dict(
+        train_frames=8,
+        heldout_frames=3,
+        frames_per_scene=4,
+        clip_steps=2,
+        blip_steps=2,
+        batch_size=4,
+        workers=1,
+        robustness_evaluations=0,
+    )
+    return TrainingConfig(**(toy | changes))
+
+
+def test_training_recipe_runs_and_saves_loadable_models(tmp_path):
+    # A few seconds: the whole recipe (with a labelling rule) at toy size, so the default suite runs it.
+    config = _toy_config(
+        train_frames=12, heldout_frames=6, frames_per_scene=6, min_input_pixels=32, robustness_evaluations=6
+    )
+    lines = []
+    summary = train_demo_models(tmp_path, config, log=lines.append)
+    for name in ('clip', 'blip'):
+        assert (tmp_path / f'demo-{name}' / 'model.safetensors').is_file()
+        saved = json.loads((tmp_path / f'demo-{name}' / 'training.json').read_text())
+        assert len(saved['loss_curve']) == 1
+        assert summary[name]['heldout']
+    assert any(line.startswith('clip held-out ROC AUC') for line in lines)
+    assert any(line.startswith('blip held-out exact count') for line in lines)
+    # The robustness figures: Rand on the held-out frames (6 frames: every 15th is frame 0 only).
+    assert any(
+        line.startswith('clip robustness (Rand, 6 evaluations x 1 held-out frames), Th 0.05')
+        for line in lines
+    )
+    assert any(
+        line.startswith('blip robustness (Rand, 6 evaluations x 1 held-out frames), count') for line in lines
+    )
+    assert sum(summary['blip']['heldout']['robustness']['evaluations']['count'].values()) == 6
+    # Under a labelling rule the same answers are also judged against the generator's truth, and the
+    # CLIP is judged within each environment of the held-out frames (6 frames: pool and shallow).
+    assert any(line.startswith('clip held-out ROC AUC (generator rule)') for line in lines)
+    assert any(line.startswith('blip held-out presence (generator rule)') for line in lines)
+    assert set(summary['clip']['heldout']['auc_by_environment']) == {'pool', 'shallow'}
+    card = write_model_card(tmp_path / 'demo-clip', 'clip', summary).read_text()
+    assert 'generator rule' in card and '| pool |' in card and 'at least 32' in card
+
+
+def test_fine_tuning_starts_from_the_given_models_and_keeps_their_tokenizers(tmp_path):
+    from safetensors.numpy import load_file
+    from transformers import AutoTokenizer
+
+    train_demo_models(tmp_path / 'a', _toy_config(), log=lambda line: None)
+    lines = []
+    tuned = _toy_config(init_from=str(tmp_path / 'a'), clip_lr=1e-6, blip_lr=1e-6, seed=1, train_frames=4)
+    train_demo_models(tmp_path / 'b', tuned, log=lines.append)
+    assert any(line.startswith('clip initialised from') for line in lines)
+    assert any(line.startswith('blip initialised from') for line in lines)
+    for name in ('clip', 'blip'):
+        before, after = (tmp_path / run / f'demo-{name}' for run in ('a', 'b'))
+        vocabularies = [
+            AutoTokenizer.from_pretrained(d, local_files_only=True).get_vocab() for d in (before, after)
+        ]
+        assert vocabularies[0] == vocabularies[1], name
+        # Two steps at a tiny rate: every weight stays close to where it started (not re-initialised).
+        old, new = load_file(before / 'model.safetensors'), load_file(after / 'model.safetensors')
+        assert old.keys() == new.keys()
+        assert max(float(np.abs(old[k] - new[k]).max()) for k in old) < 1e-3, name
+
+
+def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
+    # docs/demo.md promises that a seed decides the models; the tokenizers were once the exception.
+    config = _toy_config(clip_steps=3, blip_steps=3)
+    for run in ('a', 'b'):
+        train_demo_models(tmp_path / run, config, log=lambda line: None)
+    for name in ('clip', 'blip'):
+        files = [(tmp_path / run / f'demo-{name}' / 'model.safetensors').read_bytes() for run in ('a', 'b')]
+        assert files[0] == files[1], name
+
+
+def test_robustness_rates_by_order_and_the_median_smallest_violating_change():
+    from metavlm_ros.core.training import robustness
+    from metavlm_ros.core.vlm import Prediction
+    from test.conftest import make_frame
+    from test.core.fakes import BlackCountBackend
+
+    # The stand-in counts one animal per 5 % of black pixels: the black fill of a geometric relation
+    # changes its answer.
+    frames = [make_frame(160, 120, seed=s) for s in (1, 2, 3)]
+    figures = robustness(BlackCountBackend(), frames, evaluations=60, seed=4)
+    assert set(figures['rate']) == {'count'}
+    # Rand draws every order 1..6 and never the identity: all 3 x 60 evaluations are judged.
+    assert sum(figures['evaluations']['count'].values()) == 180
+    assert set(figures['evaluations']['count']) == set(range(1, 7))
+    assert all(0 <= rate <= 1 for rate in figures['rate']['count'].values())
+    smallest = figures['smallest']['count']
+    assert len(smallest) == 3 and None not in smallest
+    assert figures['median_smallest']['count'] == pytest.approx(sorted(smallest)[1])
+
+    class Constant(BlackCountBackend):
+        def predict(self, batch):
+            return [Prediction(kind='count', values=dict.fromkeys(CLASSES, 1), text='') for _ in batch]
+
+    # A model that never changes: no violation at any order, no smallest change, no median.
+    steady = robustness(Constant(), frames[:2], evaluations=30)
+    assert set(steady['rate']['count'].values()) == {0.0}
+    assert steady['smallest']['count'] == [None, None] and steady['median_smallest']['count'] is None
+
+
+def test_augmentations_are_small_compositions_of_the_relations():
+    from metavlm_ros.core.relations import RELATIONS
+    from metavlm_ros.core.training import _augmentation
+
+    rng = np.random.default_rng(0)
+    orders = set()
+    for _ in range(300):
+        composition = _augmentation(rng, 0.4)
+        orders.add(composition.order)
+        for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
+            deviation = abs(value - relation.nominal) / relation.max_deviation
+            assert deviation <= 0.4 + 1e-9 if active else deviation == 0
+            # One-sided relations deviate into their range: CLAHE up, downsampling down.
+            assert relation.low <= value <= relation.high
+    assert orders == set(range(1, 7))
+
+
+def test_a_transformed_training_frame_moves_its_maps_with_it():
+    from metavlm_ros.core.training import SceneSet, _batch
+
+    # One 64x32 frame whose second patch column (of a 4x4 grid) is a white animal; every draw
+    # transforms it (augment 1.0, full magnitude), and the coverage map must follow the pixels.
+    mid = np.zeros((1, 32, 64, 3), np.uint8)
+    mid[:, :, 16:32] = 255
+    coverage = np.zeros((1, 4, 4, len(CLASSES)), np.float32)
+    coverage[0, :, 1, 0] = 1.0
+    scenes = SceneSet(
+        [], np.zeros((1, 8, 8, 3), np.uint8), np.ones((1, 4), np.int64), [''], coverage=coverage
+    )
+    scenes.mid = mid
+    config = TrainingConfig(image_size=8, augment=1.0, augment_magnitude=1.0)
+    rng = np.random.default_rng(1)
+    moved = 0
+    for _ in range(40):
+        small, density, maps, flip = _batch(scenes, np.array([0]), rng, config)
+        assert density is None and small.shape == (1, 8, 8, 3)
+        # Wherever the white band went in the frame, the animal's cells went with it.
+        white = small[0, :, :, 0].reshape(4, 2, 4, 2).mean(axis=(1, 3)) > 200
+        assert (maps[0, ..., 0] > 0)[white].all()
+        moved += not np.array_equal(maps[0], coverage[0])
+    assert moved, 'some compositions (zoom, rotation) must move the cells'
+
+
+def test_demo_blip_is_steadier_under_small_changes_than_under_large_ones(blip, heldout):
+    # Rand on 4 held-out frames (one per scene), 90 evaluations each. The shipped BLIP was fine-tuned
+    # with the relations as augmentation (issue 15); on these frames it violates at order 1 in 48 %
+    # of evaluations and at orders 1-3 in 55 % (the BLIP shipped before: 57 % and 76 %), more at
+    # orders 5-6. This guards that gain; the issue's targets (order 1 <= 45 % on 20 frames, median
+    # smallest violating f_trans >= 0.3) are not reached yet (docs/demo.md).
+    from metavlm_ros.core.training import robustness, robustness_frames
+
+    rates = robustness(blip, robustness_frames(heldout, 4), evaluations=90)['rate']['count']
+    assert rates[1] <= 0.50, rates
+    assert np.mean([rates[o] for o in (1, 2, 3)]) <= 0.60, rates
+    assert np.mean([rates[5], rates[6]]) > np.mean([rates[1], rates[2]]), rates

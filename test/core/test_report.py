@@ -1,0 +1,221 @@
+"""Tests of the campaign report on the fixed fixture (test/fixtures/campaign_results), values by hand.
+
+Per cell, the fixture's solutions are (see make_fixture.py), with order-0 and failed ones left out:
+CLIP MetaVLM: {1} o1 v(1%), {2,3} o2 v(1,3%), {2,3} o2 v(1,3,5%), {1,2,5} o3 v(1,3%);
+CLIP Rand: {1} o1 -, {1,3} o2 v(1%), {1..6} o6 v(1,3,5%), {2,3} o2 v(1%);
+BLIP MetaVLM: {3} o1 v, {3,4} o2 -, {3} o1 v; BLIP Rand: {5} o1 -, {2,6} o2 v, {1,2,4} o3 -, {3} o1 -.
+Every model and algorithm has 8 cells (2 images x 4 runs), so counts are 8 times the per-cell ones.
+"""
+
+import csv
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+from scipy.stats import mannwhitneyu
+
+from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.core.report import build_report, render_csv, render_markdown, write_report
+
+FIXTURE = Path(__file__).resolve().parent.parent / 'fixtures' / 'campaign_results'
+
+
+@pytest.fixture(scope='module')
+def report():
+    return build_report(FIXTURE)
+
+
+def test_rq1_per_image_comparison(report):
+    table = report.table('rq1')
+    assert len(table.rows) == 4
+    # reef, CLIP: MetaVLM's four runs all above Rand's: A12 = 16/16; exact two-sided p = 2 / C(8, 4) = 2/70.
+    assert table.cell('HV MetaVLM (mean)', model='clip:tiny', image='reef') == pytest.approx(0.65)
+    assert table.cell('HV Rand (mean)', model='clip:tiny', image='reef') == pytest.approx(0.25)
+    assert table.cell('A12', model='clip:tiny', image='reef') == pytest.approx(1.0)
+    assert table.cell('p', model='clip:tiny', image='reef') == pytest.approx(2 / 70)
+    assert table.cell('magnitude', model='clip:tiny', image='reef') == 'large'
+    assert table.cell('better', model='clip:tiny', image='reef') == 'MetaVLM'
+    # wreck, CLIP: MetaVLM wins 2+4+1+3 = 10 of 16 pairs: A12 0.625 (small); U = 10, and of the 70
+    # equally likely splits 24 have U <= 6, so the two-sided p is 48/70: no significant difference,
+    # which the paper prints as the equivalence sign, not as a magnitude.
+    assert table.cell('A12', model='clip:tiny', image='wreck') == pytest.approx(0.625)
+    assert table.cell('magnitude', model='clip:tiny', image='wreck') == '≡'
+    assert table.cell('p', model='clip:tiny', image='wreck') == pytest.approx(48 / 70)
+    assert table.cell('better', model='clip:tiny', image='wreck') == 'no significant difference'
+    # reef, BLIP: the mirror image of CLIP's reef: Rand better.
+    assert table.cell('A12', model='blip:tiny', image='reef') == pytest.approx(0.0)
+    assert table.cell('better', model='blip:tiny', image='reef') == 'Rand'
+    # wreck, BLIP: identical samples.
+    assert table.cell('p', model='blip:tiny', image='wreck') == pytest.approx(1.0)
+    assert table.cell('A12', model='blip:tiny', image='wreck') == pytest.approx(0.5)
+    assert table.cell('magnitude', model='blip:tiny', image='wreck') == '≡'
+
+
+def test_table4_view_one_row_per_image_models_side_by_side(report):
+    table = report.table('table4')
+    assert table.columns == ['image', 'clip:tiny p', 'clip:tiny A12', 'clip:tiny best', 'blip:tiny p',
+                             'blip:tiny A12', 'blip:tiny best']  # fmt: skip
+    # The same tests as the RQ1 table: reef is decided both ways, wreck is not significant for either.
+    assert table.row(image='reef') == ['reef', pytest.approx(2 / 70), 'large', 'MetaVLM',
+                                       pytest.approx(2 / 70), 'large', 'Rand']  # fmt: skip
+    assert table.row(image='wreck') == ['wreck', pytest.approx(48 / 70), '≡', '≡', 1.0, '≡', '≡']
+    assert '| wreck | 0.6857 | ≡ | ≡ | 1.0000 | ≡ | ≡ |' in render_markdown(report)
+
+
+def test_rq1_totals(report):
+    totals = report.table('rq1-totals')
+    assert totals.row(model='clip:tiny')[1:] == [1, 0, 1]
+    assert totals.row(model='blip:tiny')[1:] == [0, 1, 1]
+    assert totals.row(model='all models')[1:] == [1, 1, 2]
+
+
+def test_rq21_confidence_model(report):
+    table = report.table('rq2_1-clip_tiny')
+    assert table.columns[:5] == [
+        'order',
+        'MetaVLM occurrence %',
+        'MetaVLM VR (Eq. 6) % (Th=1%)',
+        'MetaVLM VR (Eq. 6) % (Th=3%)',
+        'MetaVLM VR (Eq. 6) % (Th=5%)',
+    ]
+    # MetaVLM: 4 solutions per cell, orders 1, 2, 2, 3; Rand: orders 1, 2, 6, 2.
+    assert table.row(order=1) == [1, 0.25, 1.0, 0.0, 0.0, 0.25, 0.0, 0.0, 0.0]
+    assert table.row(order=2) == [2, 0.5, 1.0, 1.0, 0.5, 0.5, 1.0, 0.0, 0.0]
+    assert table.row(order=3) == [3, 0.25, 1.0, 1.0, 0.0, 0.0, None, None, None]
+    assert table.row(order=4) == [4, 0.0, None, None, None, 0.0, None, None, None]
+    assert table.row(order=6) == [6, 0.0, None, None, None, 0.25, 1.0, 1.0, 1.0]
+
+
+def test_rq21_count_model(report):
+    table = report.table('rq2_1-blip_tiny')
+    assert table.columns == ['order', 'MetaVLM occurrence %', 'MetaVLM VR (Eq. 6) % (count)',
+                             'Rand occurrence %', 'Rand VR (Eq. 6) % (count)']  # fmt: skip
+    assert table.row(order=1) == [1, pytest.approx(2 / 3), 1.0, 0.5, 0.0]
+    assert table.row(order=2) == [2, pytest.approx(1 / 3), 0.0, 0.25, 1.0]
+    assert table.row(order=3) == [3, 0.0, None, 0.25, 0.0]
+
+
+def test_rq22_top_compositions(report):
+    table = report.table('rq2_2-clip_tiny-nsga2-0_01')
+    # The paper's Table 6 'VR' is a composition's share of all violations; Eq. 6 is another number.
+    assert table.columns == ['rank', 'composition', 'order', 'violations', 'share of violations %',
+                             'solutions', 'VR (Eq. 6) %']  # fmt: skip
+    # 4 violations per cell: {2,3} twice, {1} and {1,2,5} once; ties ranked by order.
+    assert table.rows == [
+        [1, '{2,3}', 2, 16, 0.5, 16, 1.0],
+        [2, '{1}', 1, 8, 0.25, 8, 1.0],
+        [3, '{1,2,5}', 3, 8, 0.25, 8, 1.0],
+    ]
+    assert report.table('rq2_2-clip_tiny-nsga2-0_05').rows == [[1, '{2,3}', 2, 8, 1.0, 16, 0.5]]
+    third = pytest.approx(1 / 3)
+    assert report.table('rq2_2-clip_tiny-random-0_01').rows == [
+        [1, '{1,3}', 2, 8, third, 8, 1.0],
+        [2, '{2,3}', 2, 8, third, 8, 1.0],
+        [3, '{1,2,3,4,5,6}', 6, 8, third, 8, 1.0],
+    ]
+    assert report.table('rq2_2-blip_tiny-nsga2-count').rows == [[1, '{3}', 1, 16, 1.0, 16, 1.0]]
+    assert report.table('rq2_2-blip_tiny-random-count').rows == [[1, '{2,6}', 2, 8, 1.0, 8, 1.0]]
+
+
+def test_rq3_compares_one_mean_strength_per_image_and_run(report):
+    table = report.table('rq3-clip_tiny-0_01')
+    assert table.columns == ['order', 'MetaVLM VS', 'MetaVLM violations', 'MetaVLM samples', 'Rand VS',
+                             'Rand violations', 'Rand samples', 'p', 'A12', 'magnitude']  # fmt: skip
+    assert table.row(order=1) == [1, pytest.approx(0.02), 8, 8, None, 0, 0, None, None, None]
+    order2 = table.row(order=2)
+    # MetaVLM (0.06 + 0.10) / 2 = 0.08 in each of its 8 searches; Rand (0.015 + 0.02) / 2 = 0.0175.
+    # The test sees 8 search means per side, not the 16 pooled pairs.
+    assert order2[:7] == [2, pytest.approx(0.08), 16, 8, pytest.approx(0.0175), 16, 8]
+    per_run = mannwhitneyu([0.08] * 8, [0.0175] * 8, alternative='two-sided').pvalue
+    pooled = mannwhitneyu([0.06, 0.10] * 8, [0.015, 0.02] * 8, alternative='two-sided').pvalue
+    assert order2[7] == pytest.approx(per_run) and per_run > 10 * pooled
+    assert order2[8:] == [1.0, 'large']
+    assert table.row(order=6) == [6, None, 0, 0, pytest.approx(0.2), 8, 8, None, None, None]
+    assert 'pooled' not in table.title
+    assert 'RQ3 samples: one value per (image, run): the mean violation strength of that search.' in (
+        report.notes
+    )
+    at3 = report.table('rq3-clip_tiny-0_03')
+    assert at3.row(order=2)[:4] == [2, pytest.approx(0.07), 16, 8]
+    blip = report.table('rq3-blip_tiny-count')
+    # Strengths 1 and 2 in each MetaVLM search: 16 pairs, 8 search means of 1.5.
+    assert blip.row(order=1)[:7] == [1, pytest.approx(1.5), 16, 8, None, 0, 0]
+    assert blip.row(order=2)[:7] == [2, None, 0, 0, pytest.approx(1.0), 8, 8]
+
+
+def test_rq3_pooled_pairs_is_an_option_and_says_so():
+    pooled_report = build_report(FIXTURE, rq3='pooled')
+    table = pooled_report.table('rq3-clip_tiny-0_01')
+    order2 = table.row(order=2)
+    assert order2[:7] == [2, pytest.approx(0.08), 16, 16, pytest.approx(0.0175), 16, 16]
+    expected = mannwhitneyu([0.06, 0.10] * 8, [0.015, 0.02] * 8, alternative='two-sided').pvalue
+    assert order2[7] == pytest.approx(expected)
+    assert table.title.endswith('(pooled pairs)')
+    assert 'POOLED' in table.note
+    with pytest.raises(ParameterError, match='unknown RQ3 sample "median"'):
+        build_report(FIXTURE, rq3='median')
+
+
+def test_solution_set_options():
+    pareto = build_report(FIXTURE, solutions='pareto').table('rq2_1-clip_tiny')
+    # Pareto indices 1 and 3: MetaVLM {1} (o1) and {2,3} (o2, violating at 5%).
+    assert pareto.row(order=1)[:5] == [1, 0.5, 1.0, 0.0, 0.0]
+    assert pareto.row(order=2)[:5] == [2, 0.5, 1.0, 1.0, 1.0]
+    final = build_report(FIXTURE, solutions='final').table('rq2_1-clip_tiny')
+    # Last generation of MetaVLM: {2,3} (o2), {1,2,5} (o3) and a failed evaluation, left out.
+    assert final.row(order=2)[1] == 0.5
+    assert final.row(order=3)[1] == 0.5
+    assert final.row(order=1)[1] == 0.0
+    md = render_markdown(build_report(FIXTURE, solutions='pareto'))
+    assert "Solution set: each search's non-dominated set" in md
+    # Every RQ2/RQ3 table says which set it uses.
+    assert md.count("Solution set: each search's non-dominated set (f_pred > 0).") == 2 + 8 + 4
+
+
+def test_writers(report, tmp_path):
+    md = render_markdown(report)
+    assert '## RQ1 (Table 4): hypervolume of MetaVLM vs Rand across runs' in md
+    assert '| clip:tiny | reef | 4 | 4 | 0.6500 | 0.2500 | 0.0286 | 1.000 | large | MetaVLM |' in md
+    assert 'Cells: 32 of 32 finished.' in md
+    rows = list(csv.reader(io.StringIO(render_csv(report.table('rq2_1-clip_tiny')))))
+    # Columns labelled % hold percentages, as report.md shows them (25.0, not 0.25).
+    assert rows[0][1] == 'MetaVLM occurrence %'
+    assert rows[1][:3] == ['1', '25.0', '100.0']
+    assert rows[3][5:] == ['0.0', '', '', '']  # order 3 has no Rand solutions: empty fields
+    rq1 = list(csv.reader(io.StringIO(render_csv(report.table('rq1')))))
+    assert rq1[1][4:6] == ['0.65', '0.25']  # hypervolumes are not percentages
+
+    html_files = write_report(report, tmp_path / 'html', fmt='html')
+    page = html_files[0].read_text()
+    assert html_files[0].name == 'index.html'
+    assert '<h2 id="rq1">' in page and 'plots/hv-clip_tiny.png' in page
+    pngs = [p for p in html_files if p.suffix == '.png']
+    # One front per model and image, one VR plot and one HV plot per model.
+    assert len(pngs) == 2 * 2 + 2 + 2
+    assert all(p.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' for p in pngs)
+    csv_files = write_report(report, tmp_path / 'csv', fmt='csv')
+    assert {p.name for p in csv_files} >= {'rq1.csv', 'rq1-totals.csv', 'rq2_1-clip_tiny.csv'}
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(InputError, match='not a campaign results directory'):
+        build_report(tmp_path)
+    with pytest.raises(ParameterError, match='unknown solution set "best"'):
+        build_report(FIXTURE, solutions='best')
+    with pytest.raises(ParameterError, match='unknown report format'):
+        write_report(build_report(FIXTURE), tmp_path, fmt='pdf')
+
+
+def test_partial_campaign(tmp_path):
+    # A campaign still running: only MetaVLM cells of CLIP so far. RQ1 is skipped with a note.
+    partial = tmp_path / 'partial'
+    shutil.copytree(FIXTURE, partial)
+    for cell in (partial / 'cells').iterdir():
+        if not cell.name.startswith('m0-nsga2'):
+            shutil.rmtree(cell)
+    report = build_report(partial)
+    assert 'Cells: 8 of 32 finished.' in report.notes
+    assert any(note.startswith('RQ1 needs both algorithms') for note in report.notes)
+    assert 'blip:tiny: no finished cells yet.' in report.notes
+    assert report.table('rq2_1-clip_tiny').row(order=2)[:2] == [2, 0.5]

@@ -1,0 +1,396 @@
+"""The search: budget, seeding, batching, caching, failures, stored records, NSGA-II against Rand."""
+
+import json
+import shutil
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from metavlm_ros.core.encoding import SearchSpace, decode
+from metavlm_ros.core.errors import InputError, ParameterError, SearchInterrupted
+from metavlm_ros.core.metrics import hypervolume, non_dominated
+from metavlm_ros.core.relations import apply_composition
+from metavlm_ros.core.results import ResultsStore, free_disk_bytes, read_jsonl
+from metavlm_ros.core.search import SearchConfig, rand_genotypes, run_search
+from metavlm_ros.core.stats import a12
+from test.conftest import make_frame
+from test.core.fakes import BlackCountBackend, ImageStatsBackend
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_budget_is_exact_and_each_generation_is_one_call(algorithm, frame):
+    backend = ImageStatsBackend()
+    config = SearchConfig(algorithm=algorithm, population=10, evaluations=47, seed=3)
+    result = run_search(frame, backend, config)
+    assert len(result.evaluations) == 47
+    assert [ev.index for ev in result.evaluations] == list(range(47))
+    generations = max(ev.generation for ev in result.evaluations) + 1
+    assert generations == 5  # 10+10+10+10+7
+    # First call is the source frame alone; then at most one call per generation.
+    assert backend.calls[0] == 1
+    assert len(backend.calls) - 1 <= generations
+    assert sum(backend.calls) == result.frames_judged
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_same_seed_same_genotypes_other_seed_differs(algorithm, frame):
+    config = SearchConfig(algorithm=algorithm, population=8, evaluations=40, seed=11)
+    a = run_search(frame, ImageStatsBackend(), config)
+    b = run_search(frame, ImageStatsBackend(), config)
+    c = run_search(
+        frame, ImageStatsBackend(), SearchConfig(algorithm=algorithm, population=8, evaluations=40, seed=12)
+    )
+    ga = np.array([ev.genotype for ev in a.evaluations])
+    assert np.array_equal(ga, np.array([ev.genotype for ev in b.evaluations]))
+    assert not np.array_equal(ga, np.array([ev.genotype for ev in c.evaluations]))
+    assert a.hypervolume == b.hypervolume
+
+
+def test_source_prediction_is_computed_once_and_repeated_compositions_are_cached(frame):
+    # Only CLAHE, clip limit pinned at 1.0: every active composition is the same follow-up frame.
+    space = SearchSpace.from_options(
+        enabled=['histogram_equalization'], ranges={'histogram_equalization': (1.0, 1.0)}
+    )
+    backend = ImageStatsBackend()
+    result = run_search(
+        frame, backend, SearchConfig(algorithm='random', population=10, evaluations=60, space=space)
+    )
+    active = [ev for ev in result.evaluations if ev.composition.order == 1]
+    assert len(active) > 10
+    assert result.frames_judged == 2  # the source and the one distinct follow-up
+    assert sum(ev.cached for ev in active) == len(active) - 1
+    # Every copy has the same objectives: none dominates another, all are on the front.
+    assert result.pareto == [ev.index for ev in active]
+    # MR3 at its nominal clip limit costs nothing yet still changes the image.
+    assert all(ev.f_trans == 0 for ev in active)
+
+
+def test_ties_on_the_front_are_all_kept_and_share_one_png(tmp_path, frame):
+    space = SearchSpace.from_options(
+        enabled=['histogram_equalization'], ranges={'histogram_equalization': (1.5, 1.5)}
+    )
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, space=space, seed=1)
+    with ResultsStore(tmp_path / 'out') as store:
+        result = run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
+    active = [ev.index for ev in result.evaluations if ev.composition.order == 1]
+    assert len(active) > 1 and result.pareto == active
+    pareto = read_jsonl(tmp_path / 'out' / 'pareto.jsonl')
+    assert [p['index'] for p in pareto] == active
+    assert len({p['frame'] for p in pareto}) == 1
+    assert len(list((tmp_path / 'out' / 'frames').iterdir())) == 1
+
+
+@pytest.mark.parametrize('warp', ['fused', 'sequential'])
+def test_the_warp_setting_decides_how_follow_ups_are_resampled(warp, frame):
+    judged = []
+
+    class Spy(ImageStatsBackend):
+        def predict(self, frames):
+            judged.extend(frames)
+            return super().predict(frames)
+
+    config = SearchConfig(algorithm='random', population=10, evaluations=20, seed=3, warp=warp)
+    result = run_search(frame, Spy(), config)
+    assert result.warp == warp
+    fresh = [ev for ev in result.evaluations if not ev.cached]
+    assert len(judged) == 1 + len(fresh)
+    fused_differs = 0
+    for ev, followup in zip(fresh, judged[1:], strict=True):
+        assert np.array_equal(followup, apply_composition(frame, ev.composition, fuse=warp == 'fused'))
+        fused_differs += not np.array_equal(
+            apply_composition(frame, ev.composition, fuse=True),
+            apply_composition(frame, ev.composition, fuse=False),
+        )
+    assert fused_differs > 0  # the setting matters for some of these compositions
+
+
+def test_order_zero_is_never_a_violation(frame):
+    space = SearchSpace.from_options(enabled=['rotation'])
+    result = run_search(
+        frame,
+        ImageStatsBackend(),
+        SearchConfig(algorithm='nsga2', population=10, evaluations=50, space=space),
+    )
+    identity = [ev for ev in result.evaluations if ev.composition.order == 0]
+    assert identity, 'half the initial flags should be off'
+    assert all(not any(ev.violation.values()) and ev.f_pred == 0 for ev in identity)
+
+
+def test_rand_draws_each_order_about_equally_and_never_the_identity():
+    # The paper's Rand (Table 5: about 16.7% per order): k uniform in 1..6, then a k-subset.
+    genotypes = rand_genotypes(SearchSpace.default(), 60_000, np.random.default_rng(0))
+    orders = np.array([decode(x).order for x in genotypes])
+    share = np.bincount(orders, minlength=7) / orders.size
+    assert share[0] == 0
+    assert np.all(np.abs(share[1:] - 1 / 6) < 0.01), share
+    # Within an order every subset is equally likely: the 15 pairs of order 2 share it evenly.
+    pairs = Counter(decode(x).label for x, k in zip(genotypes, orders, strict=True) if k == 2)
+    assert len(pairs) == 15
+    assert max(pairs.values()) / min(pairs.values()) < 1.25
+    # Parameters are uniform in their ranges: rotation angles of active MR1 fill [-5, 5] evenly.
+    angles = genotypes[genotypes[:, 0] > 0.5, 1]
+    assert np.histogram(angles, bins=5, range=(-5, 5))[0].min() > 0.18 * angles.size
+
+
+def test_rand_as_run_by_the_search_never_judges_the_identity():
+    result = run_search(
+        make_frame(32, 24),
+        ImageStatsBackend(),
+        SearchConfig(algorithm='random', population=30, evaluations=600, seed=4),
+    )
+    orders = Counter(ev.composition.order for ev in result.evaluations)
+    assert 0 not in orders and set(orders) == {1, 2, 3, 4, 5, 6}
+    assert min(orders.values()) > 60  # about 100 each; a binomial draw gives order 6 about 9
+
+
+def test_rand_orders_follow_the_enabled_relations():
+    space = SearchSpace.from_options(enabled=['rotation', 'shear', 'translation'])
+    genotypes = rand_genotypes(space, 3000, np.random.default_rng(1))
+    compositions = [decode(x, space) for x in genotypes]
+    share = np.bincount([c.order for c in compositions], minlength=4) / len(compositions)
+    assert share[0] == 0 and np.all(np.abs(share[1:] - 1 / 3) < 0.03)
+    assert all(not (c.active[1] or c.active[2] or c.active[3]) for c in compositions)
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_nsga2_and_rand_search_the_same_space(algorithm):
+    # Both hand the same 12-variable genotypes to the same decode(): in bounds, narrowed ranges kept.
+    space = SearchSpace.from_options(
+        enabled=['rotation', 'histogram_equalization', 'shear'], ranges={'rotation': (-2.0, 3.0)}
+    )
+    xl, xu = space.bounds()
+    config = SearchConfig(algorithm=algorithm, population=10, evaluations=60, seed=2, space=space)
+    result = run_search(make_frame(32, 24), ImageStatsBackend(), config)
+    for ev in result.evaluations:
+        assert np.all(ev.genotype >= xl - 1e-9) and np.all(ev.genotype <= xu + 1e-9)
+        assert decode(ev.genotype, space) == ev.composition
+        assert set(ev.composition.parameters) <= {'rotation', 'histogram_equalization', 'shear'}
+        assert -2.0 <= ev.composition.values[0] <= 3.0
+
+
+def test_failed_predictions_are_recorded_and_the_search_goes_on(frame):
+    backend = ImageStatsBackend(fail_every=4)
+    result = run_search(frame, backend, SearchConfig(algorithm='nsga2', population=10, evaluations=40))
+    failed = [ev for ev in result.evaluations if ev.failed]
+    assert failed and len(result.evaluations) == 40
+    assert all(ev.f_pred == 0 and not any(ev.violation.values()) for ev in failed)
+    assert all(i not in {ev.index for ev in failed} for i in result.pareto)
+
+
+def test_objectives_and_front_are_consistent(frame):
+    result = run_search(
+        frame, ImageStatsBackend(), SearchConfig(algorithm='random', population=20, evaluations=100)
+    )
+    ft = np.array([ev.f_trans for ev in result.evaluations])
+    fp = np.array([ev.f_pred for ev in result.evaluations])
+    assert result.hypervolume == pytest.approx(hypervolume(ft, fp, 4))
+    front = set(non_dominated(ft, fp))
+    assert set(result.pareto) <= front
+    for i in result.pareto:
+        ev = result.evaluations[i]
+        # No evaluation is strictly better on both objectives.
+        assert not np.any((ft < ev.f_trans) & (fp > ev.f_pred))
+
+
+def test_count_models_use_count_violations(frame):
+    result = run_search(
+        frame, BlackCountBackend(), SearchConfig(algorithm='nsga2', population=10, evaluations=60)
+    )
+    assert set(result.evaluations[0].violation) == {'count'}
+    violating = [ev for ev in result.evaluations if ev.violation['count']]
+    assert violating, 'rotation/shear/translation fill must change the black-pixel count'
+    for ev in violating:
+        d = abs(ev.followup.values['animal'] - result.source.values['animal'])
+        assert ev.f_pred == pytest.approx(d / (d + 1))
+        assert ev.strength['count'] == pytest.approx(d)
+
+
+def test_nsga2_beats_random_search_where_it_must():
+    # Only black fill moves the fake model: cheap geometric changes exist, and Rand spends five
+    # sixths of its budget on compositions of order 2-6. Given 600 evaluations NSGA-II refines the
+    # cheap end of the front that Rand only samples (at 300 Rand still wins one seed in six).
+    frame = make_frame(96, 72, seed=5)
+    hv = {'nsga2': [], 'random': []}
+    for seed in range(6):
+        for algorithm in hv:
+            config = SearchConfig(algorithm=algorithm, population=20, evaluations=600, seed=seed)
+            hv[algorithm].append(run_search(frame, ImageStatsBackend(), config).hypervolume)
+    assert np.mean(hv['nsga2']) > np.mean(hv['random'])
+    assert a12(hv['nsga2'], hv['random']) >= 0.75
+
+
+def test_store_records_every_evaluation_and_the_front(tmp_path, frame):
+    store = ResultsStore(tmp_path / 'out')
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1)
+    with store:
+        result = run_search(
+            frame, ImageStatsBackend(), config, image_id='f1', store=store, extra_fields={'model': 'm'}
+        )
+    records = read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')
+    assert len(records) == 30
+    first = records[0]
+    for field in (
+        'image',
+        'genotype',
+        'composition',
+        'order',
+        'parameters',
+        'f_trans',
+        'f_pred',
+        'source',
+        'followup',
+        'source_text',
+        'followup_text',
+        'violation',
+        'strength',
+        'failed',
+        'model',
+    ):
+        assert field in first
+    assert set(first['violation']) == {'0.01', '0.03', '0.05'}
+    pareto = read_jsonl(tmp_path / 'out' / 'pareto.jsonl')
+    assert [p['index'] for p in pareto] == [result.evaluations[i].index for i in result.pareto]
+    for p in pareto:
+        assert (tmp_path / 'out' / p['frame']).is_file()
+    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
+    assert summary['evaluations'] == 30 and summary['hypervolume'] == pytest.approx(result.hypervolume)
+
+
+def test_resumed_search_writes_each_record_once(tmp_path, frame):
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=50, seed=2)
+    with ResultsStore(tmp_path / 'full') as store:
+        run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
+    generations = iter(range(100))
+    with ResultsStore(tmp_path / 'cut') as store:
+        cut = run_search(
+            frame,
+            ImageStatsBackend(),
+            config,
+            image_id='f',
+            store=store,
+            should_stop=lambda: next(generations) >= 2,
+        )
+    assert cut.stopped and len(read_jsonl(tmp_path / 'cut' / 'evaluations.jsonl')) == 20
+    with ResultsStore(tmp_path / 'cut', resume=True) as store:
+        run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
+    full = (tmp_path / 'full' / 'evaluations.jsonl').read_text().splitlines()
+    resumed = (tmp_path / 'cut' / 'evaluations.jsonl').read_text().splitlines()
+    assert [json.loads(x) for x in resumed] == [json.loads(x) for x in full]
+
+
+def test_a_disk_reserve_larger_than_the_free_space_keeps_records_but_skips_pngs(tmp_path, frame):
+    free = free_disk_bytes(tmp_path / 'not' / 'yet' / 'made')  # measured on the nearest existing parent
+    assert abs(free - shutil.disk_usage(tmp_path).free) < 2**26  # other writers may move it a little
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1)
+    with ResultsStore(tmp_path / 'out', reserve_bytes=free * 1000) as store:
+        result = run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
+        assert store.low_on_space()
+    assert result.pareto
+    pareto = read_jsonl(tmp_path / 'out' / 'pareto.jsonl')
+    assert len(pareto) == len(result.pareto) == store.frames_skipped
+    assert all(p['frame'] is None for p in pareto)
+    assert not (tmp_path / 'out' / 'frames').exists()
+    assert len(read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')) == 30
+    with ResultsStore(tmp_path / 'off', reserve_bytes=0) as store:
+        assert not store.low_on_space()
+        assert store.save_frame('x', frame).is_file()
+
+
+def test_working_size_shrinks_the_frame_first():
+    frame = make_frame(320, 200)
+    seen = []
+
+    class Spy(ImageStatsBackend):
+        def predict(self, frames):
+            seen.extend(f.shape for f in frames)
+            return super().predict(frames)
+
+    run_search(frame, Spy(), SearchConfig(algorithm='random', population=5, evaluations=10, working_size=80))
+    assert set(seen) == {(50, 80, 3)}
+
+
+def test_auto_working_size_follows_the_model_and_is_recorded(tmp_path):
+    frame = make_frame(640, 360)
+    seen = []
+
+    class Spy(ImageStatsBackend):
+        input_size = 100
+
+        def predict(self, frames):
+            seen.extend(f.shape for f in frames)
+            return super().predict(frames)
+
+    config = SearchConfig(algorithm='random', population=5, evaluations=10, working_size='auto')
+    with ResultsStore(tmp_path / 'out') as store:
+        result = run_search(frame, Spy(), config, store=store)
+    assert set(seen) == {(112, 200, 3)}
+    assert result.working_size == 200 and result.source_size == (640, 360)
+    records = read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')
+    assert {r['working_size'] for r in records} == {200}
+    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
+    assert summary['working_size'] == 200 and summary['source_size'] == [640, 360]
+    # Full resolution stays available, and says so.
+    full = run_search(frame, Spy(), SearchConfig(algorithm='random', population=5, evaluations=5))
+    assert full.working_size == 640 and (360, 640, 3) in seen
+
+
+@pytest.mark.parametrize(
+    ('config', 'message'),
+    [
+        (SearchConfig(evaluations=0), 'evaluations'),
+        (SearchConfig(evaluations=-5), 'evaluations'),
+        (SearchConfig(population=1), 'population'),
+        (SearchConfig(algorithm='tabu'), 'algorithm'),
+        (SearchConfig(thresholds=(0.0,)), 'thresholds'),
+        (SearchConfig(warp='bicubic'), 'warp'),
+        (SearchConfig(working_size=-3), 'working size'),
+        (SearchConfig(working_size='huge'), 'working size'),
+    ],
+)
+def test_bad_configs_are_refused(config, message, frame):
+    with pytest.raises(ParameterError, match=message):
+        run_search(frame, ImageStatsBackend(), config)
+
+
+@pytest.mark.parametrize('bad', [np.zeros((10, 10), np.uint8), np.zeros((10, 10, 3), np.uint16), 'frame'])
+def test_bad_frames_are_refused(bad):
+    with pytest.raises(InputError):
+        run_search(bad, ImageStatsBackend(), SearchConfig(evaluations=5, population=5))
+
+
+def test_tiny_clip_search_end_to_end(tiny_clip_dir, frame):
+    from metavlm_ros.core.vlm import create_backend
+
+    backend = create_backend('clip', str(tiny_clip_dir), device='cpu')
+    result = run_search(frame, backend, SearchConfig(algorithm='nsga2', population=8, evaluations=24, seed=0))
+    assert len(result.evaluations) == 24
+    assert result.source.kind == 'confidence' and set(result.source.values) == set(backend.classes)
+    assert 0.0 <= result.hypervolume <= 1.0
+
+
+class _InterruptedAt(ImageStatsBackend):
+    """Raises SearchInterrupted on its n-th model call, as a node's probe endpoint does at shutdown."""
+
+    def __init__(self, call: int):
+        super().__init__()
+        self.call = call
+
+    def predict(self, frames):
+        if len(self.calls) + 1 == self.call:
+            raise SearchInterrupted('shutting down')
+        return super().predict(frames)
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_an_interrupted_generation_is_dropped_and_the_search_finished(algorithm, tmp_path, frame):
+    config = SearchConfig(algorithm=algorithm, population=10, evaluations=100, seed=4)
+    # call 1: the source; calls 2, 3: generations 0 and 1; call 4 (generation 2) is interrupted
+    with ResultsStore(tmp_path / 'out') as store:
+        result = run_search(frame, _InterruptedAt(4), config, image_id='f', store=store)
+    assert result.stopped
+    assert len(result.evaluations) == 20
+    assert len(read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')) == 20
+    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
+    assert summary['stopped'] is True and summary['evaluations'] == 20
+    assert len(read_jsonl(tmp_path / 'out' / 'pareto.jsonl')) == len(result.pareto) > 0

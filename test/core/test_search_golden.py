@@ -1,0 +1,141 @@
+"""Seeded searches with the tiny models reproduce the committed records byte for byte.
+
+The fixture under test/fixtures/seeded_search/ was written by this module on the code before the
+package layout changed; any change of behaviour (a genotype, an objective, a stored field, a
+follow-up PNG) shows up here as a diff. Two fields are normalised because they depend on the run and
+not on the method: `seconds` (wall time) and `model` (the temporary directory the tiny model was
+built in). Everything else is compared as written.
+
+Float results of torch kernels may differ between CPU instruction sets and library versions, so the
+fixture records the platform it was made on; elsewhere the comparison is skipped with the reason.
+
+Regenerate (only when a change of behaviour is intended):
+    .venv/bin/python -m test.core.test_search_golden
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import tempfile
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).resolve().parents[1] / 'fixtures' / 'seeded_search'
+# The tiny CLIP and BLIP, and a count-type fake whose counts do change (the tiny BLIP's answer never does).
+BACKENDS = ('clip', 'blip', 'black-count')
+ALGORITHMS = ('nsga2', 'random')
+FILES = ('evaluations.jsonl', 'pareto.jsonl', 'summary.jsonl', 'frames.sha256')
+
+
+def platform_fingerprint() -> dict:
+    """What float results of a tiny-model search depend on besides the code."""
+    import cv2
+    import numpy
+    import pymoo
+    import torch
+    import transformers
+
+    return {
+        'machine': platform.machine(),
+        'cpu_capability': torch.backends.cpu.get_cpu_capability(),
+        'torch': torch.__version__,
+        'transformers': transformers.__version__,
+        'numpy': numpy.__version__,
+        'opencv': cv2.__version__,
+        'pymoo': pymoo.__version__,
+    }
+
+
+def _normalised(line: str) -> str:
+    record = json.loads(line)
+    if 'seconds' in record:
+        record['seconds'] = 'SECONDS'
+    if 'model' in record:
+        record['model'] = 'TINY_MODEL_DIR'
+    return json.dumps(record)
+
+
+def seeded_searches(model_dir) -> dict[str, str]:
+    """Run the fixed seeded searches; return each results file's normalised text by name."""
+    import torch
+
+    from metavlm_ros.core.encoding import SearchSpace
+    from metavlm_ros.core.results import ResultsStore
+    from metavlm_ros.core.search import SearchConfig, run_search
+    from metavlm_ros.core.vlm import create_backend
+    from test.conftest import make_frame
+    from test.core.fakes import BlackCountBackend
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # float reductions depend on the thread count
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = ResultsStore(Path(tmp) / 'results')
+            for backend_name in BACKENDS:
+                if backend_name == 'black-count':
+                    backend = BlackCountBackend()
+                else:
+                    backend = create_backend(backend_name, str(model_dir(backend_name)), device='cpu')
+                for seed, algorithm in enumerate(ALGORITHMS):
+                    config = SearchConfig(
+                        algorithm=algorithm,
+                        population=6,
+                        evaluations=27,
+                        seed=seed + 3,
+                        space=SearchSpace.default(),
+                    )
+                    run_search(
+                        make_frame(seed=seed),
+                        backend,
+                        config,
+                        image_id=f'{backend_name}-frame{seed}',
+                        store=store,
+                        extra_fields={'run': seed},
+                    )
+            texts = {}
+            for name in FILES[:3]:
+                lines = (store.directory / name).read_text().splitlines()
+                texts[name] = ''.join(_normalised(line) + '\n' for line in lines)
+            frames = sorted((store.directory / 'frames').glob('*.png'))
+            texts['frames.sha256'] = ''.join(
+                f'{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n' for p in frames
+            )
+            return texts
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_seeded_searches_reproduce_the_committed_records(tiny_model_dirs):
+    recorded = json.loads((FIXTURE / 'platform.json').read_text())
+    here = platform_fingerprint()
+    if recorded != here:
+        differing = {k: (recorded.get(k), v) for k, v in here.items() if recorded.get(k) != v}
+        pytest.skip(f'fixture made on another platform (recorded, here): {differing}')
+    texts = seeded_searches(tiny_model_dirs)
+    assert texts['frames.sha256'], 'the searches saved no follow-up frame: the fixture checks too little'
+    for name in FILES:
+        assert texts[name] == (FIXTURE / name).read_text(), f'{name} differs from the seeded fixture'
+
+
+def _write_fixture() -> None:
+    from metavlm_ros.core.tiny import build_tiny_model
+
+    FIXTURE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        built: dict[str, Path] = {}
+
+        def model_dir(backend: str) -> Path:
+            if backend not in built:
+                built[backend] = build_tiny_model(backend, Path(tmp) / backend, seed=0)
+            return built[backend]
+
+        for name, text in seeded_searches(model_dir).items():
+            (FIXTURE / name).write_text(text)
+    (FIXTURE / 'platform.json').write_text(json.dumps(platform_fingerprint(), indent=1) + '\n')
+
+
+if __name__ == '__main__':
+    _write_fixture()

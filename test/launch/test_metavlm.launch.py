@@ -1,0 +1,116 @@
+"""launch_testing: metavlm.launch.py, found through the ament index, with the shipped parameters.
+
+Run by test/ros/test_launch_system.py with `launch_test` (a frame publisher gives violations;
+`ros2 param dump/get` read back config/metavlm.yaml; `ros2 lifecycle set` deactivates and
+reactivates the tester; the shutdown that ends the test stops the running search cleanly).
+"""
+
+import os
+import time
+import unittest
+from pathlib import Path
+
+import launch_testing
+import launch_testing.actions
+import launch_testing.asserts
+import rclpy
+import yaml
+from launch.actions import IncludeLaunchDescription
+from launch.launch_description import LaunchDescription
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+from launch.substitutions import PathJoinSubstitution
+from launch_ros.substitutions import FindPackageShare
+
+from test.launch.support import Watcher, clean_output_problems, records, ros2, spin_until
+
+RESULTS = Path(os.getcwd()) / 'results' / 'ros'  # the shipped results_dir, relative to the nodes' cwd
+
+
+def generate_test_description():
+    share = FindPackageShare('metavlm_ros')
+    nodes = IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(PathJoinSubstitution([share, 'launch', 'metavlm.launch.py']))
+    )
+    return LaunchDescription([nodes, launch_testing.actions.ReadyToTest()])
+
+
+def _flat(values, prefix=''):
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f'{prefix}{key}.'))
+        else:
+            out[f'{prefix}{key}'] = value
+    return out
+
+
+class TestMetaVLMLaunch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        rclpy.init()
+        cls.watcher = Watcher()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.watcher.destroy_node()
+        rclpy.shutdown()
+
+    def test_1_frames_give_violations(self):
+        found = spin_until(self.watcher, lambda: self.watcher.violations, timeout=180.0)
+        self.assertTrue(found, 'no violation on /violations within 180 s')
+        status = self.watcher.violations[0].status[0]
+        self.assertEqual(status.name, 'metavlm/violation')
+
+    def test_2_parameters_read_back_equal_the_shipped_file(self):
+        share = Path(ros2('pkg', 'prefix', 'metavlm_ros').strip()) / 'share' / 'metavlm_ros'
+        shipped = yaml.safe_load((share / 'config' / 'metavlm.yaml').read_text())
+        for node in ('metavlm_perception', 'metavlm_tester'):
+            dumped = yaml.safe_load(ros2('param', 'dump', '--no-daemon', '--spin-time', '5', f'/{node}'))
+            live = _flat(dumped[f'/{node}']['ros__parameters'])
+            for name, value in _flat(shipped[node]['ros__parameters']).items():
+                self.assertEqual(live[name], value, f'{node} {name}')
+        got = ros2('param', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'evaluations')
+        self.assertEqual(got.strip(), 'Integer value is: 3000')
+        got = ros2('param', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'ranges.scaling')
+        self.assertEqual(got.strip(), 'Double values are: [0.7, 1.3]')
+
+    def test_3_lifecycle_set_deactivates_and_reactivates_the_tester(self):
+        self.assertIn(
+            'active', ros2('lifecycle', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester')
+        )
+        self.assertIn(
+            'Transitioning successful',
+            ros2('lifecycle', 'set', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'deactivate'),
+        )
+        self.assertTrue(
+            ros2('lifecycle', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester').startswith(
+                'inactive'
+            )
+        )
+        summaries = records(RESULTS / 'summary.jsonl')
+        self.assertTrue(summaries and summaries[-1]['stopped'], 'the deactivated search wrote no summary')
+        done = ros2('lifecycle', 'set', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'activate')
+        self.assertIn('Transitioning successful', done)
+        # a new search runs when the test ends: the shutdown must stop it cleanly
+        done = len(records(RESULTS / 'evaluations.jsonl'))
+        started = spin_until(
+            self.watcher, lambda: len(records(RESULTS / 'evaluations.jsonl')) > done + 30, timeout=120.0
+        )
+        self.assertTrue(started, 'no search after reactivation')
+        time.sleep(0.5)
+
+
+@launch_testing.post_shutdown_test()
+class TestShutdown(unittest.TestCase):
+    def test_every_process_ended_with_0(self, proc_info):
+        launch_testing.asserts.assertExitCodes(proc_info)
+
+    def test_no_error_nor_traceback(self, proc_output):
+        self.assertEqual(clean_output_problems(proc_output), [])
+
+    def test_the_running_search_was_stopped_with_its_summary_and_pareto_records(self):
+        summaries = records(RESULTS / 'summary.jsonl')
+        searched = {r['image'] for r in records(RESULTS / 'evaluations.jsonl')}
+        self.assertEqual({s['image'] for s in summaries}, searched)  # every search has its summary
+        self.assertTrue(summaries[-1]['stopped'])
+        self.assertTrue(records(RESULTS / 'pareto.jsonl'))

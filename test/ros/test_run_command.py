@@ -1,0 +1,217 @@
+"""`metavlm run`: both nodes in one process on a folder of PNGs or a bag, with a tiny CLIP."""
+
+import os
+from pathlib import Path
+
+import cv2
+import pytest
+import yaml
+
+from metavlm_ros.cli import main
+from metavlm_ros.commands.run import _flatten, _write_ros_file, load_parameter_file, run_nodes
+from metavlm_ros.core.bags import write_bag
+from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.ros.transport import USER_VARIABLES
+from test.conftest import make_frame
+
+
+@pytest.fixture
+def folder(tmp_path):
+    path = tmp_path / 'frames'
+    path.mkdir()
+    for i in range(3):
+        cv2.imwrite(str(path / f'frame{i}.png'), cv2.cvtColor(make_frame(64, 48, seed=i), cv2.COLOR_RGB2BGR))
+    return path
+
+
+def write_params(tmp_path, tiny_clip_dir, **tester):
+    model = {'model': str(tiny_clip_dir), 'device': 'cpu'}
+    values = {
+        **model,
+        'population': 4,
+        'evaluations': 8,
+        'frame_period_s': 0,  # an integer on purpose: `metavlm run` makes it the double ROS expects
+        'transport_size': 32,
+        'results_dir': str(tmp_path / 'results'),
+        **tester,
+    }
+    blocks = {
+        'metavlm_perception': {'ros__parameters': model},
+        'metavlm_tester': {'ros__parameters': values},
+    }
+    path = tmp_path / 'params.yaml'
+    path.write_text(yaml.safe_dump(blocks), encoding='utf-8')
+    return path
+
+
+def test_metavlm_run_on_a_folder_through_the_perception_node(tmp_path, tiny_clip_dir, folder, capsys):
+    params = write_params(tmp_path, tiny_clip_dir)
+    code = main(['run', '--params', str(params), '--source', str(folder), '--rate', '4'])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert '3 frame(s) published' in out
+    records = read_jsonl(tmp_path / 'results' / 'evaluations.jsonl')
+    summaries = read_jsonl(tmp_path / 'results' / 'summary.jsonl')
+    assert 1 <= len(summaries) <= 3
+    assert len(records) == 8 * len(summaries)
+    assert {r['endpoint'] for r in records} == {'ros'}
+    assert not any(r['failed'] for r in records)
+    assert all(r['source_stamp'] > 0 and r['image'] == f'camera@{r["source_stamp"]}' for r in records)
+    assert f'{len(summaries)} search(es), {len(records)} evaluations (0 failed)' in out
+
+
+def test_run_nodes_replays_a_bag_with_its_stamps_for_a_duration(tmp_path, tiny_clip_dir):
+    frames = [(make_frame(64, 48, seed=i), None) for i in range(4)]
+    bag = write_bag(tmp_path / 'bag', frames, fps=10.0, start_ns=5_000_000_000)
+    params = write_params(tmp_path, tiny_clip_dir, vlm_endpoint='inprocess')
+    lines = []
+    summary = run_nodes(
+        params, source=bag, duration=2.0, loop=True, results_dir=tmp_path / 'out', log=lines.append
+    )
+    if not any(os.environ.get(name) for name in USER_VARIABLES):
+        # The nodes run with the project's transport, and it does not outlive the run.
+        assert any('Fast DDS shared memory' in line for line in lines), lines
+        assert 'FASTDDS_DEFAULT_PROFILES_FILE' not in os.environ
+    # 2 s of a 10 Hz bag replayed in a loop: about 20 frames, most dropped while searches run.
+    assert 12 <= summary['frames_published'] <= 22
+    assert summary['endpoint'] == 'inprocess'
+    assert summary['searches'] >= 1
+    assert summary['frames_received'] - summary['frames_dropped'] >= summary['searches']
+    stamps = {r['source_stamp'] for r in read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')}
+    assert stamps <= {5_000_000_000 + i * 100_000_000 for i in range(4)}
+    assert summary['results_dir'] == str(tmp_path / 'out')
+
+
+def test_invalid_parameters_are_a_one_line_error_and_exit_2(tmp_path, tiny_clip_dir, folder, capsys):
+    params = write_params(tmp_path, tiny_clip_dir, vlm_endpoint='inprocess', population=1)
+    assert main(['run', '--params', str(params), '--source', str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith('metavlm: error: parameter population')
+    assert not (tmp_path / 'results' / 'evaluations.jsonl').exists()
+
+
+def test_missing_inputs_are_refused_before_anything_starts(tmp_path, folder, capsys):
+    assert main(['run', '--params', str(tmp_path / 'nope.yaml'), '--source', str(folder)]) == 2
+    assert 'nope.yaml: no such parameter file' in capsys.readouterr().err
+    with pytest.raises(InputError, match='no such file or directory'):
+        run_nodes(None, source=tmp_path / 'missing')
+    assert main(['run', '--source', str(folder), '--loop']) == 2
+    assert 'metavlm: error: --loop needs --duration' in capsys.readouterr().err
+    assert main(['run', '--source', str(folder), '--rate', '0']) == 2
+    assert 'metavlm: error: --rate must be positive, got 0' in capsys.readouterr().err
+
+
+def test_parameter_files_are_read_and_rewritten_for_rcl(tmp_path):
+    path = tmp_path / 'p.yaml'
+    path.write_text(
+        'metavlm_tester:\n'
+        '  ros__parameters:\n'
+        '    probe_timeout_s: 5\n'
+        '    ranges:\n'
+        '      scaling: [0.8, 1]\n'
+        '    class_prompts: []\n'
+        '/metavlm_perception:\n'
+        '  model: demo\n',
+        encoding='utf-8',
+    )
+    nodes = load_parameter_file(path)
+    assert nodes == {
+        'metavlm_tester': {'probe_timeout_s': 5, 'ranges': {'scaling': [0.8, 1]}, 'class_prompts': []},
+        'metavlm_perception': {'model': 'demo'},
+    }
+    written = yaml.safe_load(_write_ros_file(nodes, tmp_path).read_text(encoding='utf-8'))
+    # Doubles become doubles, nested names are flattened, an untyped empty list is left out.
+    assert written == {
+        'metavlm_tester': {'ros__parameters': {'probe_timeout_s': 5.0, 'ranges.scaling': [0.8, 1.0]}},
+        'metavlm_perception': {'ros__parameters': {'model': 'demo'}},
+    }
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('metavlm_tester: [1, 2]\n', encoding='utf-8')
+    with pytest.raises(ParameterError, match='must be a mapping'):
+        load_parameter_file(bad)
+    broken = tmp_path / 'broken.yaml'
+    broken.write_text('metavlm_tester: {a: [1, 2\n', encoding='utf-8')
+    with pytest.raises(InputError, match='not valid YAML'):
+        load_parameter_file(broken)
+
+
+def test_the_shipped_parameter_file_matches_the_nodes(tmp_path):
+    from metavlm_ros.ros.tester_node import PARAMETERS, settings_from_parameters
+    from test.ros.helpers import ros_context
+
+    shipped = Path(__file__).resolve().parents[2] / 'config' / 'metavlm.yaml'
+    nodes = load_parameter_file(shipped)
+    tester = _flatten(nodes['metavlm_tester'])
+    # Every tester parameter is documented there (class_prompts only as a comment: it is empty).
+    assert set(tester) == {p.name for p in PARAMETERS} - {'class_prompts'}
+    settings = settings_from_parameters(tester)
+    assert (settings.endpoint, settings.transport_size, settings.results_dir) == ('ros', 384, 'results/ros')
+    assert (settings.search.population, settings.search.evaluations) == (30, 3000)
+    assert set(nodes['metavlm_perception']) >= {'backend', 'model', 'max_batch', 'batch_wait_ms'}
+    # rcl itself accepts the file as it is.
+    with ros_context(['--ros-args', '--params-file', str(shipped)]) as context:
+        assert context.ok()
+
+
+def test_damaged_or_empty_footage_is_refused_before_any_node_or_model_starts(
+    tmp_path, tiny_clip_dir, folder, capsys, monkeypatch
+):
+    from metavlm_ros.ros import tester_node
+
+    def no_start(*args, **kwargs):
+        raise AssertionError('a node started before the footage was checked')
+
+    monkeypatch.setattr(tester_node.TesterNode, '__init__', no_start)
+    frames = [(make_frame(64, 48, seed=i), None) for i in range(3)]
+    bag = write_bag(tmp_path / 'bag', frames, fps=5.0)
+    storage = bag / 'bag.mcap'
+    data = bytearray(storage.read_bytes())
+    start = data.find(frames[1][0].tobytes())
+    data[start + 100 : start + 300] = bytes(200)
+    storage.write_bytes(bytes(data))
+    params = write_params(tmp_path, tiny_clip_dir)
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    broken = tmp_path / 'broken'
+    broken.mkdir()
+    (broken / 'a.png').write_bytes(b'\x89PNG\r\n\x1a\n' + bytes(30))
+    for source, needle in ((bag, 'damaged bag'), (empty, 'no images'), (broken, 'not a readable image')):
+        assert main(['run', '--params', str(params), '--source', str(source)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('metavlm: error:') and needle in err and '\n' not in err, err
+    assert not (tmp_path / 'results').exists()
+
+
+def test_ctrl_c_during_metavlm_run_stops_the_search_with_its_summary(tmp_path, tiny_clip_dir, folder):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    params = write_params(tmp_path, tiny_clip_dir, evaluations=1_000_000, transport_size=32)
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'metavlm_ros.cli', 'run', '--params', str(params), '--source', str(folder),
+         '--loop', '--duration', '600'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    evaluations = tmp_path / 'results' / 'evaluations.jsonl'
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if evaluations.is_file() and len(evaluations.read_text().splitlines()) >= 12:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()  # never leave nodes behind in the tests' ROS domain
+            process.wait(10)
+    assert process.returncode == 130, output
+    assert 'results written so far are kept' in output
+    assert 'ERROR' not in output and 'Traceback' not in output, output
+    (summary,) = read_jsonl(tmp_path / 'results' / 'summary.jsonl')
+    assert summary['stopped'] is True
+    assert summary['evaluations'] == len(read_jsonl(evaluations))
