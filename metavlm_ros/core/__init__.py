@@ -1,1 +1,0 @@
-"""The MetaVLM method with no ROS import: relations, encoding, objectives, metrics, search, VLMs."""
