@@ -10,7 +10,7 @@ setup(
     name=package_name,
     version='0.1.0',
     packages=find_packages(include=[package_name, f'{package_name}.*']),
-    package_data={package_name: ['models/*/*', 'models/*/*/*']},
+    package_data={package_name: ['models/demo-*/*', 'models/demo-*/*/*']},
     data_files=[
         ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
         (f'share/{package_name}', ['package.xml']),

@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, fmt, interleaved  # noqa: E402
 
-from metavlm_ros.core import bags  # noqa: E402
-from metavlm_ros.core.errors import BagError  # noqa: E402
-from metavlm_ros.core.scenes import SceneGenerator  # noqa: E402
+from metavlm_ros.common.errors import BagError
+from metavlm_ros.footage import bags
+from metavlm_ros.footage.scenes import SceneGenerator
 
 
 class _NoDigest:

@@ -48,8 +48,9 @@ def main() -> int:
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.split('x'))
 
-    from metavlm_ros.core.campaign import parse_config, run_campaign
-    from metavlm_ros.core.tiny import build_tiny_model
+    from metavlm_ros.campaign.config import parse_config
+    from metavlm_ros.campaign.runner import run_campaign
+    from metavlm_ros.models.tiny import build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix='metavlm-bench-') as root:
         root = Path(root)

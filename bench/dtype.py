@@ -26,16 +26,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, fmt, interleaved  # noqa: E402
 
-from metavlm_ros.core.encoding import SearchSpace, decode  # noqa: E402
-from metavlm_ros.core.frames import (
-    resize_longer_side,  # noqa: E402
-    working_size_for,  # noqa: E402
-)
-from metavlm_ros.core.metrics import violation_flags  # noqa: E402
-from metavlm_ros.core.relations import apply_composition  # noqa: E402
-from metavlm_ros.core.scenes import SceneGenerator  # noqa: E402
-from metavlm_ros.core.tiny import build_base_model  # noqa: E402
-from metavlm_ros.core.vlm import create_backend  # noqa: E402
+from metavlm_ros.common.images import resize_longer_side, working_size_for
+from metavlm_ros.footage.scenes import SceneGenerator
+from metavlm_ros.method.encoding import SearchSpace, decode
+from metavlm_ros.method.metrics import violation_flags
+from metavlm_ros.method.relations import apply_composition
+from metavlm_ros.models.tiny import build_base_model
+from metavlm_ros.models.vlm import create_backend
 
 
 def followups(backend, scenes: int, per_scene: int, seed: int) -> tuple[list, list]:

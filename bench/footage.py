@@ -7,7 +7,7 @@ one thread and the process pinned to one CPU; the target is 5 frames/s. Rates pe
 one dedicated core delivers) and per wall second (lower when the machine is shared) are shown.
 Bag reading: a bag of each length is written (frames cycle through 10 rendered scene frames, so
 writing stays quick; reading cost does not depend on the pixels), then read with
-metavlm_ros.core.frames.iter_frames in a fresh subprocess per bag, which reports its frames/s and
+metavlm_ros.footage.frames.iter_frames in a fresh subprocess per bag, which reports its frames/s and
 its peak resident memory (VmHWM from /proc/self/status). Flat memory across lengths shows streaming.
 """
 
@@ -24,7 +24,7 @@ READER = """
 import json, sys, time
 import cv2
 cv2.setNumThreads(1)
-from metavlm_ros.core.frames import iter_frames
+from metavlm_ros.footage.frames import iter_frames
 start = time.perf_counter()
 n = 0
 checksum = 0
@@ -52,7 +52,7 @@ def pin_one_core() -> str:
 def bench_generation(frames: int) -> dict[str, tuple[float, float]]:
     import cv2
 
-    from metavlm_ros.core.scenes import ENVIRONMENTS, SceneGenerator
+    from metavlm_ros.footage.scenes import ENVIRONMENTS, SceneGenerator
 
     cv2.setNumThreads(1)
     rates = {}
@@ -67,8 +67,8 @@ def bench_generation(frames: int) -> dict[str, tuple[float, float]]:
 
 
 def bench_bags(root: Path, sizes: list[int], compressed: bool) -> list[dict]:
-    from metavlm_ros.core.bags import write_bag
-    from metavlm_ros.core.scenes import SceneGenerator
+    from metavlm_ros.footage.bags import write_bag
+    from metavlm_ros.footage.scenes import SceneGenerator
 
     gen = SceneGenerator(1920, 1080, 10, seed=2, environment='shallow')
     pool = [gen.frame(i * 10) for i in range(10)]

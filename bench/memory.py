@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--size', default='3840x2160')
     parser.add_argument('--threads', type=int, default=2)
     args = parser.parse_args(argv)
-    from metavlm_ros.core.tiny import build_base_model, build_tiny_model
+    from metavlm_ros.models.tiny import build_base_model, build_tiny_model
 
     width, height = (int(v) for v in args.size.split('x'))
     settings = {

@@ -61,7 +61,7 @@ def rss_mib(pid: int | str = 'self') -> float:
 def synthetic_frames(width: int, height: int, count: int) -> list[np.ndarray]:
     """Distinct underwater-like frames: the scene generator when it can, else structured noise."""
     try:
-        from metavlm_ros.core.scenes import SceneGenerator
+        from metavlm_ros.footage.scenes import SceneGenerator
 
         gen = SceneGenerator(width, height, 30.0, seed=7, environment='shallow', frames=count)
         frames = []
@@ -177,8 +177,8 @@ def wait_answering(probe, frame: np.ndarray, timeout: float, perception: subproc
 
 def throughput(args: argparse.Namespace, node, perception: subprocess.Popen) -> bool:
     """Alternate in-process and ros searches; print the figures; return whether every check held."""
-    from metavlm_ros.core.search import SearchConfig, run_search
-    from metavlm_ros.core.vlm import create_backend
+    from metavlm_ros.method.search import SearchConfig, run_search
+    from metavlm_ros.models.vlm import create_backend
     from metavlm_ros.ros.probe_client import RosProbeBackend, TransportSizeBackend
 
     width, height = parse_size(args.frame_size)
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.role == 'camera':
         return camera_main(args)  # inherits the DDS profile of the bench through the environment
-    from metavlm_ros.core.frames import parse_working_size
+    from metavlm_ros.common.images import parse_working_size
 
     args.working_size = parse_working_size(args.working_size)
     dds = 'Fast DDS defaults'

@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, fmt, rotations  # noqa: E402
 from transforms import pil_composition, synthetic_frame  # noqa: E402
 
-from metavlm_ros.core.encoding import decode  # noqa: E402
-from metavlm_ros.core.objectives import f_pred  # noqa: E402
-from metavlm_ros.core.relations import apply_composition  # noqa: E402
-from metavlm_ros.core.search import SearchConfig, run_search, searched_frame  # noqa: E402
-from metavlm_ros.core.tiny import build_base_model, build_tiny_model  # noqa: E402
-from metavlm_ros.core.vlm import create_backend  # noqa: E402
+from metavlm_ros.method.encoding import decode
+from metavlm_ros.method.objectives import f_pred
+from metavlm_ros.method.relations import apply_composition
+from metavlm_ros.method.search import SearchConfig, run_search, searched_frame
+from metavlm_ros.models.tiny import build_base_model, build_tiny_model
+from metavlm_ros.models.vlm import create_backend
 
 
 class ModelClock:

@@ -23,8 +23,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from metavlm_ros.core.encoding import Composition
-from metavlm_ros.core.relations import CLAHE_TILES, apply_composition, apply_relation
+from metavlm_ros.method.encoding import Composition
+from metavlm_ros.method.relations import CLAHE_TILES, apply_composition, apply_relation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, fmt, interleaved, spread  # noqa: E402

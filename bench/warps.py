@@ -14,10 +14,10 @@ import argparse
 
 import numpy as np
 
-from metavlm_ros.core.encoding import SearchSpace, decode
-from metavlm_ros.core.relations import apply_composition
-from metavlm_ros.core.scenes import SceneGenerator
-from metavlm_ros.core.search import rand_genotypes
+from metavlm_ros.footage.scenes import SceneGenerator
+from metavlm_ros.method.encoding import SearchSpace, decode
+from metavlm_ros.method.relations import apply_composition
+from metavlm_ros.method.search import rand_genotypes
 
 
 def main() -> None:

@@ -33,8 +33,8 @@ PLAYERS = ('ros2', 'metavlm')
 
 def _bag_path(name: str) -> str:
     """The bag `name` refers to: itself, or the bag directory an older `metavlm scenes` wrote."""
-    from metavlm_ros.core.bags import resolve_bag
-    from metavlm_ros.core.errors import BagError
+    from metavlm_ros.common.errors import BagError
+    from metavlm_ros.footage.bags import resolve_bag
 
     try:
         return str(resolve_bag(name))

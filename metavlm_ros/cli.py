@@ -5,7 +5,7 @@ import errno
 import sys
 
 from metavlm_ros import __version__, commands
-from metavlm_ros.core.errors import MetaVLMError
+from metavlm_ros.common.errors import MetaVLMError
 
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 

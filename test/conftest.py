@@ -72,7 +72,7 @@ def frame() -> np.ndarray:
 @pytest.fixture(scope='session')
 def tiny_model_dirs(tmp_path_factory):
     """Directories of tiny random-initialised models, built once per test session, by backend."""
-    from metavlm_ros.core.tiny import build_tiny_model
+    from metavlm_ros.models.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp('tiny-models')
     built = {}

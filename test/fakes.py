@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metavlm_ros.core.vlm import Prediction, VLMBackend
+from metavlm_ros.method.prediction import Prediction, VLMBackend
 
 CLASSES = ('animal', 'vegetation', 'object', 'trash')
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from metavlm_ros.common.errors import InputError
 
 __all__ = [
     'DemoSection',
@@ -224,7 +224,7 @@ def pareto_plot(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .metrics import non_dominated
+    from metavlm_ros.method.metrics import non_dominated
 
     figure = Figure(figsize=(5.2 * max(1, len(groups)), 4.2), layout='constrained')
     FigureCanvasAgg(figure)

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from metavlm_ros.core.campaign import CELL_FILE, CELLS_DIR, UNVERIFIED, read_campaign, verify_cell
-from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.metrics import non_dominated
-from metavlm_ros.core.results import EVALUATIONS, SUMMARY, read_jsonl
-from metavlm_ros.core.stats import compare
+from metavlm_ros.campaign.cells import CELL_FILE, CELLS_DIR, UNVERIFIED, read_campaign, verify_cell
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.results import EVALUATIONS, SUMMARY, read_jsonl
+from metavlm_ros.method.metrics import non_dominated
+from metavlm_ros.method.stats import compare
 
 __all__ = [
     'APPROACH',

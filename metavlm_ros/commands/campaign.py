@@ -40,7 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the configuration, then run every unfinished cell; returns the exit code."""
-    from metavlm_ros.core.campaign import load_config, run_campaign
+    from metavlm_ros.campaign.config import load_config
+    from metavlm_ros.campaign.runner import run_campaign
 
     config = load_config(args.config)
 

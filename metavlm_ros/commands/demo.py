@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.ros.transport import add_transport_argument
 
 __all__ = ['add_parser', 'run', 'run_demo']
@@ -53,9 +53,9 @@ def _footage(out: Path, frames: int, seed: int, say: Any) -> tuple[Path, dict[in
     """Write the synthetic bag; return its path and its frames by stamp (for the montage)."""
     from tqdm import tqdm
 
-    from metavlm_ros.core.bags import write_bag
-    from metavlm_ros.core.frames import iter_frames
-    from metavlm_ros.core.scenes import SceneGenerator
+    from metavlm_ros.footage.bags import write_bag
+    from metavlm_ros.footage.frames import iter_frames
+    from metavlm_ros.footage.scenes import SceneGenerator
 
     generator = SceneGenerator(*DEMO_SIZE, DEMO_FPS, seed, environment='shallow')
     bar = tqdm(total=frames, desc='footage', unit='frame', leave=False)
@@ -94,9 +94,9 @@ def _rand_searches(
 ) -> list[dict]:
     """Search the frames the tester searched again with Rand (in process, same budget and seed), for the
     NSGA-II vs Rand trade-off; results kept in `out` like any search's. Returns their evaluation records."""
-    from metavlm_ros.core.results import ResultsStore, read_jsonl
-    from metavlm_ros.core.search import SearchConfig, run_search
-    from metavlm_ros.core.vlm import create_backend
+    from metavlm_ros.common.results import ResultsStore, read_jsonl
+    from metavlm_ros.method.search import SearchConfig, run_search
+    from metavlm_ros.models.vlm import create_backend
 
     images = {}
     for record in records:
@@ -117,7 +117,7 @@ def _rand_searches(
 
 
 def _hypervolumes(directory: Path) -> dict[str, float]:
-    from metavlm_ros.core.results import read_jsonl
+    from metavlm_ros.common.results import read_jsonl
 
     path = directory / 'summary.jsonl'
     return {str(r['image']): float(r['hypervolume']) for r in read_jsonl(path)} if path.is_file() else {}
@@ -131,8 +131,7 @@ def run_demo(
     Returns:
         Paths (bag, results per model, report.md, report.json, montage) and the run summaries.
     """
-    from metavlm_ros.commands.run import run_nodes
-    from metavlm_ros.core.demo_report import (
+    from metavlm_ros.campaign.demo_report import (
         DemoSection,
         montage,
         pair_panel,
@@ -140,9 +139,10 @@ def run_demo(
         strongest,
         write_demo_report,
     )
-    from metavlm_ros.core.encoding import Composition
-    from metavlm_ros.core.relations import apply_composition
-    from metavlm_ros.core.results import read_jsonl
+    from metavlm_ros.commands.run import run_nodes
+    from metavlm_ros.common.results import read_jsonl
+    from metavlm_ros.method.encoding import Composition
+    from metavlm_ros.method.relations import apply_composition
 
     started = time.monotonic()
     steps = 2 + len(DEMO_MODELS)

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from metavlm_ros.core.errors import BagError, InputError, ParameterError
+from metavlm_ros.common.errors import BagError, InputError, ParameterError
 from metavlm_ros.ros.transport import add_transport_argument, use_transport
 
 __all__ = ['ReplayStats', 'add_parser', 'bag_topics', 'iter_raw_messages', 'replay_bag', 'run']
@@ -36,7 +36,7 @@ RawMessage = tuple[str, str, int, bytes]
 
 def _bag_location(path: Path) -> Path:
     """The rosbag2 directory or storage file to open; BagError when `path` is not one."""
-    from metavlm_ros.core.bags import resolve_bag
+    from metavlm_ros.footage.bags import resolve_bag
 
     if not path.exists() and path.suffix.lower() in ('.mcap', '.db3'):
         path = resolve_bag(path)  # the directory an older `scenes --out NAME.mcap` wrote

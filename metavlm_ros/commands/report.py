@@ -36,9 +36,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build and write the report; returns the exit code."""
-    from metavlm_ros.core.errors import ResultsError
-    from metavlm_ros.core.report import build_report, render_markdown, write_report
-    from metavlm_ros.core.results import check_output_dir, storage_error
+    from metavlm_ros.campaign.report import build_report, render_markdown, write_report
+    from metavlm_ros.common.errors import ResultsError
+    from metavlm_ros.common.results import check_output_dir, storage_error
 
     out = Path(args.out) if args.out else Path(args.results) / 'report'
     check_output_dir(out, what='the report')

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.ros.transport import add_transport_argument, use_transport
 
 __all__ = ['add_parser', 'load_parameter_file', 'run', 'run_nodes']
@@ -170,7 +170,7 @@ def _footage(
     source: str | None, topic: str | None, rate: float | None, loop: bool
 ) -> Iterator[tuple[Any, float]]:
     """Yield (frame, seconds to wait before publishing it) from a bag or folder, looping when asked."""
-    from metavlm_ros.core.frames import is_bag_path, iter_frames
+    from metavlm_ros.footage.frames import is_bag_path, iter_frames
 
     if source is None:
         return
@@ -205,7 +205,7 @@ def _footage(
 
 def _check_footage(source: str | Path, topic: str | None) -> None:
     """Refuse missing, damaged or frameless footage before any node starts or model loads."""
-    from metavlm_ros.core.frames import iter_frames, verify_sources
+    from metavlm_ros.footage.frames import iter_frames, verify_sources
 
     if not Path(source).exists():
         raise InputError(f'{source}: no such file or directory')
@@ -267,8 +267,8 @@ def run_nodes(
     if loop and duration is None:
         raise ParameterError('--loop needs --duration (otherwise the run never ends)')
     if source is not None and not Path(source).exists():
-        from metavlm_ros.core.bags import resolve_bag
-        from metavlm_ros.core.frames import BAG_SUFFIXES
+        from metavlm_ros.footage.bags import resolve_bag
+        from metavlm_ros.footage.frames import BAG_SUFFIXES
 
         if Path(source).suffix.lower() not in BAG_SUFFIXES:
             raise InputError(f'{source}: no such file or directory')

@@ -13,9 +13,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.results import check_output_dir, storage_error
-from metavlm_ros.core.scratch import remove_stale, scratch_path
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.results import check_output_dir, storage_error
+from metavlm_ros.common.scratch import remove_stale, scratch_path
 
 HELP = 'write synthetic underwater footage with ground truth (a ROS 2 bag or a folder of PNGs)'
 GROUND_TRUTH_FILE = 'ground_truth.jsonl'
@@ -85,7 +85,7 @@ def _progress(total: int, unit: str = 'frame'):
 
 def run(args: argparse.Namespace) -> int:
     """Generate the footage; returns 0."""
-    from metavlm_ros.core.scenes import SceneGenerator
+    from metavlm_ros.footage.scenes import SceneGenerator
 
     width, height = parse_size(args.size)
     if args.frames < 1:
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             out = write_png_folder(Path(args.out), frames(), fps=args.fps, overwrite=args.overwrite)
             what = f'{out}/ (frame_*.png, {GROUND_TRUTH_FILE})'
         else:
-            from metavlm_ros.core.bags import resolve_bag_output, write_bag
+            from metavlm_ros.footage.bags import resolve_bag_output, write_bag
 
             bag_dir, storage = resolve_bag_output(args.out, args.storage)
             out = write_bag(
@@ -153,7 +153,7 @@ def write_png_folder(out: Path, frames, *, fps: float, overwrite: bool = False) 
     Raises:
         InputError: `out` exists (without overwrite), or is not a folder this command wrote.
     """
-    from metavlm_ros.core.scenes import caption
+    from metavlm_ros.footage.truth import caption
 
     if out.exists():
         if not overwrite:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
 
 HELP = 'search frames offline for the smallest transformations that change the model'
 
@@ -112,7 +112,7 @@ def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
 
 def create_backend_from_args(args: argparse.Namespace):
     """Build the VLM backend the model options describe."""
-    from metavlm_ros.core.vlm import create_backend
+    from metavlm_ros.models.vlm import create_backend
 
     if args.batch_size < 1:
         raise ParameterError(f'--batch-size must be positive, got {args.batch_size}')
@@ -143,7 +143,7 @@ RECORD_BYTES = 1024
 
 def search_identity(args: argparse.Namespace, config, model_dir: str) -> dict:
     """What identifies the searches of one `metavlm search` (search.json): settings, model, weights."""
-    from metavlm_ros.core.vlm import weights_hash
+    from metavlm_ros.models.vlm import weights_hash
 
     space = config.space
     return {
@@ -174,13 +174,13 @@ def search_identity(args: argparse.Namespace, config, model_dir: str) -> dict:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from metavlm_ros.core.encoding import SearchSpace
-    from metavlm_ros.core.errors import ResultsError
-    from metavlm_ros.core.frames import frame_digest, iter_frames, verify_sources
-    from metavlm_ros.core.metrics import DEFAULT_THRESHOLDS
-    from metavlm_ros.core.results import ResultsStore, check_results_dir, search_key
-    from metavlm_ros.core.search import SearchConfig, run_search, summarise_orders
-    from metavlm_ros.core.vlm import resolve_model
+    from metavlm_ros.common.errors import ResultsError
+    from metavlm_ros.common.results import ResultsStore, check_results_dir, search_key
+    from metavlm_ros.footage.frames import frame_digest, iter_frames, verify_sources
+    from metavlm_ros.method.encoding import SearchSpace
+    from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
+    from metavlm_ros.method.search import SearchConfig, run_search, summarise_orders
+    from metavlm_ros.models.vlm import resolve_model
 
     # Everything a user can get wrong is checked before the model loads or a file is touched:
     # settings, frames (bags whole, for damage), model files, the results directory and its disk.

@@ -16,8 +16,8 @@ import cv2
 import numpy as np
 
 from metavlm_ros import __version__
-from metavlm_ros.core.errors import ParameterError, ResultsError, StorageError
-from metavlm_ros.core.scratch import LEGACY_FRAME_SCRATCH, is_stale, remove_stale, scratch_path
+from metavlm_ros.common.errors import ParameterError, ResultsError, StorageError
+from metavlm_ros.common.scratch import LEGACY_FRAME_SCRATCH, is_stale, remove_stale, scratch_path
 
 __all__ = [
     'EVALUATIONS',

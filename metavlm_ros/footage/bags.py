@@ -18,10 +18,11 @@ from typing import Any
 import cv2
 import numpy as np
 
-from metavlm_ros.core.errors import BagError, InputError, ParameterError
-from metavlm_ros.core.frames import Frame, to_rgb8
-from metavlm_ros.core.scenes import CLASSES, KINDS, GroundTruth
-from metavlm_ros.core.scratch import remove_stale, scratch_path
+from metavlm_ros.common.errors import BagError, InputError, ParameterError
+from metavlm_ros.common.images import Frame, to_rgb8
+from metavlm_ros.common.scratch import remove_stale, scratch_path
+from metavlm_ros.footage.truth import KINDS, GroundTruth
+from metavlm_ros.method.prediction import CLASSES
 
 __all__ = [
     'CAMERA_INFO_TOPIC',

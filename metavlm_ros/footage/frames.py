@@ -3,93 +3,29 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import numbers
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from metavlm_ros.core.errors import InputError, ParameterError
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.images import Frame, to_rgb8
 
 __all__ = [
     'IMAGE_SUFFIXES',
-    'UNKNOWN_INPUT_SIDE',
-    'WORKING_SIZE_FACTOR',
-    'Frame',
     'frame_digest',
     'is_bag_path',
     'iter_frames',
     'load_image',
-    'to_rgb8',
-    'parse_working_size',
-    'resize_longer_side',
-    'working_size_for',
     'verify_sources',
 ]
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 BAG_SUFFIXES = ('.mcap', '.db3')
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One frame of footage.
-
-    Attributes:
-        id: The file stem, or '<bag stem>@<stamp_ns>' for a bag message.
-        rgb: The pixels, uint8, shape (H, W, 3), RGB order, C-contiguous.
-        stamp_ns: The message timestamp in nanoseconds; 0 for image files.
-    """
-
-    id: str
-    rgb: np.ndarray
-    stamp_ns: int = 0
-
-
-def to_rgb8(image: np.ndarray, order: str = 'bgr') -> np.ndarray:
-    """Convert a decoded image of any common layout to RGB uint8, C-contiguous.
-
-    Grayscale becomes three equal channels. A 4-channel image loses its alpha channel (the colour
-    channels are kept as they are, not composited: a robot camera frame has no meaningful
-    transparency). 16-bit images are reduced to 8 bits by keeping the high byte (value >> 8);
-    float images in [0, 1] are scaled by 255.
-
-    Args:
-        image: A 2-D (H, W) or 3-D (H, W, C) array, C in {1, 3, 4}.
-        order: Channel order of a 3- or 4-channel input, 'bgr' (OpenCV) or 'rgb'.
-
-    Returns:
-        The RGB uint8 frame.
-
-    Raises:
-        InputError: The array has an unsupported shape or dtype.
-    """
-    if image.dtype == np.uint16:
-        image = (image >> 8).astype(np.uint8)
-    elif image.dtype in (np.float32, np.float64):
-        image = np.clip(np.rint(image * 255.0), 0, 255).astype(np.uint8)
-    elif image.dtype == np.int8 or image.dtype == np.int16:
-        raise InputError(f'unsupported signed pixel type {image.dtype}')
-    elif image.dtype != np.uint8:
-        raise InputError(f'unsupported pixel type {image.dtype}')
-    if image.ndim == 3 and image.shape[2] == 1:
-        image = image[:, :, 0]
-    if image.ndim == 2:
-        rgb = cv2.cvtColor(image, cv2.COLOR_GRAY2RGB)
-    elif image.ndim == 3 and image.shape[2] in (3, 4):
-        rgb = image[:, :, :3]
-        if order == 'bgr':
-            rgb = rgb[:, :, ::-1]
-    else:
-        raise InputError(f'unsupported image shape {tuple(image.shape)}')
-    if rgb.shape[0] == 0 or rgb.shape[1] == 0:
-        raise InputError('empty image')
-    return np.ascontiguousarray(rgb)
 
 
 def frame_digest(rgb: np.ndarray) -> str:
@@ -155,80 +91,6 @@ def load_image(path: str | Path) -> np.ndarray:
         raise InputError(f'{path}: not a readable image ({exc})') from None
 
 
-def resize_longer_side(frame: np.ndarray, size: int | None) -> np.ndarray:
-    """Shrink a frame so that its longer side is `size` pixels, keeping the aspect ratio.
-
-    Area interpolation is used (the right filter for shrinking). Frames already small enough, and
-    `size` None or 0, are returned unchanged; frames are never enlarged.
-
-    Args:
-        frame: An (H, W, C) or (H, W) array.
-        size: The target length of the longer side.
-
-    Returns:
-        The resized frame (the input itself when no resize is needed).
-    """
-    if not size:
-        return frame
-    height, width = frame.shape[:2]
-    longer = max(height, width)
-    if longer <= size:
-        return frame
-    scale = size / longer
-    new_w = max(1, round(width * scale))
-    new_h = max(1, round(height * scale))
-    return cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_AREA)
-
-
-#: `auto` working size: the frame's longer side becomes this many times the model's input side.
-WORKING_SIZE_FACTOR = 2
-#: The input side `auto` assumes when the model is not known where the search runs (a tester whose
-#: model sits in the perception node): the largest of the supported families' base models (BLIP's).
-UNKNOWN_INPUT_SIDE = 384
-
-
-def parse_working_size(value: object) -> int | str | None:
-    """Read a working-size setting: 'auto', 'full' (or 0 or None: the frame as it is) or pixels.
-
-    Returns:
-        'auto', None for the full frame, or the longer side in pixels.
-
-    Raises:
-        ParameterError: anything else (a negative, fractional or unknown value).
-    """
-    if value is None or value == 'full':
-        return None
-    if value == 'auto':
-        return 'auto'
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit():
-        raise ParameterError(f"working size must be 'auto', 'full' or a number of pixels, got {value!r}")
-    return int(text) or None
-
-
-def working_size_for(setting: int | str | None, width: int, height: int, input_side: int = 0) -> int | None:
-    """The longer side (pixels) a width x height frame is searched at, or None for the frame as it is.
-
-    `auto` is WORKING_SIZE_FACTOR times the model's input side (UNKNOWN_INPUT_SIDE when 0), raised
-    where needed so that the shorter side stays at least the input side (frames wider than 2:1).
-    Frames are never enlarged: a size not below the frame's longer side gives None.
-
-    Args:
-        setting: as parse_working_size returns it.
-        width: frame width.
-        height: frame height.
-        input_side: the side of the square the model sees (VLMBackend.input_size), 0 if unknown.
-    """
-    setting = parse_working_size(setting)
-    if setting is None:
-        return None
-    longer, shorter = max(width, height), min(width, height)
-    if setting == 'auto':
-        side = input_side or UNKNOWN_INPUT_SIDE
-        setting = max(WORKING_SIZE_FACTOR * side, math.ceil(side * longer / shorter))
-    return int(setting) if setting < longer else None
-
-
 def is_bag_path(path: str | Path) -> bool:
     """Whether `path` names a ROS 2 bag: a .mcap / .db3 file or a directory with metadata.yaml."""
     path = Path(path)
@@ -249,7 +111,7 @@ def verify_sources(sources: Sequence[str | Path] | str | Path) -> None:
         sources = [sources]
     for source in sources:
         if Path(source).exists() and is_bag_path(source):
-            from metavlm_ros.core.bags import verify_bag
+            from metavlm_ros.footage.bags import verify_bag
 
             verify_bag(source)
 
@@ -314,13 +176,13 @@ def iter_frames(
             return
         path = Path(source)
         if not path.exists() and path.suffix.lower() in BAG_SUFFIXES:
-            from metavlm_ros.core.bags import resolve_bag
+            from metavlm_ros.footage.bags import resolve_bag
 
             path = resolve_bag(path)  # the directory an older `scenes --out NAME.mcap` wrote
         if not path.exists():
             raise InputError(f'{path}: no such file or directory')
         if is_bag_path(path):
-            from metavlm_ros.core.bags import iter_bag_frames  # imported late: bags pull in rosbags
+            from metavlm_ros.footage.bags import iter_bag_frames
 
             frames = iter_bag_frames(
                 path, topic=topic, every=every, start=start, end=end, max_frames=remaining

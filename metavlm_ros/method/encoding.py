@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.relations import RELATION_BY_ID, RELATIONS, Relation
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS, Relation
 
 __all__ = ['N_RELATIONS', 'N_VAR', 'Composition', 'SearchSpace', 'decode', 'encode']
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
 
 if TYPE_CHECKING:
-    from metavlm_ros.core.vlm import Prediction
+    from metavlm_ros.method.prediction import Prediction
 
 __all__ = [
     'DEFAULT_THRESHOLDS',

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from metavlm_ros.core.metrics import class_differences
-from metavlm_ros.core.relations import RELATIONS
+from metavlm_ros.method.metrics import class_differences
+from metavlm_ros.method.relations import RELATIONS
 
 if TYPE_CHECKING:
-    from metavlm_ros.core.encoding import Composition
-    from metavlm_ros.core.vlm import Prediction
+    from metavlm_ros.method.encoding import Composition
+    from metavlm_ros.method.prediction import Prediction
 
 __all__ = ['f_pred', 'f_trans']
 

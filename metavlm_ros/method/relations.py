@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import cv2
 import numpy as np
 
-from metavlm_ros.core.errors import InputError, ParameterError
-
-if TYPE_CHECKING:
-    from metavlm_ros.core.encoding import Composition
+from metavlm_ros.common.errors import InputError, ParameterError
 
 __all__ = [
     'RELATIONS',
@@ -35,6 +33,13 @@ CLAHE_TILES = (16, 16)
 # adjacent affine relations into one warp (one interpolation); 'sequential' resamples after every
 # relation, as the paper's code does.
 WARPS = ('fused', 'sequential')
+
+
+class Composed(Protocol):
+    """What apply_composition reads of a composition (encoding.Composition): flags and values in order."""
+
+    active: Sequence[bool]
+    values: Sequence[float]
 
 
 @dataclass(frozen=True)
@@ -221,7 +226,7 @@ def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndar
     return out.copy() if out is frame else out
 
 
-def apply_composition(frame: np.ndarray, composition: Composition, fuse: bool = True) -> np.ndarray:
+def apply_composition(frame: np.ndarray, composition: Composed, fuse: bool = True) -> np.ndarray:
     """Apply the active relations of a composition in the fixed order MR1..MR6.
 
     With ``fuse`` (the default), consecutive geometric relations (rotation and scaling, shear and

@@ -21,10 +21,10 @@ from pymoo.operators.sampling.rnd import FloatRandomSampling
 from pymoo.problems.static import StaticProblem
 from pymoo.util.display.multi import MultiObjectiveOutput
 
-from metavlm_ros.core.encoding import N_RELATIONS, N_VAR, Composition, SearchSpace, decode
-from metavlm_ros.core.errors import InputError, ModelError, ParameterError, SearchInterrupted
-from metavlm_ros.core.frames import parse_working_size, resize_longer_side, working_size_for
-from metavlm_ros.core.metrics import (
+from metavlm_ros.common.errors import InputError, ModelError, ParameterError, SearchInterrupted
+from metavlm_ros.common.images import parse_working_size, resize_longer_side, working_size_for
+from metavlm_ros.method.encoding import N_RELATIONS, N_VAR, Composition, SearchSpace, decode
+from metavlm_ros.method.metrics import (
     DEFAULT_THRESHOLDS,
     hypervolume,
     non_dominated,
@@ -32,12 +32,12 @@ from metavlm_ros.core.metrics import (
     violation_flags,
     violation_strength_of,
 )
-from metavlm_ros.core.objectives import f_pred, f_trans
-from metavlm_ros.core.relations import WARPS, apply_composition
+from metavlm_ros.method.objectives import f_pred, f_trans
+from metavlm_ros.method.relations import WARPS, apply_composition
 
 if TYPE_CHECKING:
-    from metavlm_ros.core.results import ResultsStore
-    from metavlm_ros.core.vlm import Prediction, VLMBackend
+    from metavlm_ros.common.results import ResultsStore
+    from metavlm_ros.method.prediction import Prediction, VLMBackend
 
 __all__ = [
     'ALGORITHMS',

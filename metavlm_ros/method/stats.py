@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats as _scipy_stats
 
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
 
 __all__ = ['MAGNITUDES', 'Comparison', 'a12', 'a12_magnitude', 'compare', 'mann_whitney_p']
 

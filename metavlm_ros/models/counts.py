@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from .errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.prediction import CLASSES
 
-__all__ = ['CLASSES', 'DEFAULT_VOCABULARIES', 'NUMBER_WORDS', 'SECTION_ALIASES', 'parse_counts']
+__all__ = ['DEFAULT_VOCABULARIES', 'NUMBER_WORDS', 'SECTION_ALIASES', 'parse_counts']
 
-#: The paper's final labels (Table 1), in the order reports list them.
-CLASSES: tuple[str, ...] = ('animal', 'vegetation', 'object', 'trash')
 
 #: Words read as quantities. 'a'/'an' count one; vague quantities ('few', 'several', 'many' ...)
 #: count three and 'a couple'/'pair'/'multiple' two, so that a changed vague answer still changes

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .counts import CLASSES, DEFAULT_VOCABULARIES, NUMBER_WORDS
-from .errors import ModelError, ParameterError
-from .vlm import BACKENDS, DEFAULT_CLASS_PROMPTS, TABLE1_PROMPT
+from metavlm_ros.common.errors import ModelError, ParameterError
+from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.models.counts import DEFAULT_VOCABULARIES, NUMBER_WORDS
+from metavlm_ros.models.vlm import BACKENDS, DEFAULT_CLASS_PROMPTS, TABLE1_PROMPT
 
 __all__ = ['TINY_IMAGE_SIZE', 'build_base_model', 'build_tiny_model']
 

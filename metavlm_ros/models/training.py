@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from .counts import CLASSES, parse_counts
-from .errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.models.counts import parse_counts
 
 __all__ = [
     'BLIP_EXACT_TARGET',
@@ -295,7 +296,8 @@ def _render_scene(job: tuple) -> tuple[list, ...]:
     """Render `count` frames of one scene, 3 s apart: full frames, resized, counts, captions, maps."""
     import cv2
 
-    from .scenes import SceneGenerator, caption
+    from metavlm_ros.footage.scenes import SceneGenerator
+    from metavlm_ros.footage.truth import caption
 
     seed, width, height, environment, count, image_size, keep, grid, min_pixels, mid_size = job
     generator = SceneGenerator(width, height, 10, seed, environment=environment)
@@ -519,7 +521,7 @@ def robustness(
         'median_smallest': per criterion, the median over frames of 'smallest', a frame without a
             violation counting as larger than any (None when most frames have none).
     """
-    from .search import SearchConfig, run_search
+    from metavlm_ros.method.search import SearchConfig, run_search
 
     hits: dict[str, dict[int, int]] = {}
     totals: dict[str, dict[int, int]] = {}
@@ -605,7 +607,7 @@ def _blip_tokenizer(corpus: Sequence[str]) -> Any:
     from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertTokenizer
 
-    from .vlm import TABLE1_PROMPT
+    from metavlm_ros.models.vlm import TABLE1_PROMPT
 
     specials = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[DEC]']
     learner = Tokenizer(models.WordPiece(unk_token='[UNK]'))
@@ -630,8 +632,8 @@ def _blip_tokenizer(corpus: Sequence[str]) -> Any:
 
 
 def _corpus(captions: Sequence[str]) -> list[str]:
-    from .counts import DEFAULT_VOCABULARIES
-    from .vlm import DEFAULT_CLASS_PROMPTS, TABLE1_PROMPT
+    from metavlm_ros.models.counts import DEFAULT_VOCABULARIES
+    from metavlm_ros.models.vlm import DEFAULT_CLASS_PROMPTS, TABLE1_PROMPT
 
     corpus = sorted(set(captions))
     corpus += [TABLE1_PROMPT, *DEFAULT_CLASS_PROMPTS.values()]
@@ -697,8 +699,8 @@ def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
     [0, magnitude] of the relation's maximum deviation, away from nominal into its range (CLAHE
     upwards, downsampling downwards, the others either way).
     """
-    from .encoding import N_RELATIONS, Composition
-    from .relations import RELATIONS
+    from metavlm_ros.method.encoding import N_RELATIONS, Composition
+    from metavlm_ros.method.relations import RELATIONS
 
     active = [False] * N_RELATIONS
     values = [relation.nominal for relation in RELATIONS]
@@ -713,7 +715,7 @@ def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
 
 def _geometry(composition: Any, width: int, height: int) -> np.ndarray | None:
     """The 3x3 pixel matrix of a composition's geometric relations (applied in order), or None."""
-    from .relations import RELATIONS, relation_matrix
+    from metavlm_ros.method.relations import RELATIONS, relation_matrix
 
     matrix = None
     for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
@@ -739,7 +741,7 @@ def _batch(
     """
     import cv2
 
-    from .relations import apply_composition
+    from metavlm_ros.method.relations import apply_composition
 
     small = train.small[idx].copy()
     density = None if train.density is None else train.density[idx].copy()
@@ -986,7 +988,7 @@ def _train_blip(
     from torch.nn import functional
     from transformers import BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
 
-    from .vlm import TABLE1_PROMPT
+    from metavlm_ros.models.vlm import TABLE1_PROMPT
 
     start = Path(config.init_from) / 'demo-blip' if config.init_from else None
     if start is not None:
@@ -1217,7 +1219,7 @@ def train_demo_models(
     """
     import torch
 
-    from .vlm import create_backend
+    from metavlm_ros.models.vlm import create_backend
 
     config.validate()
     torch.set_num_threads(config.threads)
@@ -1396,7 +1398,7 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
 
 **For demonstration only.** A small {kind} that metavlm_ros ships so that `metavlm demo` and
 `model: demo` work on a machine with no downloads. It has only ever seen synthetic underwater
-scenes drawn by `metavlm_ros.core.scenes`; it knows nothing about real footage and must not be
+scenes drawn by `metavlm_ros.footage.scenes`; it knows nothing about real footage and must not be
 used to judge real robots or real models.
 
 - Trained by `metavlm train-demo-models --seed {config['seed']}` ({steps} steps of

@@ -6,26 +6,24 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .counts import CLASSES, parse_counts
-from .errors import InputError, ModelError, ParameterError
+from metavlm_ros.common.errors import InputError, ModelError, ParameterError
+from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
+from metavlm_ros.models.counts import parse_counts
 
 __all__ = [
     'BACKENDS',
-    'CLASSES',
     'DEFAULT_CLASS_PROMPTS',
     'PAPER_CLASS_PROMPTS',
     'PREPROCESS',
     'PROMPT_PRESETS',
     'TABLE1_PROMPT',
     'PixelPath',
-    'Prediction',
-    'VLMBackend',
     'create_backend',
     'resolve_model',
     'weights_hash',
@@ -77,54 +75,6 @@ PREPROCESS = ('batched', 'processor')
 #: 2 * REDUCING_GAP times the input size are resampled exactly as the processor does
 #: (docs/performance.md gives the measured difference for larger ones).
 REDUCING_GAP = 2.0
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What a VLM reports about one frame.
-
-    Attributes:
-        kind: 'count' (BLIP family, Eqs. 2, 4, 7) or 'confidence' (CLIP family, Eqs. 3, 5, 8).
-        values: per class, a count (a float holding an int) or a confidence.
-        text: the generated answer of a count-type model; '' for CLIP.
-    """
-
-    kind: str
-    values: dict[str, float] = field(default_factory=dict)
-    text: str = ''
-
-
-class VLMBackend:
-    """The one interface the search talks to: batched frames in, one Prediction per frame out.
-
-    Attributes:
-        kind: 'count' or 'confidence'.
-        classes: class ids every Prediction carries, in order.
-        model_id: the model as the user named it (Hugging Face id, directory or 'demo').
-        name: the backend name ('clip', 'blip', 'instructblip', or another implementation's).
-    """
-
-    kind: str = ''
-    classes: tuple[str, ...] = CLASSES
-    model_id: str = ''
-    name: str = ''
-    #: Side in pixels of the square the model sees (its processor's output); 0 when not known here.
-    input_size: int = 0
-
-    def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
-        """Judge frames.
-
-        Args:
-            frames: RGB uint8 arrays of shape (H, W, 3); sizes may differ.
-
-        Returns:
-            One Prediction per frame, in order.
-        """
-        raise NotImplementedError
-
-    def weights_hash(self) -> str:
-        """A short digest identifying the weights, for campaign records; '' when not applicable."""
-        return ''
 
 
 def _hf() -> Any:

@@ -13,10 +13,10 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from metavlm_ros.core.errors import InputError
+from metavlm_ros.common.errors import InputError
 
 if TYPE_CHECKING:
-    from metavlm_ros.core.vlm import Prediction
+    from metavlm_ros.method.prediction import Prediction
 
 __all__ = [
     'MAX_SIDE',
@@ -304,7 +304,7 @@ def array_to_prediction(msg: DiagnosticArray) -> Prediction:
         InputError: no 'metavlm/prediction' status, an error answer (level ERROR), no or unknown 'kind',
             or a value that is not a number.
     """
-    from metavlm_ros.core.vlm import Prediction  # core.vlm pulls in torch; keep image conversions light
+    from metavlm_ros.method.prediction import Prediction
 
     status = _find_status(msg)
     if status.level == DiagnosticStatus.ERROR:

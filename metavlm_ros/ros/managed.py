@@ -17,7 +17,7 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 
-from metavlm_ros.core.errors import MetaVLMError
+from metavlm_ros.common.errors import MetaVLMError
 
 __all__ = ['ManagedNode', 'bring_up', 'exit_process', 'run_managed', 'shut_down', 'state_label']
 

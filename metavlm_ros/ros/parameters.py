@@ -20,7 +20,7 @@ from rclpy.exceptions import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
 
 __all__ = ['Check', 'ParameterRules', 'descriptor', 'in_range', 'one_of']
 

@@ -15,8 +15,9 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
-from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.vlm import BACKENDS, CLASSES, VLMBackend, create_backend
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.method.prediction import CLASSES, VLMBackend
+from metavlm_ros.models.vlm import BACKENDS, create_backend
 from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
 from metavlm_ros.ros.managed import ManagedNode, exit_process, run_managed
 from metavlm_ros.ros.parameters import ParameterRules

@@ -15,9 +15,9 @@ from rclpy.node import Node
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import Image
 
-from metavlm_ros.core.errors import ParameterError, SearchInterrupted
-from metavlm_ros.core.frames import resize_longer_side
-from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend
+from metavlm_ros.common.errors import ParameterError, SearchInterrupted
+from metavlm_ros.common.images import resize_longer_side
+from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
 from metavlm_ros.ros.conversions import array_to_prediction, refusal_of, rgb_to_image_msg, stamp_to_ns
 
 __all__ = ['PROBE_QOS', 'LatencyStats', 'ProbesReleased', 'RosProbeBackend', 'TransportSizeBackend']

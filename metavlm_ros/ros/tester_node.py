@@ -28,13 +28,14 @@ from rclpy.qos import (
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 
-from metavlm_ros.core.encoding import SearchSpace
-from metavlm_ros.core.errors import InputError, MetaVLMError, ParameterError
-from metavlm_ros.core.frames import resize_longer_side
-from metavlm_ros.core.metrics import DEFAULT_THRESHOLDS
-from metavlm_ros.core.relations import RELATIONS, apply_composition
-from metavlm_ros.core.results import ResultsStore, free_disk_bytes, to_jsonable
-from metavlm_ros.core.search import (
+from metavlm_ros.common.errors import InputError, MetaVLMError, ParameterError
+from metavlm_ros.common.images import resize_longer_side
+from metavlm_ros.common.results import ResultsStore, free_disk_bytes, to_jsonable
+from metavlm_ros.method.encoding import SearchSpace
+from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
+from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
+from metavlm_ros.method.relations import RELATIONS, apply_composition
+from metavlm_ros.method.search import (
     ALGORITHMS,
     Evaluation,
     SearchConfig,
@@ -44,7 +45,7 @@ from metavlm_ros.core.search import (
     searched_frame,
     validate_frame,
 )
-from metavlm_ros.core.vlm import CLASSES, Prediction, VLMBackend, create_backend
+from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
 from metavlm_ros.ros.managed import ManagedNode, exit_process, run_managed
 from metavlm_ros.ros.parameters import ParameterRules

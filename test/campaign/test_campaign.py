@@ -8,19 +8,12 @@ import cv2
 import numpy as np
 import pytest
 
-from metavlm_ros.core.campaign import (
-    CellOutcome,
-    cell_seed,
-    commit_cell,
-    finished_cells,
-    load_config,
-    load_images,
-    parse_config,
-    plan_cells,
-    run_campaign,
-)
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.report import build_report, write_report
+from metavlm_ros.campaign.cells import cell_seed, finished_cells, load_images, plan_cells
+from metavlm_ros.campaign.config import load_config, parse_config
+from metavlm_ros.campaign.executors import CellOutcome, commit_cell
+from metavlm_ros.campaign.report import build_report, write_report
+from metavlm_ros.campaign.runner import run_campaign
+from metavlm_ros.common.errors import ParameterError
 from test.conftest import make_frame
 
 
@@ -163,7 +156,7 @@ def test_campaign_local_resume_and_refusal(tmp_path, image_dir, tiny_clip_dir):
     assert len(json.loads((out / 'campaign.json').read_text())['invocations']) == 3
 
     # Two campaigns writing to one directory at once: the second is refused.
-    from metavlm_ros.core.campaign import _exclusive
+    from metavlm_ros.campaign.runner import _exclusive
 
     with _exclusive(out), pytest.raises(ParameterError, match='another metavlm campaign is writing to it'):
         run_campaign(config, out, progress=False)
@@ -195,10 +188,10 @@ def test_campaign_dask_local_cluster_loopback_only(tmp_path, image_dir, tiny_cli
     pytest.importorskip('distributed')
     import psutil
 
-    import metavlm_ros.core.campaign as campaign
+    import metavlm_ros.campaign.runner as campaign
 
     seen = []
-    real_run_dask = campaign._run_dask
+    real_run_dask = campaign.run_dask
 
     def spy(*args, **kwargs):
         # Check the sockets while the cluster is up: after the first cell comes back.
@@ -208,7 +201,7 @@ def test_campaign_dask_local_cluster_loopback_only(tmp_path, image_dir, tiny_cli
                 seen.extend(_listening_ports([me.pid] + [p.pid for p in me.children(recursive=True)]))
             yield outcome
 
-    monkeypatch.setattr(campaign, '_run_dask', spy)
+    monkeypatch.setattr(campaign, 'run_dask', spy)
     config = small_config(image_dir, tiny_clip_dir, runs=2)
     # Two 1-thread Dask workers against one in-process worker on all the cores, as users run them:
     # no thread count given, so each cell takes the configuration's.
@@ -258,7 +251,8 @@ def test_generated_scene_frames(tiny_clip_dir):
 
 def test_existing_dask_cluster_and_gpu_resource(tmp_path, image_dir, tiny_clip_dir):
     distributed = pytest.importorskip('distributed')
-    from metavlm_ros.core.campaign import ModelSpec, _offers_gpu, task_resources
+    from metavlm_ros.campaign.config import ModelSpec
+    from metavlm_ros.campaign.executors import _offers_gpu, task_resources
 
     assert task_resources(ModelSpec('m', 'clip', 'x', device='cuda:1'), gpu_offered=True) == {'GPU': 1}
     assert task_resources(ModelSpec('m', 'clip', 'x', device='cpu'), gpu_offered=True) is None
@@ -339,8 +333,8 @@ def test_models_take_the_paper_prompt_preset(image_dir, tiny_clip_dir):
     )
     assert config.models[0].prompts == 'paper'
     assert small_config(image_dir, tiny_clip_dir).models[0].prompts == 'default'
-    from metavlm_ros.core.campaign import _backend_for
-    from metavlm_ros.core.vlm import PAPER_CLASS_PROMPTS
+    from metavlm_ros.campaign.executors import _backend_for
+    from metavlm_ros.models.vlm import PAPER_CLASS_PROMPTS
 
     assert _backend_for(config.models[0].key()).class_prompts == PAPER_CLASS_PROMPTS
     with pytest.raises(ParameterError, match=r"models\[0\]\.prompts: must be one of default, paper, got 'x'"):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from scipy.stats import mannwhitneyu
 
-from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.report import build_report, render_csv, render_markdown, write_report
+from metavlm_ros.campaign.report import build_report, render_csv, render_markdown, write_report
+from metavlm_ros.common.errors import InputError, ParameterError
 
 FIXTURE = Path(__file__).resolve().parent.parent / 'fixtures' / 'campaign_results'
 

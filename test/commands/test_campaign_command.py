@@ -262,10 +262,11 @@ def test_stale_scratch_folders_of_killed_cells_are_removed_and_nothing_else(tmp_
     import socket
     import tempfile
 
-    from metavlm_ros.core import campaign
+    from metavlm_ros.campaign import executors
+    from metavlm_ros.campaign.cells import safe_name
 
     monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
-    host = campaign._safe_name(socket.gethostname())
+    host = safe_name(socket.gethostname())
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])
     dead.wait()
     stale = tmp_path / f'.metavlm-cell-{host}.partial-{dead.pid}-0123abcd'
@@ -276,8 +277,8 @@ def test_stale_scratch_folders_of_killed_cells_are_removed_and_nothing_else(tmp_
     for path in (stale, alive, elsewhere, older, other):
         path.mkdir()
         (path / 'evaluations.jsonl').write_text('{}\n')
-    campaign._remove_stale_scratch.cache_clear()
-    assert campaign._remove_stale_scratch() == [stale]
+    executors._remove_stale_scratch.cache_clear()
+    assert executors._remove_stale_scratch() == [stale]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         p.name for p in (alive, elsewhere, older, other)
     )
@@ -286,7 +287,7 @@ def test_stale_scratch_folders_of_killed_cells_are_removed_and_nothing_else(tmp_
 def test_a_killed_campaign_leaves_no_scratch_after_the_next_run(tmp_path, campaign_yaml, monkeypatch):
     import tempfile
 
-    from metavlm_ros.core import campaign
+    from metavlm_ros.campaign import executors
 
     scratch_root = tmp_path / 'tmp'
     scratch_root.mkdir()
@@ -317,6 +318,6 @@ def test_a_killed_campaign_leaves_no_scratch_after_the_next_run(tmp_path, campai
     process.wait()
     assert list(scratch_root.glob('.metavlm-cell-*'))
     monkeypatch.setattr(tempfile, 'tempdir', str(scratch_root))
-    campaign._remove_stale_scratch.cache_clear()
+    executors._remove_stale_scratch.cache_clear()
     assert main(['campaign', str(campaign_yaml), '--out', str(out), *OPTIONS]) == 0
     assert not list(scratch_root.glob('.metavlm-cell-*'))

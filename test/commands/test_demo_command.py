@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from metavlm_ros import cli
-from metavlm_ros.core.demo_report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
-from metavlm_ros.core.errors import InputError
-from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.campaign.demo_report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
+from metavlm_ros.common.errors import InputError
+from metavlm_ros.common.results import read_jsonl
 
 
 def _record(

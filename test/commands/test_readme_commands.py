@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.common.results import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 METAVLM = Path(sys.executable).parent / 'metavlm'

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 
 from metavlm_ros.cli import main
-from metavlm_ros.core.bags import (
+from metavlm_ros.footage.bags import (
     COMPRESSED_TOPIC,
     IMAGE_TOPIC,
     iter_bag_frames,
     list_image_topics,
     read_ground_truth,
 )
-from metavlm_ros.core.scenes import SceneGenerator, caption
+from metavlm_ros.footage.scenes import SceneGenerator
+from metavlm_ros.footage.truth import caption
 
 SMALL = ['--frames', '3', '--size', '64x48', '--fps', '5', '--seed', '4', '--environment', 'deep']
 

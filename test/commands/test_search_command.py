@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from metavlm_ros.cli import main
-from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.common.results import read_jsonl
 from test.conftest import can_mount_tmpfs, make_frame
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -393,7 +393,7 @@ def test_a_search_stopped_by_any_signal_while_it_writes_its_front_resumes_withou
     tmp_path, tiny_clip_dir
 ):
     # Large frames make the non-dominated set slow to write (a PNG each), so the signal can land
-    # there: some pareto lines written, no summary yet. Every other moment: test/core/test_results.py.
+    # there: some pareto lines written, no summary yet. Every other moment: test/common/test_results.py.
     large = tmp_path / 'large.png'
     cv2.imwrite(str(large), make_frame(1280, 720, seed=2)[..., ::-1])
     args = ['search', str(large), '--model', str(tiny_clip_dir), '--population', '10', '--evaluations', '40',
@@ -444,7 +444,7 @@ def test_a_full_disk_during_a_search_gives_one_line_and_resumes(tmp_path, image_
 
 
 def test_a_damaged_bag_is_refused_before_any_frame_is_searched(tmp_path, tiny_clip_dir, capsys):
-    from metavlm_ros.core.bags import write_bag
+    from metavlm_ros.footage.bags import write_bag
 
     frames = [(make_frame(64, 48, seed=i), None) for i in range(3)]
     for storage in ('mcap', 'sqlite3'):

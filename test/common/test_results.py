@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from metavlm_ros.core.errors import ParameterError, ResultsError, StorageError
-from metavlm_ros.core.results import (
+from metavlm_ros.common.errors import ParameterError, ResultsError, StorageError
+from metavlm_ros.common.results import (
     EVALUATIONS,
     PARETO,
     SUMMARY,
@@ -18,9 +18,9 @@ from metavlm_ros.core.results import (
     iter_jsonl,
     read_jsonl,
 )
-from metavlm_ros.core.search import SearchConfig, run_search
+from metavlm_ros.method.search import SearchConfig, run_search
 from test.conftest import can_mount_tmpfs, make_frame
-from test.core.fakes import ImageStatsBackend
+from test.fakes import ImageStatsBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = (EVALUATIONS, PARETO, SUMMARY)
@@ -147,11 +147,11 @@ def test_a_resumed_search_that_does_not_reproduce_its_records_is_stopped(tmp_pat
 
 _FILL_SCRIPT = """
 import resource, sys
-from metavlm_ros.core.errors import StorageError
-from metavlm_ros.core.results import ResultsStore
-from metavlm_ros.core.search import SearchConfig, run_search
+from metavlm_ros.common.errors import StorageError
+from metavlm_ros.common.results import ResultsStore
+from metavlm_ros.method.search import SearchConfig, run_search
 from test.conftest import make_frame
-from test.core.fakes import ImageStatsBackend
+from test.fakes import ImageStatsBackend
 
 limit, directory = int(sys.argv[1]), sys.argv[2]
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))

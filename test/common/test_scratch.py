@@ -8,15 +8,15 @@ import textwrap
 
 import numpy as np
 
-from metavlm_ros.core.results import ResultsStore
-from metavlm_ros.core.scratch import remove_stale, scratch_path
+from metavlm_ros.common.results import ResultsStore
+from metavlm_ros.common.scratch import remove_stale, scratch_path
 
 # A writer killed with SIGKILL in the middle of a follow-up PNG: part of it is written.
 KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
     import numpy as np
-    from metavlm_ros.core import results
+    from metavlm_ros.common import results
 
     def stalled(path, final):  # the PNG is written to its scratch path, not yet renamed
         with open(path, 'r+b') as handle:

@@ -1,4 +1,4 @@
-"""Tests of metavlm_ros.core.bags: round trips through rosbags and the mcap library, selection, errors."""
+"""Tests of metavlm_ros.footage.bags: round trips through rosbags and the mcap library, selection, errors."""
 
 import hashlib
 import shutil
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from rosbags.rosbag2 import StoragePlugin, Writer
 
-from metavlm_ros.core.bags import (
+from metavlm_ros.common.errors import BagError, InputError, ParameterError
+from metavlm_ros.footage.bags import (
     CAMERA_INFO_TOPIC,
     COMPRESSED_TOPIC,
     DEFAULT_START_NS,
@@ -26,9 +27,8 @@ from metavlm_ros.core.bags import (
     verify_bag,
     write_bag,
 )
-from metavlm_ros.core.errors import BagError, InputError, ParameterError
-from metavlm_ros.core.frames import iter_frames
-from metavlm_ros.core.scenes import SceneGenerator
+from metavlm_ros.footage.frames import iter_frames
+from metavlm_ros.footage.scenes import SceneGenerator
 
 FPS = 5.0
 N = 5

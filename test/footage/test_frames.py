@@ -1,20 +1,19 @@
-"""Tests of metavlm_ros.core.frames: image loading, conversions, folder streaming and selection."""
+"""Tests of metavlm_ros.footage.frames: image loading, conversions, folder streaming and selection."""
 
 import cv2
 import numpy as np
 import pytest
 
-from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.frames import (
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.images import (
     UNKNOWN_INPUT_SIDE,
     Frame,
-    iter_frames,
-    load_image,
     parse_working_size,
     resize_longer_side,
     to_rgb8,
     working_size_for,
 )
+from metavlm_ros.footage.frames import iter_frames, load_image
 from test.conftest import make_frame
 
 

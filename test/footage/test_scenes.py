@@ -1,4 +1,4 @@
-"""Tests of metavlm_ros.core.scenes: determinism, ground truth consistency, motion and captions."""
+"""Tests of metavlm_ros.footage.scenes: determinism, ground truth consistency, motion and captions."""
 
 import copy
 import hashlib
@@ -7,19 +7,16 @@ import json
 import numpy as np
 import pytest
 
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.scenes import (
-    CLASSES,
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.footage.scenes import (
     ENVIRONMENTS,
-    KIND_CLASS,
-    KINDS,
     MIN_VISIBLE_AREA,
     MIN_VISIBLE_FRACTION,
-    GroundTruth,
     SceneGenerator,
-    caption,
     environment_for_seed,
 )
+from metavlm_ros.footage.truth import KIND_CLASS, KINDS, GroundTruth, caption
+from metavlm_ros.method.prediction import CLASSES
 
 
 def digest(rgb: np.ndarray) -> str:

@@ -13,7 +13,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image
 
-from metavlm_ros.core.scenes import SceneGenerator
+from metavlm_ros.footage.scenes import SceneGenerator
 from metavlm_ros.ros.conversions import rgb_to_image_msg
 
 __all__ = ['Watcher', 'clean_output_problems', 'records', 'ros2']

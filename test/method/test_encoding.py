@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from metavlm_ros.core.encoding import N_VAR, Composition, SearchSpace, decode, encode
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.encoding import N_VAR, Composition, SearchSpace, decode, encode
 
 
 def genotype(**genes: tuple[float, float]) -> np.ndarray:

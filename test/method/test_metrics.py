@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.metrics import (
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.metrics import (
     DEFAULT_THRESHOLDS,
     class_differences,
     hypervolume,
@@ -22,7 +22,7 @@ from metavlm_ros.core.metrics import (
 
 @dataclass(frozen=True)
 class Pred:
-    """Stands in for metavlm_ros.core.vlm.Prediction: the metrics read only kind and values."""
+    """Stands in for metavlm_ros.models.vlm.Prediction: the metrics read only kind and values."""
 
     kind: str
     values: dict[str, float] = field(default_factory=dict)

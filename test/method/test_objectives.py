@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from metavlm_ros.core.encoding import Composition
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.objectives import f_pred, f_trans
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.encoding import Composition
+from metavlm_ros.method.objectives import f_pred, f_trans
 
 
 @dataclass(frozen=True)
 class Pred:
-    """Stands in for metavlm_ros.core.vlm.Prediction: the objectives read only kind and values."""
+    """Stands in for metavlm_ros.models.vlm.Prediction: the objectives read only kind and values."""
 
     kind: str
     values: dict[str, float] = field(default_factory=dict)
@@ -93,7 +93,7 @@ def test_mismatched_predictions_raise_parameter_error(source, followup, message)
 
 
 def test_objectives_accept_the_vlm_prediction_type():
-    from metavlm_ros.core.vlm import Prediction
+    from metavlm_ros.method.prediction import Prediction
 
     source = Prediction('count', {'animal': 1.0, 'trash': 0.0}, 'Animals: 1 fish')
     followup = Prediction('count', {'animal': 3.0, 'trash': 0.0}, 'Animals: 3 fish')
@@ -103,8 +103,8 @@ def test_objectives_accept_the_vlm_prediction_type():
 def test_the_method_modules_import_neither_torch_nor_rclpy():
     code = (
         'import sys\n'
-        'import metavlm_ros.core.relations, metavlm_ros.core.encoding, metavlm_ros.core.objectives\n'
-        'import metavlm_ros.core.metrics, metavlm_ros.core.stats\n'
+        'import metavlm_ros.method.relations, metavlm_ros.method.encoding, metavlm_ros.method.objectives\n'
+        'import metavlm_ros.method.metrics, metavlm_ros.method.stats\n'
         "print(sorted(m for m in ('torch', 'rclpy', 'transformers') if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)

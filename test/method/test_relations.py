@@ -6,14 +6,9 @@ import cv2
 import numpy as np
 import pytest
 
-from metavlm_ros.core.encoding import Composition
-from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.relations import (
-    RELATION_BY_ID,
-    RELATIONS,
-    apply_composition,
-    apply_relation,
-)
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.method.encoding import Composition
+from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS, apply_composition, apply_relation
 from test.conftest import make_frame
 
 W, H = 101, 81  # odd sizes put the centre ((W-1)/2, (H-1)/2) = (50, 40) on a pixel
@@ -115,7 +110,7 @@ def test_clahe_at_clip_one_still_changes_a_low_contrast_frame():
 def test_downsampling_by_half_is_nearest_down_and_up():
     # s = 0.5 lies below the Table 2 range, so it goes through the relation's kernel directly:
     # (8, 6) -> (4, 3) -> (8, 6) keeps pixel (2 * (x // 2), 2 * (y // 2)).
-    from metavlm_ros.core.relations import _downsample
+    from metavlm_ros.method.relations import _downsample
 
     frame = np.random.default_rng(1).integers(0, 256, (6, 8, 3), dtype=np.uint8)
     yy, xx = np.mgrid[0:6, 0:8]

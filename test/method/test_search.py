@@ -7,15 +7,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from metavlm_ros.core.encoding import SearchSpace, decode
-from metavlm_ros.core.errors import InputError, ParameterError, SearchInterrupted
-from metavlm_ros.core.metrics import hypervolume, non_dominated
-from metavlm_ros.core.relations import apply_composition
-from metavlm_ros.core.results import ResultsStore, free_disk_bytes, read_jsonl
-from metavlm_ros.core.search import SearchConfig, rand_genotypes, run_search
-from metavlm_ros.core.stats import a12
+from metavlm_ros.common.errors import InputError, ParameterError, SearchInterrupted
+from metavlm_ros.common.results import ResultsStore, free_disk_bytes, read_jsonl
+from metavlm_ros.method.encoding import SearchSpace, decode
+from metavlm_ros.method.metrics import hypervolume, non_dominated
+from metavlm_ros.method.relations import apply_composition
+from metavlm_ros.method.search import SearchConfig, rand_genotypes, run_search
+from metavlm_ros.method.stats import a12
 from test.conftest import make_frame
-from test.core.fakes import BlackCountBackend, ImageStatsBackend
+from test.fakes import BlackCountBackend, ImageStatsBackend
 
 
 @pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
@@ -360,7 +360,7 @@ def test_bad_frames_are_refused(bad):
 
 
 def test_tiny_clip_search_end_to_end(tiny_clip_dir, frame):
-    from metavlm_ros.core.vlm import create_backend
+    from metavlm_ros.models.vlm import create_backend
 
     backend = create_backend('clip', str(tiny_clip_dir), device='cpu')
     result = run_search(frame, backend, SearchConfig(algorithm='nsga2', population=8, evaluations=24, seed=0))

@@ -10,7 +10,7 @@ Float results of torch kernels may differ between CPU instruction sets and libra
 fixture records the platform it was made on; elsewhere the comparison is skipped with the reason.
 
 Regenerate (only when a change of behaviour is intended):
-    .venv/bin/python -m test.core.test_search_golden
+    .venv/bin/python -m test.method.test_search_golden
 """
 
 from __future__ import annotations
@@ -62,12 +62,12 @@ def seeded_searches(model_dir) -> dict[str, str]:
     """Run the fixed seeded searches; return each results file's normalised text by name."""
     import torch
 
-    from metavlm_ros.core.encoding import SearchSpace
-    from metavlm_ros.core.results import ResultsStore
-    from metavlm_ros.core.search import SearchConfig, run_search
-    from metavlm_ros.core.vlm import create_backend
+    from metavlm_ros.common.results import ResultsStore
+    from metavlm_ros.method.encoding import SearchSpace
+    from metavlm_ros.method.search import SearchConfig, run_search
+    from metavlm_ros.models.vlm import create_backend
     from test.conftest import make_frame
-    from test.core.fakes import BlackCountBackend
+    from test.fakes import BlackCountBackend
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # float reductions depend on the thread count
@@ -121,7 +121,7 @@ def test_seeded_searches_reproduce_the_committed_records(tiny_model_dirs):
 
 
 def _write_fixture() -> None:
-    from metavlm_ros.core.tiny import build_tiny_model
+    from metavlm_ros.models.tiny import build_tiny_model
 
     FIXTURE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.stats import a12, a12_magnitude, compare, mann_whitney_p
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.stats import a12, a12_magnitude, compare, mann_whitney_p
 
 
 def test_mann_whitney_exact_p_values_by_hand():

@@ -2,8 +2,9 @@
 
 import pytest
 
-from metavlm_ros.core.counts import CLASSES, DEFAULT_VOCABULARIES, parse_counts
-from metavlm_ros.core.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.models.counts import DEFAULT_VOCABULARIES, parse_counts
 
 
 def counts(animal=0, vegetation=0, object=0, trash=0):  # noqa: A002 -- the paper's class name

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import metavlm_ros
-from metavlm_ros.core.counts import CLASSES
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.search import SearchConfig, run_search
-from metavlm_ros.core.training import (
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.method.search import SearchConfig, run_search
+from metavlm_ros.models.training import (
     BLIP_EXACT_TARGET,
     BLIP_PRESENCE_TARGET,
     CLIP_AUC_TARGET,
@@ -23,7 +23,7 @@ from metavlm_ros.core.training import (
     train_demo_models,
     write_model_card,
 )
-from metavlm_ros.core.vlm import TABLE1_PROMPT, create_backend, resolve_model
+from metavlm_ros.models.vlm import TABLE1_PROMPT, create_backend, resolve_model
 
 MODELS = Path(metavlm_ros.__file__).resolve().parent / 'models'
 # The whole fixed held-out set, the one the trainer prints its metrics on (about half a minute to
@@ -110,8 +110,9 @@ def test_demo_blip_tokenizer_keeps_the_table1_spelling():
 
 def test_tokenizer_training_is_repeatable():
     # The tokenizers trainers number some symbols in hash-map order; the recipe must not inherit that.
-    from metavlm_ros.core.scenes import SceneGenerator, caption
-    from metavlm_ros.core.training import _blip_tokenizer, _clip_tokenizer, _corpus
+    from metavlm_ros.footage.scenes import SceneGenerator
+    from metavlm_ros.footage.truth import caption
+    from metavlm_ros.models.training import _blip_tokenizer, _clip_tokenizer, _corpus
 
     captions = [caption(SceneGenerator(256, 144, 1, seed).frame(0)[1]) for seed in range(12)]
     corpus = _corpus(captions)
@@ -137,7 +138,7 @@ def test_a_short_search_on_a_demo_frame_finds_a_violation(name, request, heldout
 
 
 def test_coverage_maps_count_only_visible_ground_truth_objects():
-    from metavlm_ros.core.training import _coverage
+    from metavlm_ros.models.training import _coverage
 
     # A 4x4-pixel label map on a 2x2 grid: object 0 (a fish in the ground truth) fills the top-left
     # cell and half the top-right; object 1 fills the bottom-right cell but is not in the ground truth
@@ -179,7 +180,7 @@ def test_training_config_rejects_bad_values():
 
 
 def _truth_with_a_speck():
-    from metavlm_ros.core.scenes import KINDS, GroundTruth
+    from metavlm_ros.footage.truth import KINDS, GroundTruth
 
     # A 64x64 frame squashed to a 32x32 model input (4 frame pixels per input pixel): object 3, a
     # fish, shows 40x40 frame pixels = 400 input pixels; object 7, a crab, 8x8 = 16 input pixels.
@@ -193,8 +194,8 @@ def _truth_with_a_speck():
 
 
 def test_demo_labelling_rule_drops_objects_too_small_for_the_model_input():
-    from metavlm_ros.core.scenes import caption
-    from metavlm_ros.core.training import demo_truth
+    from metavlm_ros.footage.truth import caption
+    from metavlm_ros.models.training import demo_truth
 
     truth = _truth_with_a_speck()
     kept = demo_truth(truth, image_size=32, min_pixels=32)
@@ -221,7 +222,7 @@ def test_heldout_set_keeps_the_generator_counts_next_to_a_labelling_rule(heldout
 
 
 def test_auc_within_environments_does_not_reward_recognising_the_environment():
-    from metavlm_ros.core.training import SceneSet, auc_by_environment, presence_auc
+    from metavlm_ros.models.training import SceneSet, auc_by_environment, presence_auc
 
     # Animals show in every pool frame and in no deep frame; a score that only says "pool" ranks
     # every positive above every negative over all frames, and is useless within each environment.
@@ -319,10 +320,10 @@ def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
 
 
 def test_robustness_rates_by_order_and_the_median_smallest_violating_change():
-    from metavlm_ros.core.training import robustness
-    from metavlm_ros.core.vlm import Prediction
+    from metavlm_ros.method.prediction import Prediction
+    from metavlm_ros.models.training import robustness
     from test.conftest import make_frame
-    from test.core.fakes import BlackCountBackend
+    from test.fakes import BlackCountBackend
 
     # The stand-in counts one animal per 5 % of black pixels: the black fill of a geometric relation
     # changes its answer.
@@ -348,8 +349,8 @@ def test_robustness_rates_by_order_and_the_median_smallest_violating_change():
 
 
 def test_augmentations_are_small_compositions_of_the_relations():
-    from metavlm_ros.core.relations import RELATIONS
-    from metavlm_ros.core.training import _augmentation
+    from metavlm_ros.method.relations import RELATIONS
+    from metavlm_ros.models.training import _augmentation
 
     rng = np.random.default_rng(0)
     orders = set()
@@ -365,7 +366,7 @@ def test_augmentations_are_small_compositions_of_the_relations():
 
 
 def test_a_transformed_training_frame_moves_its_maps_with_it():
-    from metavlm_ros.core.training import SceneSet, _batch
+    from metavlm_ros.models.training import SceneSet, _batch
 
     # One 64x32 frame whose second patch column (of a 4x4 grid) is a white animal; every draw
     # transforms it (augment 1.0, full magnitude), and the coverage map must follow the pixels.
@@ -396,7 +397,7 @@ def test_demo_blip_is_steadier_under_small_changes_than_under_large_ones(blip, h
     # of evaluations and at orders 1-3 in 55 % (the BLIP shipped before: 57 % and 76 %), more at
     # orders 5-6. This guards that gain; the targets (order 1 <= 45 % on 20 frames, median
     # smallest violating f_trans >= 0.3) are not reached yet (docs/demo.md).
-    from metavlm_ros.core.training import robustness, robustness_frames
+    from metavlm_ros.models.training import robustness, robustness_frames
 
     rates = robustness(blip, robustness_frames(heldout, 4), evaluations=90)['rate']['count']
     assert rates[1] <= 0.50, rates

@@ -7,16 +7,15 @@ import time
 import numpy as np
 import pytest
 
-from metavlm_ros.core import vlm
-from metavlm_ros.core.counts import parse_counts
-from metavlm_ros.core.errors import InputError, ModelError, ParameterError
-from metavlm_ros.core.tiny import build_tiny_model
-from metavlm_ros.core.vlm import (
-    CLASSES,
+from metavlm_ros.common.errors import InputError, ModelError, ParameterError
+from metavlm_ros.method.prediction import CLASSES, Prediction
+from metavlm_ros.models import vlm
+from metavlm_ros.models.counts import parse_counts
+from metavlm_ros.models.tiny import build_tiny_model
+from metavlm_ros.models.vlm import (
     DEFAULT_CLASS_PROMPTS,
     PAPER_CLASS_PROMPTS,
     TABLE1_PROMPT,
-    Prediction,
     create_backend,
     resolve_model,
     weights_hash,
@@ -326,7 +325,7 @@ def test_importing_vlm_loads_neither_torch_nor_transformers():
     import sys
 
     code = (
-        'import sys, metavlm_ros.core.vlm; '
+        'import sys, metavlm_ros.models.vlm; '
         "print('torch' in sys.modules, 'transformers' in sys.modules, 'huggingface_hub' in sys.modules)"
     )
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=60)
@@ -423,7 +422,7 @@ def test_unknown_tiny_language_model_is_refused(tmp_path):
 
 
 def test_class_prompts_as_a_list_follow_the_class_order(tiny_clip_dir):
-    from metavlm_ros.core.vlm import DEFAULT_CLASS_PROMPTS
+    from metavlm_ros.models.vlm import DEFAULT_CLASS_PROMPTS
 
     backend = create_backend(
         'clip', str(tiny_clip_dir), device='cpu', class_prompts=['a fish', '', 'a pipe', 'a can']
@@ -492,7 +491,7 @@ def test_pixel_path_on_large_frames_stays_within_the_stated_tolerance(name):
     direct = _grey_levels(path.pixel_values([frame], 'cpu', torch.float32), expected, path)
     assert float(direct.mean()) <= 0.5 and float(direct.max()) <= 8
     # The default working size (2x the input side, area filter) before it: mean <= 1, p99 <= 4 levels.
-    from metavlm_ros.core.frames import resize_longer_side
+    from metavlm_ros.common.images import resize_longer_side
 
     small = resize_longer_side(frame, 2 * side)
     worked = _grey_levels(path.pixel_values([small], 'cpu', torch.float32), expected, path)

@@ -7,7 +7,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from metavlm_ros.core.errors import InputError
+from metavlm_ros.common.errors import InputError
 from metavlm_ros.ros import conversions
 from metavlm_ros.ros.conversions import (
     MAX_SIDE,
@@ -198,13 +198,13 @@ def test_stamp_conversions():
 
 
 def _prediction(kind, values, text=''):
-    from metavlm_ros.core.vlm import Prediction
+    from metavlm_ros.method.prediction import Prediction
 
     return Prediction(kind=kind, values=values, text=text)
 
 
 def test_confidence_prediction_message_fields_and_round_trip():
-    pytest.importorskip('metavlm_ros.core.vlm')
+    pytest.importorskip('metavlm_ros.models.vlm')
     values = {'animal': 0.25, 'vegetation': 0.1 + 0.2, 'object': -0.0625, 'trash': 1 / 3}
     header = Header(stamp=ns_to_stamp(3_000_000_009), frame_id='cam')
     msg = prediction_to_array(_prediction('confidence', values), header, 'tiny-clip', 12.3456)
@@ -231,7 +231,7 @@ def test_confidence_prediction_message_fields_and_round_trip():
 
 
 def test_count_prediction_carries_the_text():
-    pytest.importorskip('metavlm_ros.core.vlm')
+    pytest.importorskip('metavlm_ros.models.vlm')
     text = 'Animals: 2 fish Vegetation: None Objects: None Trash: 1 bottle'
     values = {'animal': 2.0, 'vegetation': 0.0, 'object': 0.0, 'trash': 1.0}
     msg = prediction_to_array(_prediction('count', values, text), Header(), 'tiny-blip', 1.0)
@@ -258,12 +258,12 @@ def _array(values, name='metavlm/prediction'):
     ],
 )
 def test_bad_prediction_messages_raise_input_error(msg, reason):
-    pytest.importorskip('metavlm_ros.core.vlm')
+    pytest.importorskip('metavlm_ros.models.vlm')
     with pytest.raises(InputError, match=reason):
         array_to_prediction(msg)
 
 
 def test_reserved_class_names_are_refused():
-    pytest.importorskip('metavlm_ros.core.vlm')
+    pytest.importorskip('metavlm_ros.models.vlm')
     with pytest.raises(InputError, match='reserved'):
         prediction_to_array(_prediction('confidence', {'kind': 0.5}), Header(), 'm', 0.0)

@@ -11,7 +11,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
-from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.perception_node import PerceptionNode
 from metavlm_ros.ros.probe_client import PROBE_QOS

@@ -246,8 +246,8 @@ def test_replay_plays_the_bag_under_the_name_scenes_gave_it(tmp_path):
     cmd = _replay_command(str(tmp_path / 'dive_bag'))
     assert cmd[3] == str(tmp_path / 'dive_bag') and '--storage' not in cmd
     # A bag directory an older `scenes --out old.mcap` wrote answers to old.mcap.
-    from metavlm_ros.core.bags import write_bag
-    from metavlm_ros.core.scenes import SceneGenerator
+    from metavlm_ros.footage.bags import write_bag
+    from metavlm_ros.footage.scenes import SceneGenerator
 
     write_bag(tmp_path / 'old', SceneGenerator(32, 24, 10, seed=1, frames=2), fps=10)
     assert _replay_command(str(tmp_path / 'old.mcap'))[3] == str(tmp_path / 'old')

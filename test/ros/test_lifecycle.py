@@ -8,7 +8,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from std_srvs.srv import Trigger
 
-from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.ros.managed import bring_up, state_label
 from metavlm_ros.ros.perception_node import PerceptionNode
 from test.conftest import make_frame
@@ -136,7 +136,7 @@ def test_perception_node_loads_at_configure_subscribes_when_active_and_frees_at_
 
 @pytest.mark.parametrize('node_class', ['perception', 'tester'])
 def test_a_model_that_cannot_load_fails_configure_with_its_reason(tmp_path, node_class):
-    from metavlm_ros.core.errors import ModelError
+    from metavlm_ros.common.errors import ModelError
     from metavlm_ros.ros.tester_node import TesterNode
 
     missing = str(tmp_path / 'no-model')

@@ -13,8 +13,9 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
-from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.vlm import VLMBackend, create_backend
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.method.prediction import VLMBackend
+from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.ros.conversions import (
     array_to_prediction,
     image_msg_to_rgb,

@@ -10,8 +10,8 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.vlm import Prediction, VLMBackend
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.ros.conversions import error_to_array, image_msg_to_rgb, prediction_to_array
 from metavlm_ros.ros.probe_client import (
     PROBE_QOS,

@@ -14,7 +14,7 @@ from std_msgs.msg import String
 
 from metavlm_ros import cli
 from metavlm_ros.commands.replay import bag_topics, iter_raw_messages, replay_bag
-from metavlm_ros.core.errors import BagError
+from metavlm_ros.common.errors import BagError
 from metavlm_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
 from test.ros.helpers import TopicCollector, ros_context, wait_for
 
@@ -314,8 +314,8 @@ def test_interrupting_a_looping_replay_exits_0_with_a_summary(bag):
 
 
 def test_scenes_names_replay_under_the_same_name_and_older_bag_directories_too(tmp_path):
-    from metavlm_ros.core.bags import write_bag
-    from metavlm_ros.core.scenes import SceneGenerator
+    from metavlm_ros.footage.bags import write_bag
+    from metavlm_ros.footage.scenes import SceneGenerator
 
     frames = list(SceneGenerator(32, 24, 10, seed=2, frames=3))
     assert cli.main(['scenes', '--out', str(tmp_path / 'dive.mcap'), '--frames', '3', '--size', '32x24']) == 0

@@ -9,9 +9,9 @@ import yaml
 
 from metavlm_ros.cli import main
 from metavlm_ros.commands.run import _flatten, _write_ros_file, load_parameter_file, run_nodes
-from metavlm_ros.core.bags import write_bag
-from metavlm_ros.core.errors import InputError, ParameterError
-from metavlm_ros.core.results import read_jsonl
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.footage.bags import write_bag
 from metavlm_ros.ros.transport import USER_VARIABLES
 from test.conftest import make_frame
 

@@ -12,12 +12,12 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
-from metavlm_ros.core import results as results_module
-from metavlm_ros.core.encoding import Composition
-from metavlm_ros.core.errors import ParameterError
-from metavlm_ros.core.results import read_jsonl
-from metavlm_ros.core.search import Evaluation
-from metavlm_ros.core.vlm import Prediction, VLMBackend
+from metavlm_ros.common import results as results_module
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.method.encoding import Composition
+from metavlm_ros.method.prediction import Prediction, VLMBackend
+from metavlm_ros.method.search import Evaluation
 from metavlm_ros.ros import tester_node
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg
 from metavlm_ros.ros.managed import bring_up

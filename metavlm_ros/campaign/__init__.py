@@ -1,0 +1,1 @@
+"""Campaigns with no ROS import: configuration, cells, executors, runner and their reports."""

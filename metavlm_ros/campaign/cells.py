@@ -1,0 +1,225 @@
+"""Campaign images and cells: what a campaign runs, where each committed cell lives, and their checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from metavlm_ros.campaign.config import CampaignConfig, FrameSpec, sha256_text
+
+__all__ = [
+    'CAMPAIGN_FILE',
+    'CELLS_DIR',
+    'CELL_FILE',
+    'CampaignImage',
+    'Cell',
+    'UNVERIFIED',
+    'cell_seed',
+    'finished_cells',
+    'load_images',
+    'plan_cells',
+    'read_campaign',
+    'safe_name',
+    'verify_cell',
+]
+
+CAMPAIGN_FILE = 'campaign.json'
+
+
+CELLS_DIR = 'cells'
+
+
+CELL_FILE = 'cell.json'
+
+
+# What verify_cell says of a cell committed before cells carried checksums.
+UNVERIFIED = 'unverified'
+
+
+@dataclass(frozen=True)
+class CampaignImage:
+    """One source frame of the campaign."""
+
+    index: int
+    id: str
+    rgb: np.ndarray = field(repr=False, compare=False)
+    stamp_ns: int = 0
+
+    @property
+    def sha256(self) -> str:
+        """A hash of the pixels and shape: changed footage changes it."""
+        from metavlm_ros.footage.frames import frame_digest
+
+        return frame_digest(self.rgb)
+
+
+def load_images(frames: FrameSpec) -> list[CampaignImage]:
+    """Read (or generate) every frame of a campaign, with unique file-safe ids.
+
+    Raises:
+        InputError: A source cannot be read, or no frame was selected.
+        ParameterError: The selection is invalid.
+    """
+    from metavlm_ros.common.errors import InputError
+    from metavlm_ros.common.images import resize_longer_side
+    from metavlm_ros.footage.frames import iter_frames, verify_sources
+
+    items: list[tuple[str, np.ndarray, int]] = []
+    if frames.generate is not None:
+        for name, rgb in _generate_scenes(frames.generate):
+            items.append((name, rgb, 0))
+            if frames.max_frames is not None and len(items) >= frames.max_frames:
+                break
+    else:
+        verify_sources(list(frames.sources))  # bags whole, against their checksums
+        for frame in iter_frames(
+            list(frames.sources),
+            topic=frames.topic,
+            every=frames.every,
+            start=frames.start,
+            end=frames.end,
+            max_frames=frames.max_frames,
+        ):
+            items.append((frame.id, frame.rgb, frame.stamp_ns))
+    if not items:
+        raise InputError('frames: the selection holds no frames')
+    images: list[CampaignImage] = []
+    used: set[str] = set()
+    for index, (name, rgb, stamp) in enumerate(items):
+        safe = safe_name(name)
+        unique, n = safe, 2
+        while unique in used:
+            unique, n = f'{safe}-{n}', n + 1
+        used.add(unique)
+        rgb = resize_longer_side(rgb, frames.size) if frames.size else rgb
+        images.append(CampaignImage(index=index, id=unique, rgb=np.ascontiguousarray(rgb), stamp_ns=stamp))
+    return images
+
+
+def _generate_scenes(spec: Mapping) -> Iterator[tuple[str, np.ndarray]]:
+    """Synthetic scenes from core.scenes: scene i is the first frame of the scene seeded seed + i."""
+    from metavlm_ros.footage.scenes import SceneGenerator
+
+    width, height = spec['size']
+    for i in range(spec['count']):
+        # One scene per image (not frames of one scene): campaigns want varied environments and objects.
+        rgb, _ = SceneGenerator(width=width, height=height, seed=spec['seed'] + i).frame(0)
+        yield f'scene-{spec["seed"] + i:03d}', np.ascontiguousarray(rgb)
+
+
+def safe_name(name: str) -> str:
+    safe = ''.join(c if c.isalnum() or c in '-_.@' else '_' for c in str(name)).strip('.')
+    return safe or 'frame'
+
+
+def cell_seed(base_seed: int, model_index: int, run: int) -> int:
+    """The search seed of a run: derived from the base seed, the model and the run number.
+
+    NSGA-II and random search of the same run share it, as the paper's paired runs do.
+    """
+    sequence = np.random.SeedSequence(base_seed, spawn_key=(model_index, run))
+    return int(sequence.generate_state(1, dtype=np.uint32)[0])
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: a search of one image by one algorithm with one model, in one run."""
+
+    id: str
+    model_index: int
+    model: str
+    algorithm: str
+    run: int
+    image_index: int
+    image: str
+    seed: int
+
+
+def plan_cells(config: CampaignConfig, images: Sequence[CampaignImage]) -> list[Cell]:
+    """Every cell of the campaign, in a fixed order (model, run, image, algorithm)."""
+    cells = []
+    for m, spec in enumerate(config.models):
+        for run in range(config.runs):
+            seed = cell_seed(config.seed, m, run)
+            for image in images:
+                for algorithm in config.algorithms:
+                    cell_id = f'm{m}-{algorithm}-r{run:03d}-{image.id}'
+                    cells.append(Cell(cell_id, m, spec.name, algorithm, run, image.index, image.id, seed))
+    return cells
+
+
+def verify_cell(cell_dir: str | Path) -> str | None:
+    """What is wrong with a committed cell, checked against the checksums written with it; None if whole.
+
+    cell.json carries the sha256 of every file of the cell and of its own content: a file that was
+    truncated, garbled, removed or added since the commit is named. Cells committed before
+    checksums existed (no 'files' in cell.json) give 'unverified'.
+    """
+    cell_dir = Path(cell_dir)
+    try:
+        info = json.loads((cell_dir / CELL_FILE).read_text(encoding='utf-8'))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f'{CELL_FILE} unreadable ({type(exc).__name__})'
+    if not isinstance(info, dict):
+        return f'{CELL_FILE} is not a cell record'
+    files = info.get('files')
+    if files is None:
+        return UNVERIFIED
+    expected = info.get('checksum')
+    if expected != sha256_text(
+        json.dumps({k: v for k, v in info.items() if k != 'checksum'}, sort_keys=True)
+    ):
+        return f'{CELL_FILE} does not match its checksum'
+    present = {str(p.relative_to(cell_dir)) for p in cell_dir.rglob('*') if p.is_file()} - {CELL_FILE}
+    for name in sorted(present - set(files)):
+        return f'{name} was not part of the cell'
+    for name, digest in sorted(files.items()):
+        path = cell_dir / name
+        if not path.is_file():
+            return f'{name} is missing'
+        if _sha256_file(path) != digest:
+            return f'{name} does not match its checksum'
+    return None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, 'rb') as handle:
+        for block in iter(lambda: handle.read(1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def finished_cells(directory: str | Path) -> set[str]:
+    """Ids of the committed cells under `directory` (a cell exists once its folder was renamed in)."""
+    cells_dir = Path(directory) / CELLS_DIR
+    if not cells_dir.is_dir():
+        return set()
+    return {p.name for p in cells_dir.iterdir() if p.is_dir() and not p.name.startswith('.')}
+
+
+def read_campaign(directory: str | Path) -> dict:
+    """The campaign record (campaign.json) of a results directory.
+
+    Raises:
+        InputError: The directory is not a campaign results directory.
+    """
+    from metavlm_ros.common.errors import InputError
+
+    path = Path(directory) / CAMPAIGN_FILE
+    if not path.is_file():
+        raise InputError(f'{directory}: not a campaign results directory (no {CAMPAIGN_FILE})')
+    try:
+        record = json.loads(path.read_text(encoding='utf-8'))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f'{path}: unreadable campaign record ({exc})') from None
+    if not isinstance(record, dict):
+        raise InputError(
+            f'{path}: unreadable campaign record (a JSON {type(record).__name__}, not a mapping)'
+        )
+    return record

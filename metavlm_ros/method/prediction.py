@@ -1,0 +1,61 @@
+"""What a model reports about a frame (Prediction) and the one interface the search judges frames through."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ['CLASSES', 'Prediction', 'VLMBackend']
+
+#: The paper's final labels (Table 1), in the order reports list them.
+CLASSES: tuple[str, ...] = ('animal', 'vegetation', 'object', 'trash')
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a VLM reports about one frame.
+
+    Attributes:
+        kind: 'count' (BLIP family, Eqs. 2, 4, 7) or 'confidence' (CLIP family, Eqs. 3, 5, 8).
+        values: per class, a count (a float holding an int) or a confidence.
+        text: the generated answer of a count-type model; '' for CLIP.
+    """
+
+    kind: str
+    values: dict[str, float] = field(default_factory=dict)
+    text: str = ''
+
+
+class VLMBackend:
+    """The one interface the search talks to: batched frames in, one Prediction per frame out.
+
+    Attributes:
+        kind: 'count' or 'confidence'.
+        classes: class ids every Prediction carries, in order.
+        model_id: the model as the user named it (Hugging Face id, directory or 'demo').
+        name: the backend name ('clip', 'blip', 'instructblip', or another implementation's).
+    """
+
+    kind: str = ''
+    classes: tuple[str, ...] = CLASSES
+    model_id: str = ''
+    name: str = ''
+    #: Side in pixels of the square the model sees (its processor's output); 0 when not known here.
+    input_size: int = 0
+
+    def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
+        """Judge frames.
+
+        Args:
+            frames: RGB uint8 arrays of shape (H, W, 3); sizes may differ.
+
+        Returns:
+            One Prediction per frame, in order.
+        """
+        raise NotImplementedError
+
+    def weights_hash(self) -> str:
+        """A short digest identifying the weights, for campaign records; '' when not applicable."""
+        return ''
