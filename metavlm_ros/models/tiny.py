@@ -9,7 +9,7 @@ from metavlm_ros.method.prediction import CLASSES
 from metavlm_ros.models.counts import DEFAULT_VOCABULARIES, NUMBER_WORDS
 from metavlm_ros.models.vlm import BACKENDS, DEFAULT_CLASS_PROMPTS, TABLE1_PROMPT
 
-__all__ = ['TINY_IMAGE_SIZE', 'build_base_model', 'build_tiny_model']
+__all__ = ['TINY_BUILDERS', 'TINY_IMAGE_SIZE', 'build_base_model', 'build_tiny_model']
 
 #: Side of the square image the tiny models see; frames of any size are resized to it by the processor.
 TINY_IMAGE_SIZE = 32
@@ -267,7 +267,8 @@ def _build_instructblip(directory: Path, language_model: str = 'llama') -> None:
     processor.save_pretrained(directory)
 
 
-_BUILDERS = {'clip': _build_clip, 'blip': _build_blip, 'instructblip': _build_instructblip}
+#: A tiny builder per registered backend (test/models/test_vlm.py checks that none is missing).
+TINY_BUILDERS = {'clip': _build_clip, 'blip': _build_blip, 'instructblip': _build_instructblip}
 
 
 def build_tiny_model(
@@ -293,7 +294,7 @@ def build_tiny_model(
         ModelError: the backend is unknown.
         ParameterError: an unknown language model.
     """
-    if backend not in _BUILDERS:
+    if backend not in TINY_BUILDERS:
         raise ModelError(f'unknown backend {backend!r}; valid backends: {", ".join(BACKENDS)}')
     if language_model not in ('llama', 't5'):
         raise ParameterError(f"language_model must be 'llama' or 't5', got {language_model!r}")
@@ -313,7 +314,7 @@ def build_tiny_model(
             if backend == 'instructblip':
                 _build_instructblip(directory, language_model)
             else:
-                _BUILDERS[backend](directory)
+                TINY_BUILDERS[backend](directory)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:

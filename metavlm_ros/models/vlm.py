@@ -29,9 +29,6 @@ __all__ = [
     'weights_hash',
 ]
 
-#: Backend names accepted by create_backend, in the order help texts list them.
-BACKENDS: tuple[str, ...] = ('clip', 'blip', 'instructblip')
-
 #: CLIP's zero-shot text prompt per class (one prompt per class, docs/method.md §9).
 DEFAULT_CLASS_PROMPTS: dict[str, str] = {
     'animal': 'a photo of an animal underwater',
@@ -579,7 +576,14 @@ def _processor_side(processor: Any) -> int:
     return 0
 
 
-_BACKEND_CLASSES = {'clip': _ClipBackend, 'blip': _BlipBackend, 'instructblip': _InstructBlipBackend}
+#: The registry of VLM backends: name -> implementation, in the order help texts list them. Every
+#: caller reads it (create_backend, the command line, campaign files, both nodes' parameters, tiny
+#: models): a new backend is one class here, registered, and its test (docs/architecture.md).
+BACKENDS: dict[str, type[_HFBackend]] = {
+    'clip': _ClipBackend,
+    'blip': _BlipBackend,
+    'instructblip': _InstructBlipBackend,
+}
 
 
 def _prompts_by_class(
@@ -667,7 +671,7 @@ def create_backend(
         chosen = {c: preset.get(c, f'a photo of {c} underwater') for c in classes}
         chosen.update(class_prompts or {})
         return _ClipBackend(model, class_prompts=chosen, confidence=confidence, **common)
-    return _BACKEND_CLASSES[backend](
+    return BACKENDS[backend](
         model,
         prompt=TABLE1_PROMPT if prompt is None else prompt,
         max_new_tokens=max_new_tokens,

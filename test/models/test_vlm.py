@@ -50,6 +50,28 @@ def _check(predictions, kind, n):
         assert all(isinstance(v, float) for v in prediction.values.values())
 
 
+def test_every_registered_backend_builds_a_tiny_model_that_loads_under_its_name(tiny_model_dirs):
+    from metavlm_ros.models.tiny import TINY_BUILDERS
+    from metavlm_ros.models.vlm import BACKENDS
+
+    # The registry is what every caller reads (campaign files, node parameters, the command line):
+    # a backend registered there is tested through its own tiny model.
+    assert set(TINY_BUILDERS) == set(BACKENDS)
+    for name, implementation in BACKENDS.items():
+        backend = create_backend(name, str(tiny_model_dirs(name)), device='cpu', max_new_tokens=2)
+        assert type(backend) is implementation and backend.name == name
+        assert backend.kind in ('count', 'confidence')
+
+
+def test_campaign_files_offer_the_registered_backends():
+    from metavlm_ros.campaign.config import parse_config
+    from metavlm_ros.models.vlm import BACKENDS
+
+    with pytest.raises(ParameterError) as refused:
+        parse_config({'frames': {'generate': {'count': 1}}, 'models': [{'backend': 'nope', 'model': 'demo'}]})
+    assert f'(choose from {", ".join(BACKENDS)})' in str(refused.value)
+
+
 @pytest.mark.parametrize('n', [1, 5])
 def test_clip_predicts_one_confidence_per_class(clip, n):
     predictions = clip.predict(FRAMES[:n])
