@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from metavlm_ros.common.errors import MetaVLMError, ParameterError
+from metavlm_ros.method import defaults
+from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
+
+#: The algorithms a campaign compares when its file names none: the paper's pair (MetaVLM and Rand).
+PAPER_ALGORITHMS = ('nsga2', 'random')
 
 __all__ = [
-    'ALGORITHMS',
-    'BACKENDS',
     'CampaignConfig',
     'EXECUTORS',
     'FrameSpec',
@@ -23,12 +26,6 @@ __all__ = [
     'parse_config',
     'sha256_text',
 ]
-
-ALGORITHMS = ('nsga2', 'random')
-
-
-BACKENDS = ('clip', 'blip', 'instructblip')
-
 
 EXECUTORS = ('local', 'dask')
 
@@ -121,12 +118,12 @@ class CampaignConfig:
 
     frames: FrameSpec
     models: tuple[ModelSpec, ...]
-    algorithms: tuple[str, ...] = ALGORITHMS
+    algorithms: tuple[str, ...] = PAPER_ALGORITHMS
     runs: int = 10
-    population: int = 30
-    evaluations: int = 3000
-    seed: int = 0
-    thresholds: tuple[float, ...] = (0.01, 0.03, 0.05)
+    population: int = defaults.POPULATION
+    evaluations: int = defaults.EVALUATIONS
+    seed: int = defaults.SEED
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
     working_size: int | None = None
     relations: dict | None = None
     # Campaigns reproduce the paper, which resamples after every relation (docs/method.md §8).
@@ -261,7 +258,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
     frames = _parse_frames(data.get('frames'), base_dir, problems)
     models = _parse_models(data.get('models'), base_dir, problems)
 
-    algorithms: tuple[str, ...] = ALGORITHMS
+    algorithms: tuple[str, ...] = PAPER_ALGORITHMS
     raw_algorithms = data.get('algorithms')
     if raw_algorithms is not None:
         if isinstance(raw_algorithms, str):
@@ -269,6 +266,8 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
         if not isinstance(raw_algorithms, list) or not raw_algorithms:
             problems.add('algorithms', f'must be a non-empty list, got {raw_algorithms!r}')
         else:
+            from metavlm_ros.method.search import ALGORITHMS  # the optimiser registry; pymoo loads slowly
+
             for i, name in enumerate(raw_algorithms):
                 if name not in ALGORITHMS:
                     choices = ', '.join(ALGORITHMS)
@@ -278,9 +277,9 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
             algorithms = tuple(str(a) for a in raw_algorithms)
 
     runs = problems.integer('runs', data.get('runs'), 1, 10)
-    population = problems.integer('population', data.get('population'), 2, 30)
-    evaluations = problems.integer('evaluations', data.get('evaluations'), 1, 3000)
-    seed = problems.integer('seed', data.get('seed'), 0, 0)
+    population = problems.integer('population', data.get('population'), 2, defaults.POPULATION)
+    evaluations = problems.integer('evaluations', data.get('evaluations'), 1, defaults.EVALUATIONS)
+    seed = problems.integer('seed', data.get('seed'), 0, defaults.SEED)
     working_size = problems.integer('working_size', data.get('working_size'), 8, None)
     threads = problems.integer('threads', data.get('threads'), 1, 1)
     from metavlm_ros.method.relations import WARPS
@@ -289,7 +288,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
     if warp not in WARPS:
         problems.add('warp', f'must be one of {", ".join(WARPS)}, got {warp!r}')
 
-    thresholds: tuple[float, ...] = (0.01, 0.03, 0.05)
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
     raw_thresholds = data.get('thresholds')
     if raw_thresholds is not None:
         if not isinstance(raw_thresholds, list) or not raw_thresholds:
@@ -442,6 +441,8 @@ def _parse_models(raw: Any, base_dir: Path, problems: _Problems) -> list[ModelSp
     if not isinstance(raw, list) or not raw:
         problems.add('models', f'must be a non-empty list, got {raw!r}')
         return []
+    from metavlm_ros.models.vlm import BACKENDS  # the backend registry
+
     models: list[ModelSpec] = []
     names: set[str] = set()
     for i, item in enumerate(raw):
@@ -531,7 +532,7 @@ def _parse_models(raw: Any, base_dir: Path, problems: _Problems) -> list[ModelSp
 def _resolve_model(model: str, backend: str | None, base_dir: Path, where: str, problems: _Problems) -> str:
     """A model is a directory (relative to the config file), a cached Hugging Face id, or 'demo'."""
     from metavlm_ros.common.errors import ModelError
-    from metavlm_ros.models.vlm import resolve_model
+    from metavlm_ros.models.vlm import BACKENDS, resolve_model
 
     path = Path(model).expanduser()
     candidate = path if path.is_absolute() else base_dir / path

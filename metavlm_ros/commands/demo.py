@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method import defaults
 from metavlm_ros.ros.transport import add_transport_argument
 
 __all__ = ['add_parser', 'run', 'run_demo']
@@ -80,7 +81,7 @@ def _parameters(backend: str, evaluations: int, seed: int) -> dict[str, dict[str
         'metavlm_tester': {
             **model,
             'vlm_endpoint': 'ros',
-            'population': min(30, max(2, evaluations)),
+            'population': min(defaults.POPULATION, max(2, evaluations)),
             'evaluations': evaluations,
             'seed': seed,
             'frame_period_s': 0.0,
@@ -107,7 +108,10 @@ def _rand_searches(
         return []
     model = create_backend(backend, 'demo', device='cpu')
     config = SearchConfig(
-        algorithm='random', population=min(30, max(2, evaluations)), evaluations=evaluations, seed=seed
+        algorithm='random',
+        population=min(defaults.POPULATION, max(2, evaluations)),
+        evaluations=evaluations,
+        seed=seed,
     )
     with ResultsStore(out) as store:
         for image, stamp in images.items():

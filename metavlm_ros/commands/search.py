@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method import defaults
+from metavlm_ros.models.vlm import BACKENDS
 
 HELP = 'search frames offline for the smallest transformations that change the model'
 
@@ -13,7 +15,7 @@ HELP = 'search frames offline for the smallest transformations that change the m
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that choose and configure a VLM backend (shared by the commands that load one)."""
     group = parser.add_argument_group('model')
-    group.add_argument('--backend', default='clip', help='clip, blip or instructblip (default: clip)')
+    group.add_argument('--backend', default='clip', help=f'{", ".join(BACKENDS)} (default: clip)')
     group.add_argument(
         '--model', default='demo', help="Hugging Face id or local directory; 'demo' = the embedded demo model"
     )
@@ -57,10 +59,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument('frames', nargs='+', metavar='FRAME', help='image files, folders of images, or bags')
     add_model_arguments(parser)
     group = parser.add_argument_group('search')
-    group.add_argument('--algorithm', default='nsga2', help='nsga2 (MetaVLM) or random (Rand)')
-    group.add_argument('--population', type=int, default=30, help='population / batch size (default: 30)')
-    group.add_argument('--evaluations', type=int, default=3000, help='evaluations per frame (default: 3000)')
-    group.add_argument('--seed', type=int, default=0, help='random seed (default: 0)')
+    group.add_argument('--algorithm', default=defaults.ALGORITHM, help='nsga2 (MetaVLM) or random (Rand)')
+    group.add_argument(
+        '--population',
+        type=int,
+        default=defaults.POPULATION,
+        help=f'population / batch size (default: {defaults.POPULATION})',
+    )
+    group.add_argument(
+        '--evaluations',
+        type=int,
+        default=defaults.EVALUATIONS,
+        help=f'evaluations per frame (default: {defaults.EVALUATIONS})',
+    )
+    group.add_argument(
+        '--seed', type=int, default=defaults.SEED, help=f'random seed (default: {defaults.SEED})'
+    )
     group.add_argument(
         '--relations',
         nargs='+',

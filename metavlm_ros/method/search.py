@@ -23,6 +23,7 @@ from pymoo.util.display.multi import MultiObjectiveOutput
 
 from metavlm_ros.common.errors import InputError, ModelError, ParameterError, SearchInterrupted
 from metavlm_ros.common.images import parse_working_size, resize_longer_side, working_size_for
+from metavlm_ros.method import defaults
 from metavlm_ros.method.encoding import N_RELATIONS, N_VAR, Composition, SearchSpace, decode
 from metavlm_ros.method.metrics import (
     DEFAULT_THRESHOLDS,
@@ -63,10 +64,10 @@ PM_PROB_VAR, PM_ETA = 1 / N_VAR, 10
 class SearchConfig:
     """What one search does; `validate()` raises ParameterError naming the first bad value."""
 
-    algorithm: str = 'nsga2'
-    population: int = 30
-    evaluations: int = 3000
-    seed: int = 0
+    algorithm: str = defaults.ALGORITHM
+    population: int = defaults.POPULATION
+    evaluations: int = defaults.EVALUATIONS
+    seed: int = defaults.SEED
     space: SearchSpace = field(default_factory=SearchSpace.default)
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
     warp: str = 'fused'
