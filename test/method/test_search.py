@@ -47,6 +47,56 @@ def test_same_seed_same_genotypes_other_seed_differs(algorithm, frame):
     assert a.hypervolume == b.hypervolume
 
 
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_each_search_has_randomness_of_its_own(algorithm, frame):
+    import threading
+
+    config = SearchConfig(algorithm=algorithm, population=8, evaluations=40, seed=5)
+
+    def genotypes(result):
+        return np.array([ev.genotype for ev in result.evaluations])
+
+    alone = genotypes(run_search(frame, ImageStatsBackend(), config))
+    # numpy's global generator neither feeds a search nor is moved by one.
+    np.random.seed(99)
+    before = np.random.get_state()[1].copy()
+    assert np.array_equal(genotypes(run_search(frame, ImageStatsBackend(), config)), alone)
+    assert np.array_equal(np.random.get_state()[1], before)
+
+    class Interleaving(ImageStatsBackend):
+        """Hands over to the other search after every model call."""
+
+        def __init__(self, turn: threading.Semaphore, other: threading.Semaphore):
+            super().__init__()
+            self.turn, self.other = turn, other
+
+        def predict(self, frames):
+            self.turn.acquire(timeout=10)
+            try:
+                return super().predict(frames)
+            finally:
+                self.other.release()
+
+    # Two searches in one process, generations alternating: each gives what it gives alone.
+    first, second = threading.Semaphore(1), threading.Semaphore(0)
+    results = {}
+    other = SearchConfig(algorithm=algorithm, population=8, evaluations=40, seed=6)
+    threads = [
+        threading.Thread(
+            target=lambda: results.update(a=run_search(frame, Interleaving(first, second), config))
+        ),
+        threading.Thread(
+            target=lambda: results.update(b=run_search(frame, Interleaving(second, first), other))
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert np.array_equal(genotypes(results['a']), alone)
+    assert np.array_equal(genotypes(results['b']), genotypes(run_search(frame, ImageStatsBackend(), other)))
+
+
 def test_source_prediction_is_computed_once_and_repeated_compositions_are_cached(frame):
     # Only CLAHE, clip limit pinned at 1.0: every active composition is the same follow-up frame.
     space = SearchSpace.from_options(
