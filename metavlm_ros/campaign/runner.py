@@ -31,7 +31,8 @@ from metavlm_ros.campaign.cells import (
 from metavlm_ros.campaign.config import EXECUTORS, CampaignConfig, ModelSpec, sha256_text
 from metavlm_ros.campaign.executors import CellTask, commit_cell, run_cell, run_dask, run_pool, write_synced
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.common.results import check_output_dir, storage_error
+from metavlm_ros.common.images import encode_png
+from metavlm_ros.common.results import check_output_dir, storage_error, write_file_atomic
 
 __all__ = ['CampaignRun', 'model_identity', 'run_campaign']
 
@@ -343,13 +344,7 @@ def _prepare_directory(out: Path, record: dict, images: Sequence[CampaignImage],
 
 
 def _save_png(path: Path, rgb: np.ndarray) -> None:
-    import cv2
-
-    ok, data = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
-    if ok:
-        tmp = path.with_name(f'.{path.name}.tmp')
-        tmp.write_bytes(data.tobytes())
-        os.replace(tmp, path)
+    write_file_atomic(path, encode_png(rgb))
 
 
 def _progress_bar(total: int, initial: int, enabled: bool):

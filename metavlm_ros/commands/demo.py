@@ -205,10 +205,11 @@ def run_demo(
     log(f'[{steps}/{steps}] writing the report ...')
     montage_path = None
     if panels:
-        import cv2
+        from metavlm_ros.common.images import encode_png
+        from metavlm_ros.common.results import write_file_atomic
 
         montage_path = out / 'strongest_violations.png'
-        cv2.imwrite(str(montage_path), cv2.cvtColor(montage(panels), cv2.COLOR_RGB2BGR))
+        write_file_atomic(montage_path, encode_png(montage(panels)))
     plot = pareto_plot(groups, out / 'trade_off.png')
     md, js = write_demo_report(
         out, sections, montage_path, trade_off={'plot': plot, 'hypervolume': hypervolumes}

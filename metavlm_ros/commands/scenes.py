@@ -10,10 +10,10 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.results import check_output_dir, storage_error
 from metavlm_ros.common.scratch import remove_stale, scratch_path
 
@@ -169,10 +169,7 @@ def write_png_folder(out: Path, frames, *, fps: float, overwrite: bool = False) 
             for index, (rgb, gt) in enumerate(frames):
                 name = f'frame_{index:06d}.png'
                 # Encoded here and written by Python: a full disk is an OSError, not libpng's noise.
-                ok, data = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
-                if not ok:
-                    raise InputError(f'{out / name}: could not be encoded as PNG')
-                (tmp / name).write_bytes(data.tobytes())
+                (tmp / name).write_bytes(encode_png(rgb))
                 record = {
                     'file': name,
                     'stamp_ns': round(index * 1e9 / fps),

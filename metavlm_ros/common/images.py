@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -14,6 +15,8 @@ __all__ = [
     'UNKNOWN_INPUT_SIDE',
     'WORKING_SIZE_FACTOR',
     'Frame',
+    'check_frame',
+    'encode_png',
     'parse_working_size',
     'resize_longer_side',
     'to_rgb8',
@@ -149,3 +152,37 @@ def working_size_for(setting: int | str | None, width: int, height: int, input_s
         side = input_side or UNKNOWN_INPUT_SIDE
         setting = max(WORKING_SIZE_FACTOR * side, math.ceil(side * longer / shorter))
     return int(setting) if setting < longer else None
+
+
+def check_frame(frame: Any, *, min_side: int = 1, what: str = 'a frame') -> np.ndarray:
+    """The one frame check: `frame` as a C-contiguous RGB uint8 array of shape (H, W, 3).
+
+    Args:
+        frame: what a caller was given as a frame.
+        min_side: the fewest pixels each side must have (the search needs 2: relations interpolate).
+        what: how the message names the frame, e.g. 'frame 3'.
+
+    Raises:
+        InputError: not a numpy array, not RGB uint8 (H, W, 3), or smaller than min_side.
+    """
+    if not isinstance(frame, np.ndarray):
+        raise InputError(f'{what} must be a numpy array, got {type(frame).__name__}')
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+        raise InputError(f'{what} must be RGB uint8 of shape (H, W, 3), got {frame.dtype} {frame.shape}')
+    if frame.shape[0] < min_side or frame.shape[1] < min_side:
+        raise InputError(
+            f'{what} is too small: {frame.shape[1]}x{frame.shape[0]} (at least {min_side}x{min_side})'
+        )
+    return np.ascontiguousarray(frame)
+
+
+def encode_png(rgb: np.ndarray) -> bytes:
+    """The one PNG encoder: an RGB uint8 frame as PNG bytes (callers write them as their files need).
+
+    Raises:
+        InputError: OpenCV could not encode the frame.
+    """
+    ok, data = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise InputError(f'a {rgb.shape[1]}x{rgb.shape[0]} frame could not be encoded as PNG')
+    return data.tobytes()

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import cv2
 import numpy as np
 
 from metavlm_ros import __version__
-from metavlm_ros.common.errors import ParameterError, ResultsError, StorageError
+from metavlm_ros.common.errors import InputError, ParameterError, ResultsError, StorageError
+from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.scratch import LEGACY_FRAME_SCRATCH, is_stale, remove_stale, scratch_path
 
 __all__ = [
@@ -465,13 +465,14 @@ class ResultsStore:
             self.frames_skipped += 1
             return None
         path = self.frames_dir / f'{name}.png'
-        ok, data = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
-        if not ok:
-            raise StorageError(f'{path}: the frame could not be encoded as PNG')
+        try:
+            data = encode_png(rgb)
+        except InputError as exc:
+            raise StorageError(f'{path}: {exc}') from None
         try:
             self.frames_dir.mkdir(exist_ok=True)
             # Written aside then renamed: a killed run never leaves a half-written PNG under its name.
-            write_file_atomic(path, data.tobytes())
+            write_file_atomic(path, data)
         except OSError as exc:
             raise storage_error(path, exc) from None
         return path

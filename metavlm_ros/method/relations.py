@@ -10,7 +10,8 @@ from typing import Protocol
 import cv2
 import numpy as np
 
-from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.images import check_frame
 
 __all__ = [
     'RELATIONS',
@@ -19,7 +20,6 @@ __all__ = [
     'Relation',
     'apply_composition',
     'apply_relation',
-    'check_frame',
     'relation_matrix',
 ]
 
@@ -98,21 +98,6 @@ RELATION_BY_ID: dict[str, Relation] = {relation.id: relation for relation in REL
 
 _GEOMETRIC = frozenset({'rotation', 'scaling', 'shear', 'translation'})
 _IDENTITY = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
-
-
-def check_frame(frame: np.ndarray) -> np.ndarray:
-    """Return ``frame`` as a C-contiguous RGB uint8 array of shape (H, W, 3).
-
-    Raises:
-        InputError: when the frame is not such an array.
-    """
-    if not isinstance(frame, np.ndarray):
-        raise InputError(f'a frame must be a numpy array, got {type(frame).__name__}')
-    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
-        raise InputError(f'a frame must be RGB uint8 of shape (H, W, 3), got {frame.dtype} {frame.shape}')
-    if frame.shape[0] < 1 or frame.shape[1] < 1:
-        raise InputError(f'a frame must not be empty, got shape {frame.shape}')
-    return np.ascontiguousarray(frame)
 
 
 def _relation(relation_id: str) -> Relation:

@@ -21,8 +21,8 @@ from pymoo.operators.sampling.rnd import FloatRandomSampling
 from pymoo.problems.static import StaticProblem
 from pymoo.util.display.multi import MultiObjectiveOutput
 
-from metavlm_ros.common.errors import InputError, ModelError, ParameterError, SearchInterrupted
-from metavlm_ros.common.images import parse_working_size, resize_longer_side, working_size_for
+from metavlm_ros.common.errors import ModelError, ParameterError, SearchInterrupted
+from metavlm_ros.common.images import check_frame, parse_working_size, resize_longer_side, working_size_for
 from metavlm_ros.method import defaults
 from metavlm_ros.method.encoding import N_RELATIONS, N_VAR, Composition, SearchSpace, decode
 from metavlm_ros.method.metrics import (
@@ -51,7 +51,6 @@ __all__ = [
     'run_search',
     'searched_frame',
     'summary_record',
-    'validate_frame',
 ]
 
 
@@ -142,22 +141,10 @@ class SearchResult:
 
 def searched_frame(frame: Any, config: SearchConfig, backend: VLMBackend) -> np.ndarray:
     """The frame as the search sees it: validated and shrunk to the working size for `backend`."""
-    frame = validate_frame(frame)
+    frame = check_frame(frame, min_side=2, what='the frame')
     height, width = frame.shape[:2]
     size = working_size_for(config.working_size, width, height, getattr(backend, 'input_size', 0))
     return np.ascontiguousarray(resize_longer_side(frame, size)) if size else frame
-
-
-def validate_frame(frame: Any) -> np.ndarray:
-    """Check that `frame` is an RGB uint8 image; return it C-contiguous."""
-    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
-        shape = getattr(frame, 'shape', None)
-        raise InputError(f'frame must be an RGB image of shape (H, W, 3), got {shape}')
-    if frame.dtype != np.uint8:
-        raise InputError(f'frame must be 8-bit (uint8), got {frame.dtype}')
-    if frame.shape[0] < 2 or frame.shape[1] < 2:
-        raise InputError(f'frame is too small: {frame.shape[1]}x{frame.shape[0]}')
-    return np.ascontiguousarray(frame)
 
 
 class _Judge:
@@ -284,7 +271,7 @@ def run_search(
         The evaluations, the non-dominated set and its hypervolume.
     """
     config.validate()
-    frame = validate_frame(frame)
+    frame = check_frame(frame, min_side=2, what='the frame')
     source_size = (int(frame.shape[1]), int(frame.shape[0]))
     frame = searched_frame(frame, config, backend)
     started = time.perf_counter()

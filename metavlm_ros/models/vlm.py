@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from metavlm_ros.common.errors import InputError, ModelError, ParameterError
+from metavlm_ros.common.errors import ModelError, ParameterError
+from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
 from metavlm_ros.models.counts import parse_counts
 
@@ -167,26 +168,6 @@ def weights_hash(model_dir: str | Path, length: int = 12) -> str:
             for block in iter(lambda h=handle: h.read(1 << 22), b''):
                 digest.update(block)
     return digest.hexdigest()[:length]
-
-
-def _check_frames(frames: Sequence[np.ndarray]) -> list[np.ndarray]:
-    checked = []
-    for index, frame in enumerate(frames):
-        if (
-            not isinstance(frame, np.ndarray)
-            or frame.dtype != np.uint8
-            or frame.ndim != 3
-            or frame.shape[2] != 3
-        ):
-            shape = getattr(frame, 'shape', None)
-            dtype = getattr(frame, 'dtype', type(frame).__name__)
-            raise InputError(
-                f'frame {index} must be an RGB uint8 array of shape (H, W, 3), got {dtype} {shape}'
-            )
-        if frame.shape[0] == 0 or frame.shape[1] == 0:
-            raise InputError(f'frame {index} is empty ({frame.shape[0]}x{frame.shape[1]})')
-        checked.append(frame)
-    return checked
 
 
 @dataclass(frozen=True)
@@ -413,7 +394,7 @@ class _HFBackend(VLMBackend):
         """Judge frames in batches of `batch_size` under torch.inference_mode; see VLMBackend.predict."""
         import torch
 
-        frames = _check_frames(frames)
+        frames = [check_frame(frame, what=f'frame {index}') for index, frame in enumerate(frames)]
         predictions: list[Prediction] = []
         with torch.inference_mode():
             for start in range(0, len(frames), self.batch_size):

@@ -29,7 +29,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 
 from metavlm_ros.common.errors import InputError, MetaVLMError, ParameterError
-from metavlm_ros.common.images import resize_longer_side
+from metavlm_ros.common.images import check_frame, resize_longer_side
 from metavlm_ros.common.results import ResultsStore, free_disk_bytes, to_jsonable
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
@@ -43,7 +43,6 @@ from metavlm_ros.method.search import (
     evaluation_record,
     run_search,
     searched_frame,
-    validate_frame,
 )
 from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
@@ -754,8 +753,8 @@ class TesterNode(ManagedNode):
             self.state = 'paused: results disk below min_free_disk_mb'
             return
         try:
-            # validate_frame: what the search would refuse (a 1x1 frame) is unreadable too.
-            frame = validate_frame(image_msg_to_rgb(msg))
+            # What the search would refuse (a 1x1 frame) is unreadable too.
+            frame = check_frame(image_msg_to_rgb(msg), min_side=2, what='the frame')
         except InputError as exc:
             self.frames_unreadable += 1
             self._error(f'camera frame unreadable: {exc}')
