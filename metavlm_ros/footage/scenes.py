@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import cv2
 import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.footage.optics import OPTICS, fbm, floor_albedo, smooth_noise
+from metavlm_ros.footage.sprites import SPRITES, Pen, random_params
 from metavlm_ros.footage.truth import KIND_CLASS, KINDS, GroundTruth
 from metavlm_ros.method.prediction import CLASSES
 
@@ -53,537 +54,6 @@ class SceneFrame(NamedTuple):
     stamp_ns: int
 
 
-# ---------------------------------------------------------------------------------------------
-# Environments: water optics (per-channel attenuation, veiling light) and floor materials.
-
-
-@dataclass(frozen=True)
-class _Optics:
-    beta: tuple[float, float, float]  # attenuation per metre, RGB: red is lost first underwater
-    veil_top: tuple[float, float, float]  # veiling (background) light at the top of the frame
-    veil_bottom: tuple[float, float, float]
-    light: tuple[float, float, float]  # daylight after the water column above (the colour cast)
-    horizon: float  # horizon row as a fraction of height (the camera looks slightly down)
-    camera_height: tuple[float, float]  # metres above the floor
-    lamps: bool  # artificial light falling off with distance (deep sea)
-    caustics: float
-    rays: float
-    snow: int  # marine snow particles per megapixel of internal frame
-    turbidity: float
-
-
-_OPTICS = {
-    'pool': _Optics(
-        (0.16, 0.05, 0.045), (150, 215, 228), (70, 165, 190), (0.93, 1.0, 1.0), 0.26, (0.9, 1.3), False,
-        0.55, 0.15, 120, 0.05,
-    ),
-    'shallow': _Optics(
-        (0.42, 0.15, 0.16), (95, 170, 165), (25, 95, 100), (0.62, 0.9, 0.86), 0.3, (1.0, 1.6), False,
-        0.3, 0.3, 320, 0.2,
-    ),
-    'deep': _Optics(
-        (0.34, 0.12, 0.09), (8, 30, 52), (3, 14, 30), (1.0, 0.97, 0.92), -0.2, (1.2, 1.7), True,
-        0.0, 0.0, 900, 0.2,
-    ),
-}  # fmt: skip
-
-
-@lru_cache(maxsize=32)
-def _lowpass(shape: tuple[int, int], scale: float) -> np.ndarray:
-    fy = np.fft.fftfreq(shape[0])[:, None]
-    fx = np.fft.rfftfreq(shape[1])[None, :]
-    return np.exp(-(fx * fx + fy * fy) * (scale * scale * 8.0)).astype(np.float32)
-
-
-def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], scale: float) -> np.ndarray:
-    """Tileable band-limited noise, zero mean, unit std; `scale` is the feature size in pixels."""
-    from scipy import fft
-
-    white = rng.standard_normal(shape, dtype=np.float32)
-    # Gaussian low-pass in the Fourier domain keeps the result periodic, so it tiles seamlessly.
-    field_ = fft.irfft2(fft.rfft2(white) * _lowpass(tuple(shape), float(scale)), s=shape).astype(np.float32)
-    field_ -= field_.mean()
-    return field_ / (field_.std() + 1e-6)
-
-
-def _fbm(rng: np.random.Generator, shape: tuple[int, int], scales: tuple[float, ...]) -> np.ndarray:
-    total = np.zeros(shape, np.float32)
-    amp, norm = 1.0, 0.0
-    for s in scales:
-        total += amp * _smooth_noise(rng, shape, s)
-        norm += amp
-        amp *= 0.55
-    return total / norm
-
-
-def _floor_albedo(env: str, rng: np.random.Generator, size: int = 512) -> np.ndarray:
-    """A tileable floor material (RGB float 0..255) in ground coordinates, 1 texel = 1 cm."""
-    if env == 'pool':
-        tile = 25  # 25 cm tiles with grout lines
-        yy, xx = np.mgrid[0:size, 0:size]
-        grout = ((xx % tile) < 2) | ((yy % tile) < 2)
-        base = np.empty((size, size, 3), np.float32)
-        base[:] = (205, 228, 236)
-        jitter = _smooth_noise(rng, (size, size), 40)[..., None] * 6
-        base += jitter
-        base[grout] = (150, 170, 180)
-        # A dark lane line every 2.5 m, as in a real pool floor.
-        lane = (xx % 250 > 110) & (xx % 250 < 140)
-        base[lane & ~grout] = (40, 60, 110)
-        return base
-    n = _fbm(rng, (size, size), (64, 24, 8, 3))
-    if env == 'shallow':
-        sand = np.array((200, 182, 140), np.float32)
-        # Wave ripples: a wavy sinusoid across the floor, bent by large-scale noise.
-        yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
-        warp = _smooth_noise(rng, (size, size), 90) * 9
-        ripple = np.sin((yy + warp) * (2 * math.pi / 16.0)) * 0.5 + 0.5
-        shade = 0.82 + 0.12 * ripple + 0.07 * n
-        albedo = sand[None, None, :] * shade[..., None]
-        albedo *= (1 + 0.08 * _smooth_noise(rng, (size, size), 120))[..., None]  # patches of finer sand
-        albedo = _add_rocks(albedo, rng, 22, 1.8, (135, 128, 112), n)
-        weed = np.clip((_smooth_noise(rng, (size, size), 50) - 1.3) * 1.2, 0, 0.45)
-        weed *= np.clip(0.6 + 0.8 * _smooth_noise(rng, (size, size), 2.5), 0, 1.4)  # tufts, not flat paint
-        return albedo * (1 - weed[..., None]) + np.array((95, 120, 70), np.float32) * weed[..., None]
-    # Deep sea: silty grey-brown sediment with burrows, small rocks and pale patches.
-    silt = np.array((150, 136, 112), np.float32)
-    shade = 0.85 + 0.15 * n
-    albedo = silt[None, None, :] * shade[..., None]
-    spots = _smooth_noise(rng, (size, size), 3)
-    albedo[spots > 2.8] *= 0.6
-    pale = np.clip((_smooth_noise(rng, (size, size), 36) - 0.5) * 0.5, 0, 0.3)[..., None]
-    albedo = albedo * (1 - pale) + np.array((170, 165, 150), np.float32) * pale
-    return _add_rocks(albedo, rng, 12, 2.0, (105, 98, 88), n)
-
-
-def _add_rocks(
-    albedo: np.ndarray, rng: np.random.Generator, scale: float, level: float, colour: Any, n: np.ndarray
-) -> np.ndarray:
-    """Stones where a noise field exceeds `level`, lit from above (towards the far side of the floor)."""
-    field_ = _smooth_noise(rng, albedo.shape[:2], scale)
-    mask = np.clip((field_ - level) * 3.0, 0, 1)
-    # The slope of the field along the viewing direction shades the stones: lit tops, dark fronts.
-    slope = np.roll(field_, -2, axis=0) - np.roll(field_, 2, axis=0)
-    shade = np.clip(0.9 - 1.2 * slope, 0.45, 1.35) * (0.85 + 0.2 * n)
-    stone = np.asarray(colour, np.float32) * shade[..., None]
-    # Stones sit in a soft contact shadow on the sediment around them.
-    halo = np.clip((field_ - level + 0.5) * 1.2, 0, 0.35)[..., None]
-    out = albedo * (1 - halo * 0.6)
-    return out * (1 - mask[..., None]) + stone * mask[..., None]
-
-
-# ---------------------------------------------------------------------------------------------
-# Object sprites: each kind is drawn with cv2 primitives in metres around an anchor.
-
-
-class _Pen:
-    """Draws cv2 primitives given in metres (y down) into a sprite colour canvas and its alpha mask."""
-
-    def __init__(
-        self, width: int, height: int, ox: float, oy: float, scale: float, angle: float, squash: float
-    ):
-        self.rgb = np.zeros((height, width, 3), np.uint8)
-        self.alpha = np.zeros((height, width), np.uint8)
-        self.ox, self.oy, self.s = ox, oy, scale
-        self.cos, self.sin = math.cos(angle), math.sin(angle)
-        self.squash = squash
-        self.flip = False
-
-    def _pts(self, pts: np.ndarray) -> np.ndarray:
-        pts = np.asarray(pts, np.float64).reshape(-1, 2)
-        if self.flip:
-            pts = pts * (-1.0, 1.0)
-        x = pts[:, 0] * self.cos - pts[:, 1] * self.sin
-        y = (pts[:, 0] * self.sin + pts[:, 1] * self.cos) * self.squash
-        # Four fractional bits (shift=4): sub-pixel precision keeps slow motion smooth.
-        return (
-            np.stack([(self.ox + x * self.s) * 16, (self.oy + y * self.s) * 16], 1).round().astype(np.int32)
-        )
-
-    def poly(self, pts: Any, colour: Any, alpha: float = 1.0) -> None:
-        p = self._pts(pts)
-        cv2.fillPoly(self.rgb, [p], _col(colour, alpha), cv2.LINE_AA, 4)
-        cv2.fillPoly(self.alpha, [p], int(255 * alpha), cv2.LINE_AA, 4)
-
-    def line(self, pts: Any, colour: Any, width_m: float, alpha: float = 1.0) -> None:
-        p = self._pts(pts)
-        t = max(1, int(round(width_m * self.s)))
-        cv2.polylines(self.rgb, [p], False, _col(colour, alpha), t, cv2.LINE_AA, 4)
-        cv2.polylines(self.alpha, [p], False, int(255 * alpha), t, cv2.LINE_AA, 4)
-
-    def ellipse(
-        self,
-        centre: Any,
-        axes: Any,
-        angle_deg: float,
-        colour: Any,
-        alpha: float = 1.0,
-        thickness_m: float = 0,
-    ) -> None:
-        # Ellipses become polygons so that rotation and squash of the whole sprite apply exactly.
-        a = np.linspace(0, 2 * math.pi, 36, endpoint=False)
-        r = math.radians(angle_deg)
-        ex, ey = axes[0] * np.cos(a), axes[1] * np.sin(a)
-        pts = np.stack(
-            [
-                centre[0] + ex * math.cos(r) - ey * math.sin(r),
-                centre[1] + ex * math.sin(r) + ey * math.cos(r),
-            ],
-            1,
-        )
-        if thickness_m > 0:
-            self.line(np.vstack([pts, pts[:1]]), colour, thickness_m, alpha)
-        else:
-            self.poly(pts, colour, alpha)
-
-    def circle(self, centre: Any, radius: float, colour: Any, alpha: float = 1.0) -> None:
-        self.ellipse(centre, (radius, radius), 0, colour, alpha)
-
-
-def _col(colour: Any, alpha: float) -> tuple[float, float, float]:
-    # Colour canvases are premultiplied by alpha so antialiased edges composite without fringes.
-    return tuple(float(c) * alpha for c in colour)
-
-
-def _wave(n: int) -> np.ndarray:
-    return np.linspace(0.0, 1.0, n)
-
-
-def _draw_fish(pen: _Pen, p: dict, t: float) -> None:
-    L = p['size']
-    h = L * p['aspect']
-    wag = 0.12 * L * math.sin(p['phase'] + t * p['beat'])
-    body = p['colour']
-    pen.poly(
-        [(-0.42 * L, 0), (-0.68 * L, -0.2 * L + wag), (-0.6 * L, wag * 0.8), (-0.68 * L, 0.2 * L + wag)], body
-    )
-    pen.poly([(-0.05 * L, -h * 0.9), (0.12 * L, -h * 1.25), (0.2 * L, -h * 0.8)], np.multiply(body, 0.8))
-    pen.ellipse((0, 0), (L / 2, h), 0, body)
-    pen.ellipse((0.02 * L, h * 0.35), (L * 0.4, h * 0.5), 0, np.minimum(np.multiply(body, 1.35), 255))
-    for k in range(p['stripes']):
-        x = -0.2 * L + k * 0.14 * L
-        pen.line([(x, -h * 0.8), (x + 0.03 * L, h * 0.5)], np.multiply(body, 0.55), 0.04 * L)
-    pen.poly([(0.05 * L, h * 0.3), (-0.05 * L, h * 0.9), (0.1 * L, h * 0.6)], np.multiply(body, 0.9))
-    pen.circle((0.33 * L, -0.05 * L), 0.05 * L, (235, 235, 220))
-    pen.circle((0.34 * L, -0.05 * L), 0.028 * L, (10, 10, 10))
-
-
-def _draw_crab(pen: _Pen, p: dict, t: float) -> None:
-    W = p['size']
-    c = p['colour']
-    dark = np.multiply(c, 0.6)
-    for side in (-1, 1):
-        for k in range(4):
-            x0 = side * W * (0.25 + 0.05 * k)
-            sway = 0.03 * W * math.sin(t * 4 + k + p['phase'])
-            pen.line(
-                [
-                    (x0 * 0.8, -0.02 * W + 0.05 * W * k),
-                    (side * W * 0.6, 0.02 * W * k + sway),
-                    (side * W * 0.75, 0.25 * W),
-                ],
-                dark,
-                0.05 * W,
-            )
-        pen.line([(side * 0.3 * W, -0.15 * W), (side * 0.45 * W, -0.35 * W)], dark, 0.07 * W)
-        pen.ellipse((side * 0.45 * W, -0.42 * W), (0.14 * W, 0.09 * W), side * 30, c)
-    pen.ellipse((0, 0), (0.4 * W, 0.25 * W), 0, c)
-    pen.ellipse((0, -0.07 * W), (0.3 * W, 0.12 * W), 0, np.minimum(np.multiply(c, 1.2), 255))
-    for side in (-1, 1):
-        pen.circle((side * 0.1 * W, -0.26 * W), 0.035 * W, (15, 15, 15))
-
-
-def _draw_starfish(pen: _Pen, p: dict, t: float) -> None:
-    R = p['size'] / 2
-    a = np.linspace(0, 2 * math.pi, 90, endpoint=False) + p['phase']
-    r = R * (0.32 + 0.68 * np.abs(np.cos(a * 2.5)) ** 2.2)
-    pen.poly(np.stack([r * np.cos(a), r * np.sin(a)], 1), p['colour'])
-    for k in range(5):
-        ang = p['phase'] + k * 2 * math.pi / 5
-        pen.line(
-            [(0, 0), (0.75 * R * math.cos(ang), 0.75 * R * math.sin(ang))],
-            np.multiply(p['colour'], 0.7),
-            0.05 * R,
-        )
-    pen.circle((0, 0), 0.12 * R, np.multiply(p['colour'], 0.75))
-
-
-def _draw_jellyfish(pen: _Pen, p: dict, t: float) -> None:
-    D = p['size']
-    pulse = 1 + 0.1 * math.sin(t * 2.5 + p['phase'])
-    w, h = D / 2 * pulse, D * 0.38 / pulse
-    c = p['colour']
-    for k in range(7):
-        x0 = (k / 6 - 0.5) * 1.5 * w
-        ys = _wave(12) * D * 1.1
-        xs = x0 + 0.05 * D * np.sin(ys / D * 7 + t * 2 + k)
-        pen.line(np.stack([xs, ys], 1), c, 0.012 * D, 0.55)
-    for k in range(3):
-        ys = _wave(10) * D * 0.6
-        xs = (k - 1) * 0.12 * D + 0.04 * D * np.sin(ys / D * 9 + t * 3 + k)
-        pen.line(np.stack([xs, ys], 1), np.multiply(c, 0.9), 0.05 * D, 0.6)
-    a = np.linspace(math.pi, 2 * math.pi, 30)
-    bell = np.stack([w * np.cos(a), h * np.sin(a)], 1)
-    bell = np.vstack([bell, [(w * 0.8, 0.08 * D), (-w * 0.8, 0.08 * D)]])
-    pen.poly(bell, c, 0.72)
-    pen.ellipse((0, -0.45 * h), (0.45 * w, 0.3 * h), 0, np.minimum(np.multiply(c, 1.25), 255), 0.6)
-
-
-def _strand(base_x: float, height: float, t: float, p: dict, k: int, n: int = 14) -> np.ndarray:
-    ys = -_wave(n) * height
-    bend = (ys / height) ** 2 * height * 0.25
-    sway = np.sin(t * p['sway_speed'] + p['phase'] + k * 1.7 + ys / height * 2.0) * 0.5 + p['lean'] * 0.5
-    return np.stack([base_x + bend * sway * 2, ys], 1)
-
-
-def _draw_seaweed(pen: _Pen, p: dict, t: float) -> None:
-    H = p['size']
-    c = p['colour']
-    for k in range(p['strands']):
-        x0 = (k / max(p['strands'] - 1, 1) - 0.5) * 0.35 * H
-        h = H * (0.6 + 0.4 * ((k * 37) % 10) / 10)
-        pts = _strand(x0, h, t, p, k)
-        pen.line(pts, np.multiply(c, 0.8 + 0.05 * (k % 3)), 0.03 * H)
-        for j in range(3, len(pts) - 1, 2):
-            side = 1 if (j + k) % 2 else -1
-            x, y = pts[j]
-            pen.ellipse((x + side * 0.05 * H, y), (0.07 * H, 0.025 * H), side * 35, c)
-
-
-def _draw_seagrass(pen: _Pen, p: dict, t: float) -> None:
-    H = p['size']
-    for k in range(p['strands']):
-        x0 = ((k * 0.618) % 1 - 0.5) * 0.5 * H
-        h = H * (0.55 + 0.45 * ((k * 53) % 11) / 11)
-        pts = _strand(x0, h, t, p, k, 8)
-        pen.line(pts, np.multiply(p['colour'], 0.75 + 0.08 * (k % 4)), 0.014 * H + 0.004)
-
-
-def _draw_kelp(pen: _Pen, p: dict, t: float) -> None:
-    H = p['size']
-    c = p['colour']
-    for k in range(p['strands']):
-        x0 = (k - (p['strands'] - 1) / 2) * 0.08 * H
-        pts = _strand(x0, H * (0.75 + 0.25 * (k % 2)), t, p, k, 18)
-        pen.line(pts, np.multiply(c, 0.7), 0.012 * H)
-        for j in range(4, len(pts) - 1, 2):
-            side = 1 if (j + k) % 2 else -1
-            x, y = pts[j]
-            ang = side * (55 + 15 * math.sin(t + j))
-            pen.ellipse((x + side * 0.06 * H, y - 0.02 * H), (0.1 * H, 0.028 * H), ang, c, 0.95)
-
-
-def _draw_bottle(pen: _Pen, p: dict, t: float) -> None:
-    L = p['size']
-    r = L * 0.17
-    c, a = p['colour'], p['opacity']
-    body = [
-        (-L / 2, -r),
-        (L * 0.18, -r),
-        (L * 0.3, -r * 0.45),
-        (L / 2, -r * 0.4),
-        (L / 2, r * 0.4),
-        (L * 0.3, r * 0.45),
-    ]
-    body += [(L * 0.18, r), (-L / 2, r)]
-    pen.poly(body, c, a)
-    pen.ellipse((-L / 2, 0), (r * 0.35, r), 0, np.multiply(c, 0.8), a)
-    pen.line([(-L * 0.4, -r * 0.5), (L * 0.15, -r * 0.5)], np.minimum(np.add(c, 90), 255), r * 0.25, a)
-    if p['label']:
-        pen.poly([(-L * 0.3, -r), (-L * 0.02, -r), (-L * 0.02, r), (-L * 0.3, r)], p['label_colour'])
-    pen.poly([(L * 0.46, -r * 0.5), (L * 0.54, -r * 0.5), (L * 0.54, r * 0.5), (L * 0.46, r * 0.5)], p['cap'])
-
-
-def _draw_can(pen: _Pen, p: dict, t: float) -> None:
-    L = p['size']
-    r = L * 0.33
-    c = p['colour']
-    dent = p['dent'] * r
-    pen.poly([(-L / 2, -r), (0, -r + dent), (L / 2, -r), (L / 2, r), (0, r - dent * 0.5), (-L / 2, r)], c)
-    pen.ellipse((L / 2, 0), (r * 0.3, r), 0, (180, 180, 175))
-    pen.line([(-L * 0.4, -r * 0.55), (L * 0.4, -r * 0.55)], np.minimum(np.add(c, 80), 255), r * 0.22)
-    pen.line([(-L * 0.15, -r * 0.9), (-L * 0.15, r * 0.9)], p['stripe'], r * 0.35)
-
-
-def _draw_bag(pen: _Pen, p: dict, t: float) -> None:
-    R = p['size'] / 2
-    a = np.linspace(0, 2 * math.pi, len(p['radii']), endpoint=False)
-    flutter = 1 + 0.05 * np.sin(a * 3 + t * 1.5 + p['phase'])
-    r = R * np.asarray(p['radii']) * flutter
-    pts = np.stack([r * np.cos(a), r * np.sin(a) * 0.75], 1)
-    pen.poly(pts, p['colour'], p['opacity'])
-    for k in range(4):
-        i = (k * 5) % len(pts)
-        pen.line(
-            [pts[i] * 0.9, pts[(i + len(pts) // 2) % len(pts)] * 0.3],
-            np.multiply(p['colour'], 0.8),
-            0.02 * R,
-            0.8,
-        )
-    pen.line([pts[2] * 0.8, pts[2] * 1.2, pts[4] * 1.15], p['colour'], 0.05 * R, p['opacity'])
-
-
-def _draw_tyre(pen: _Pen, p: dict, t: float) -> None:
-    R = p['size'] / 2
-    pen.ellipse((0, 0), (R, R), 0, (32, 32, 34))
-    pen.ellipse((0, 0), (R * 0.93, R * 0.93), 0, (22, 22, 24), thickness_m=0.06 * R)
-    for k in range(24):
-        a = k * 2 * math.pi / 24
-        pen.line(
-            [(0.8 * R * math.cos(a), 0.8 * R * math.sin(a)), (R * math.cos(a), R * math.sin(a))],
-            (52, 52, 54),
-            0.05 * R,
-        )
-    pen.ellipse((0, 0), (R * 0.55, R * 0.55), 0, (45, 45, 47))
-    pen.ellipse((0, 0), (R * 0.42, R * 0.42), 0, (14, 14, 15))
-
-
-def _draw_net(pen: _Pen, p: dict, t: float) -> None:
-    W = p['size']
-    c = p['colour']
-    outline = np.asarray(p['outline']) * W / 2
-    pen.poly(outline, c, 0.25)
-    n = 9
-    for k in range(n + 1):
-        f = k / n - 0.5
-        wob = 0.03 * W * np.sin(_wave(10) * 6 + k)
-        xs = np.linspace(-0.5, 0.5, 10) * W
-        pen.line(np.stack([xs * 0.9, f * W * 0.7 + wob], 1), c, 0.012 * W, 0.9)
-        pen.line(np.stack([f * W * 0.9 + wob, xs * 0.7], 1), c, 0.012 * W, 0.9)
-    for fx, fy in p['floats']:
-        pen.circle((fx * W * 0.4, fy * W * 0.3), 0.05 * W, p['float_colour'])
-
-
-def _draw_pipe(pen: _Pen, p: dict, t: float) -> None:
-    L, r = p['size'], p['size'] * p['aspect']
-    c = p['colour']
-    pen.poly([(-L / 2, -r), (L / 2, -r), (L / 2, r), (-L / 2, r)], np.multiply(c, 0.75))
-    pen.poly([(-L / 2, -r), (L / 2, -r), (L / 2, -r * 0.2), (-L / 2, -r * 0.2)], c)
-    pen.line([(-L / 2, -r * 0.65), (L / 2, -r * 0.65)], np.minimum(np.multiply(c, 1.3), 255), r * 0.25)
-    for x in (-L / 2, L / 2):
-        pen.poly(
-            [
-                (x - r * 0.25, -r * 1.25),
-                (x + r * 0.25, -r * 1.25),
-                (x + r * 0.25, r * 1.25),
-                (x - r * 0.25, r * 1.25),
-            ],
-            np.multiply(c, 0.6),
-        )
-    pen.ellipse((L / 2 + r * 0.25, 0), (r * 0.35, r * 1.2), 0, np.multiply(c, 0.5))
-    pen.ellipse((L / 2 + r * 0.27, 0), (r * 0.22, r * 0.8), 0, (20, 20, 20))
-    for x0, w in p['rust']:
-        pen.ellipse((x0 * L / 2, 0.2 * r), (w * L, r * 0.6), 0, (110, 70, 40), 0.8)
-
-
-def _draw_box(pen: _Pen, p: dict, t: float) -> None:
-    W = p['size']
-    H = W * p['aspect']
-    d = W * 0.28
-    c = p['colour']
-    pen.poly(
-        [(-W / 2, -H), (-W / 2 + d, -H - d * 0.6), (W / 2 + d, -H - d * 0.6), (W / 2, -H)],
-        np.minimum(np.multiply(c, 1.25), 255),
-    )
-    pen.poly(
-        [(W / 2, 0), (W / 2, -H), (W / 2 + d, -H - d * 0.6), (W / 2 + d, -d * 0.6)], np.multiply(c, 0.65)
-    )
-    pen.poly([(-W / 2, 0), (-W / 2, -H), (W / 2, -H), (W / 2, 0)], c)
-    for k in range(1, p['planks']):
-        y = -H * k / p['planks']
-        pen.line([(-W / 2, y), (W / 2, y)], np.multiply(c, 0.6), 0.012 * W)
-    pen.line([(-W / 2, 0), (W / 2, -H)], np.multiply(c, 0.7), 0.03 * W)
-
-
-def _draw_rov(pen: _Pen, p: dict, t: float) -> None:
-    W = p['size']
-    H = W * 0.6
-    frame = (60, 60, 62)
-    pen.poly([(-W / 2, -H), (W / 2, -H), (W / 2, -H * 0.62), (-W / 2, -H * 0.62)], p['colour'])
-    pen.line(
-        [(-W * 0.45, -H * 0.85), (W * 0.45, -H * 0.85)],
-        np.minimum(np.multiply(p['colour'], 1.2), 255),
-        W * 0.03,
-    )
-    for x in (-W * 0.45, W * 0.45):
-        pen.line([(x, -H * 0.62), (x, 0)], frame, W * 0.05)
-    pen.line([(-W * 0.48, -H * 0.05), (W * 0.48, -H * 0.05)], frame, W * 0.05)
-    pen.line([(-W * 0.48, -H * 0.35), (W * 0.48, -H * 0.35)], frame, W * 0.04)
-    for x in (-W * 0.22, W * 0.22):
-        pen.circle((x, -H * 0.3), W * 0.13, (30, 30, 32))
-        pen.circle((x, -H * 0.3), W * 0.09, (75, 75, 80))
-        pen.circle((x, -H * 0.3), W * 0.03, (20, 20, 20))
-    pen.circle((0, -H * 0.2), W * 0.06, (200, 200, 190))
-
-
-def _draw_rope(pen: _Pen, p: dict, t: float) -> None:
-    L = p['size']
-    pts = np.asarray(p['path']) * L
-    pen.line(pts, np.multiply(p['colour'], 0.7), 0.035 * L)
-    pen.line(pts, p['colour'], 0.024 * L)
-    for k in range(1, len(pts) - 1, 2):
-        (x0, y0), (x1, y1) = pts[k], pts[k + 1]
-        pen.line(
-            [(x0, y0 - 0.01 * L), ((x0 + x1) / 2, (y0 + y1) / 2 + 0.01 * L)],
-            np.multiply(p['colour'], 0.55),
-            0.008 * L,
-        )
-
-
-def _draw_anchor(pen: _Pen, p: dict, t: float) -> None:
-    L = p['size']
-    c = p['colour']
-    pen.line([(0, -L * 0.45), (0, L * 0.4)], c, 0.07 * L)
-    pen.line([(-0.18 * L, -L * 0.32), (0.18 * L, -L * 0.32)], c, 0.06 * L)
-    pen.ellipse((0, -L * 0.52), (0.08 * L, 0.08 * L), 0, c, thickness_m=0.03 * L)
-    a = np.linspace(0.15 * math.pi, 0.85 * math.pi, 16)
-    arc = np.stack([0.35 * L * np.cos(a), 0.12 * L + 0.3 * L * np.sin(a)], 1)
-    pen.line(arc, c, 0.07 * L)
-    for end, side in ((arc[0], 1), (arc[-1], -1)):
-        x, y = end
-        pen.poly([(x, y), (x + side * 0.08 * L, y - 0.16 * L), (x - side * 0.06 * L, y - 0.02 * L)], c)
-    pen.line([(0, L * 0.05), (0.1 * L, L * 0.3)], np.multiply(c, 0.6), 0.02 * L, 0.7)
-
-
-_DRAW = {
-    'fish': _draw_fish,
-    'crab': _draw_crab,
-    'starfish': _draw_starfish,
-    'jellyfish': _draw_jellyfish,
-    'seaweed': _draw_seaweed,
-    'seagrass': _draw_seagrass,
-    'kelp': _draw_kelp,
-    'bottle': _draw_bottle,
-    'can': _draw_can,
-    'bag': _draw_bag,
-    'tyre': _draw_tyre,
-    'net': _draw_net,
-    'pipe': _draw_pipe,
-    'box': _draw_box,
-    'rov': _draw_rov,
-    'rope': _draw_rope,
-    'anchor': _draw_anchor,
-}
-
-# Size range (m), and how far the drawing extends around its anchor in units of size:
-# (left, top, right, bottom); anchor is the bottom centre for upright things, the centre otherwise.
-_SIZE = {
-    'fish': (0.18, 0.5), 'crab': (0.15, 0.3), 'starfish': (0.15, 0.3), 'jellyfish': (0.15, 0.35),
-    'seaweed': (0.3, 0.7), 'seagrass': (0.2, 0.45), 'kelp': (0.9, 2.0),
-    'bottle': (0.24, 0.34), 'can': (0.11, 0.15), 'bag': (0.3, 0.5), 'tyre': (0.5, 0.75), 'net': (0.8, 1.4),
-    'pipe': (0.9, 2.2), 'box': (0.35, 0.7), 'rov': (0.45, 0.8), 'rope': (0.8, 1.6), 'anchor': (0.5, 0.9),
-}  # fmt: skip
-_UPRIGHT = {'seaweed', 'seagrass', 'kelp', 'box', 'rov'}
-_SWIMMERS = {'fish', 'jellyfish'}
-_LYING = {'crab', 'starfish', 'bottle', 'can', 'bag', 'tyre', 'net', 'pipe', 'rope', 'anchor'}
-
-
-def _extent(kind: str) -> float:
-    return {'seaweed': 1.3, 'seagrass': 1.3, 'kelp': 1.3, 'net': 0.8, 'rope': 0.8, 'pipe': 0.75}.get(
-        kind, 0.9
-    )
-
-
 @dataclass
 class _Object:
     index: int
@@ -598,108 +68,6 @@ class _Object:
     @property
     def cls(self) -> str:
         return KIND_CLASS[self.kind]
-
-
-def _random_params(kind: str, rng: np.random.Generator, env: str) -> dict:
-    lo, hi = _SIZE[kind]
-    p: dict[str, Any] = {'size': float(rng.uniform(lo, hi)), 'phase': float(rng.uniform(0, 2 * math.pi))}
-    pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
-    if kind == 'fish':
-        p.update(
-            colour=pick(
-                [
-                    (190, 190, 175),
-                    (220, 170, 60),
-                    (120, 140, 160),
-                    (200, 90, 60),
-                    (160, 160, 120),
-                    (230, 210, 90),
-                ]
-            ),
-            aspect=float(rng.uniform(0.14, 0.24)),
-            beat=float(rng.uniform(5, 9)),
-            stripes=int(rng.integers(0, 4)),
-        )
-    elif kind == 'crab':
-        p['colour'] = pick([(200, 80, 45), (150, 90, 60), (180, 120, 70)])
-    elif kind == 'starfish':
-        p['colour'] = pick([(225, 95, 45), (200, 60, 60), (150, 70, 140), (230, 150, 60)])
-    elif kind == 'jellyfish':
-        p['colour'] = pick([(230, 210, 230), (220, 220, 240), (240, 190, 170)])
-    elif kind in ('seaweed', 'seagrass', 'kelp'):
-        colours = {
-            'seaweed': [(95, 110, 45), (120, 100, 40), (70, 120, 60)],
-            'seagrass': [(90, 150, 60), (110, 160, 70), (70, 130, 55)],
-            'kelp': [(150, 120, 45), (130, 105, 40), (165, 135, 60)],
-        }[kind]
-        p.update(
-            colour=pick(colours),
-            strands=int(rng.integers(*{'seaweed': (3, 7), 'seagrass': (10, 22), 'kelp': (1, 4)}[kind])),
-            sway_speed=float(rng.uniform(0.6, 1.2)),
-            lean=float(rng.uniform(-0.6, 0.6)),
-        )
-    elif kind == 'bottle':
-        glass = pick(
-            [((60, 120, 60), 0.8), ((110, 70, 30), 0.85), ((170, 200, 200), 0.7), ((80, 140, 190), 0.75)]
-        )
-        p.update(
-            colour=glass[0],
-            opacity=glass[1],
-            label=bool(rng.random() < 0.5),
-            label_colour=pick([(220, 220, 210), (200, 50, 40), (40, 80, 170)]),
-            cap=pick([(30, 90, 180), (200, 40, 40), (230, 230, 230)]),
-        )
-    elif kind == 'can':
-        p.update(
-            colour=pick([(200, 40, 40), (190, 190, 195), (40, 90, 180), (40, 130, 60), (220, 200, 60)]),
-            stripe=pick([(240, 240, 240), (30, 30, 30), (220, 180, 40)]),
-            dent=float(rng.uniform(0, 0.35)),
-        )
-    elif kind == 'bag':
-        n = 18
-        p.update(
-            colour=pick([(225, 230, 230), (210, 220, 200), (60, 60, 65), (180, 40, 40), (40, 90, 170)]),
-            opacity=float(rng.uniform(0.7, 0.85)),
-            radii=[float(v) for v in np.clip(1 + 0.25 * rng.standard_normal(n), 0.6, 1.3)],
-        )
-    elif kind == 'net':
-        a = np.linspace(0, 2 * math.pi, 14, endpoint=False)
-        r = np.clip(1 + 0.2 * rng.standard_normal(14), 0.7, 1.2)
-        p.update(
-            colour=pick([(60, 140, 90), (40, 90, 160), (200, 110, 40), (150, 150, 140)]),
-            outline=np.stack([r * np.cos(a), r * np.sin(a) * 0.7], 1).tolist(),
-            floats=[(float(x), float(y)) for x, y in rng.uniform(-1, 1, (int(rng.integers(0, 4)), 2))],
-            float_colour=pick([(230, 120, 30), (230, 220, 40), (240, 240, 240)]),
-        )
-    elif kind == 'pipe':
-        p.update(
-            colour=pick([(140, 140, 140), (210, 110, 40), (60, 60, 60), (200, 200, 190)]),
-            aspect=float(rng.uniform(0.05, 0.1)),
-            rust=[
-                (float(x), float(w))
-                for x, w in zip(rng.uniform(-0.8, 0.8, 3), rng.uniform(0.03, 0.1, 3), strict=True)
-            ],
-        )
-    elif kind == 'box':
-        p.update(
-            colour=pick([(150, 110, 65), (120, 90, 55), (200, 180, 60), (90, 100, 110)]),
-            aspect=float(rng.uniform(0.55, 0.9)),
-            planks=int(rng.integers(2, 6)),
-        )
-    elif kind == 'rov':
-        p['colour'] = pick([(235, 190, 30), (230, 120, 30), (220, 220, 40)])
-    elif kind == 'rope':
-        n = 12
-        x = np.linspace(-0.5, 0.5, n)
-        y = np.cumsum(rng.normal(0, 0.06, n))
-        y -= y.mean()
-        p.update(
-            colour=pick([(210, 190, 140), (230, 150, 50), (60, 110, 190), (200, 60, 50)]),
-            path=np.stack([x, y], 1).tolist(),
-        )
-    elif kind == 'anchor':
-        p['colour'] = pick([(80, 70, 62), (110, 75, 50), (60, 62, 66)])
-    return p
 
 
 # ---------------------------------------------------------------------------------------------
@@ -755,7 +123,7 @@ class SceneGenerator:
         self.width, self.height, self.fps, self.seed = width, height, float(fps), int(seed)
         self.environment = environment
         self.frames = frames
-        self.optics = _OPTICS[environment]
+        self.optics = OPTICS[environment]
         # The same seed in another environment is another scene, not the same objects relit.
         rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0x5CE7E, 1 + ENVIRONMENTS.index(environment)])
         scale = min(1.0, MAX_INTERNAL_SIDE / max(width, height))
@@ -795,7 +163,7 @@ class SceneGenerator:
         self.veil_rows = (np.array(o.veil_top) * (1 - t_row) + np.array(o.veil_bottom) * t_row).astype(
             np.float32
         )
-        albedo = _floor_albedo(self.environment, rng)
+        albedo = floor_albedo(self.environment, rng)
         tex = albedo.shape[0]
         d = self._distance_of_row(rows)
         ground = rows > self.horizon + 0.5
@@ -827,7 +195,7 @@ class SceneGenerator:
         floor = floor * (1 - far) + floor_far * far
         if self.environment != 'pool':
             # Grains and pits at 2.5 mm: near the camera the 1 cm texture alone is visibly magnified.
-            detail = _smooth_noise(rng, (256, 256), 1.0)
+            detail = smooth_noise(rng, (256, 256), 1.0)
             fine = cv2.remap(
                 detail,
                 (u * 4).astype(np.float32),
@@ -884,7 +252,7 @@ class SceneGenerator:
             Y = 0.0
             velocity = (0.0, 0.0, 0.0)
             angle = float(rng.uniform(-0.6, 0.6))
-            if kind in _UPRIGHT:
+            if SPRITES[kind].pose == 'upright':
                 angle = float(rng.uniform(-0.08, 0.08))
             if kind == 'fish':
                 Y = float(rng.uniform(0.25, self.cam_h + 0.6))
@@ -900,7 +268,7 @@ class SceneGenerator:
                 velocity = (float(rng.uniform(-0.04, 0.04)), float(rng.uniform(-0.01, 0.01)), 0.0)
             elif kind == 'crab':
                 velocity = (float(rng.uniform(-0.03, 0.03)), 0.0, 0.0)
-            params = _random_params(kind, rng, self.environment)
+            params = random_params(kind, rng)
             if kind == 'fish' and velocity[0] < 0:
                 params['flip'] = True
             objects.append(_Object(index, kind, X, d, Y, angle, params, velocity))
@@ -911,8 +279,8 @@ class SceneGenerator:
         cw, ch = max(8, iw // 2), max(8, ih // 2)
         self.cw, self.ch = cw, ch
         # Caustics: ridges of two drifting noise fields projected on the floor (sampled at half size).
-        self.caustic_a = _smooth_noise(rng, (256, 256), 18)
-        self.caustic_b = _smooth_noise(rng, (256, 256), 26)
+        self.caustic_a = smooth_noise(rng, (256, 256), 18)
+        self.caustic_b = smooth_noise(rng, (256, 256), 26)
         rows = (np.arange(ch, dtype=np.float32) + 0.5) * ih / ch
         cols = (np.arange(cw, dtype=np.float32) + 0.5) * iw / cw - iw / 2
         d = self._distance_of_row(rows)
@@ -934,7 +302,7 @@ class SceneGenerator:
         self.ray_x, self.ray_y = xs, ys
         self.ray_fade = np.exp(-ys / (0.6 * ch)).astype(np.float32) * o.rays
         # Turbidity: slow clouds of suspended matter.
-        self.turbid = (_fbm(rng, (128, 128), (40, 14)) * 0.5 + 0.5).astype(np.float32)
+        self.turbid = (fbm(rng, (128, 128), (40, 14)) * 0.5 + 0.5).astype(np.float32)
         # Marine snow: particles with a depth (parallax), size, brightness and sinking speed.
         n = int(o.snow * iw * ih / 1e6) + 5
         self.snow = {
@@ -961,7 +329,7 @@ class SceneGenerator:
         grain *= sigma
         self.grain_pos = cv2.convertScaleAbs(np.maximum(grain, 0))
         self.grain_neg = cv2.convertScaleAbs(np.minimum(grain, 0))
-        self.texture = (1.0 + 0.07 * _smooth_noise(rng, (128, 128), 5)).astype(np.float32)
+        self.texture = (1.0 + 0.07 * smooth_noise(rng, (128, 128), 5)).astype(np.float32)
 
     # -- per-frame rendering ------------------------------------------------------------------------
 
@@ -1058,22 +426,22 @@ class SceneGenerator:
     ) -> tuple[int, tuple[int, int, int, int], float] | None:
         s = self.focal / d  # pixels per metre at this distance
         size = obj.params['size']
-        ext = _extent(obj.kind) * size * s * (1.6 if obj.kind in _UPRIGHT else 1.0)
+        ext = SPRITES[obj.kind].extent * size * s * (1.6 if SPRITES[obj.kind].pose == 'upright' else 1.0)
         half = int(math.ceil(ext)) + 3
         x0, y0 = int(math.floor(u)) - half, int(math.floor(v)) - half
-        if obj.kind in _UPRIGHT:
+        if SPRITES[obj.kind].pose == 'upright':
             y0 = int(math.floor(v)) - 2 * half + 6
         w = h = 2 * half
         if x0 >= self.iw or y0 >= self.ih or x0 + w <= 0 or y0 + h <= 0 or half < 2:
             return None
         # Things on the floor are foreshortened: the camera sees them at a grazing angle.
         squash = 1.0
-        if obj.kind in _LYING and obj.Y == 0.0:
+        if SPRITES[obj.kind].pose == 'lying' and obj.Y == 0.0:
             squash = max(0.25, math.sin(math.atan2(self.cam_h, d)) * 1.2)
         angle = obj.angle
-        pen = _Pen(w, h, u - x0, v - y0, s, angle, squash)
+        pen = Pen(w, h, u - x0, v - y0, s, angle, squash)
         pen.flip = bool(obj.params.get('flip'))
-        _DRAW[obj.kind](pen, obj.params, t)
+        SPRITES[obj.kind].draw(pen, obj.params, t)
         # Forward scattering softens edges more with distance; it also takes the cut-out look off shapes.
         sigma = (0.3 + 0.14 * d) * self.iw / 960
         if sigma >= 0.3:
@@ -1082,7 +450,7 @@ class SceneGenerator:
         total = int(np.count_nonzero(pen.alpha >= 128))
         if total == 0:
             return None
-        if obj.Y == 0.0 and obj.kind not in _SWIMMERS:
+        if obj.Y == 0.0 and SPRITES[obj.kind].pose != 'swimmer':
             self._contact_shadow(img, pen.alpha, x0, y0, u, v, s * size, d)
         # Only the drawn part of the sprite, clipped to the frame, is composited (sprites are mostly empty).
         bx, by, bw, bh = cv2.boundingRect(pen.alpha)
