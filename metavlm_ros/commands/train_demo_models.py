@@ -128,6 +128,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='weight of the CLIP loss that keeps the scores of transformed copies of frames unchanged',
     )
     parser.add_argument(
+        '--clip-distill-weight',
+        type=float,
+        default=defaults.clip_distill_weight,
+        help="with --init-from: weight of the loss that keeps the CLIP's cosines on transformed frames "
+        "at the starting CLIP's on the frames themselves, mapped into the narrow band (default 0: off)",
+    )
+    parser.add_argument(
         '--robustness-frames',
         type=int,
         default=defaults.robustness_frames,
@@ -173,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         augment=args.augment,
         augment_magnitude=args.augment_magnitude,
         clip_consistency_weight=args.clip_consistency_weight,
+        clip_distill_weight=args.clip_distill_weight,
         robustness_frames=args.robustness_frames,
         robustness_evaluations=args.robustness_evaluations,
     ).validate()

@@ -116,6 +116,12 @@ class TrainingConfig:
         clip_consistency_weight / clip_consistency_pairs: this fraction of each CLIP batch repeats
             other frames of the batch, transformed by the relations; the squared difference of their
             presence logits, at this weight, teaches the scores not to move (0: off).
+        clip_distill_weight: fine-tuning only (needs init_from): every class-prompt cosine of each
+            (transformed) training frame is pulled towards the starting CLIP's cosine on the same
+            frame untransformed, standardised per prompt and mapped into the band (centre + band/3
+            per standard deviation, `_distill_target`); the squared difference in those units, at
+            this weight. It keeps the ranking the starting CLIP learnt from many scenes while the
+            fine-tune learns the narrow band and invariance to the relations (0: off).
     """
 
     seed: int = 0
@@ -150,6 +156,7 @@ class TrainingConfig:
     clip_band_weight: float = 100.0
     clip_consistency_weight: float = 0.0
     clip_consistency_pairs: float = 0.25
+    clip_distill_weight: float = 0.0
     threads: int = 2
     workers: int = 2
     log_every: int = 50
@@ -200,6 +207,12 @@ class TrainingConfig:
             raise ParameterError(
                 'clip_consistency_pairs must lie in [0, 1) and clip_consistency_weight be zero or positive'
             )
+        if not self.clip_distill_weight >= 0:
+            raise ParameterError(
+                f'clip_distill_weight must be zero or positive, got {self.clip_distill_weight!r}'
+            )
+        if self.clip_distill_weight and self.init_from is None:
+            raise ParameterError('clip_distill_weight needs init_from (the CLIP it distils from)')
         if not self.clip_band_weight >= 0:
             raise ParameterError(f'clip_band_weight must be zero or positive, got {self.clip_band_weight!r}')
         low, high = self.gain_range
@@ -845,6 +858,14 @@ def _dense_loss(
     return loss
 
 
+def _distill_target(cosine: Any, mean: Any, std: Any, config: TrainingConfig) -> Any:
+    """The cosines a distilled CLIP should give: the starting CLIP's, standardised per prompt
+    (`mean`, `std` over training frames) and mapped into the band, `band / 3` per standard
+    deviation around the centre. Monotone per prompt, so each class keeps the starting CLIP's
+    ranking of frames (and its ROC AUC)."""
+    return config.clip_cosine_centre + (config.clip_cosine_band / 3) * (cosine - mean) / std
+
+
 def _pad(rows: list[list[int]], pad: int) -> np.ndarray:
     width = max(len(r) for r in rows)
     out = np.full((len(rows), width), pad, np.int64)
@@ -896,6 +917,27 @@ def _train_clip(
     per_class = len(prompts[0])
     prompt_ids = tokenizer(sum(prompts, []), padding=True, return_tensors='pt')
     present = torch.from_numpy(train.counts > 0).float()
+    teacher_cosine = None
+    if config.clip_distill_weight:
+        # The starting CLIP, frozen: its cosines on the untransformed frames are the targets.
+        teacher = CLIPModel.from_pretrained(start, local_files_only=True, use_safetensors=True).eval()
+        with torch.no_grad():
+            teacher_text = teacher.text_model(**prompt_ids).pooler_output
+            teacher_prompt = functional.normalize(teacher.text_projection(teacher_text))
+
+        def teacher_cosine(small: np.ndarray, flip: np.ndarray | None = None) -> Any:
+            with torch.no_grad():
+                pooled = teacher.vision_model(pixel_values=_pixels(small, flip)).pooler_output
+                return functional.normalize(teacher.visual_projection(pooled)) @ teacher_prompt.T
+
+        sample = train.small[: min(len(train.small), 512)]
+        reference = torch.cat([teacher_cosine(sample[i : i + 64]) for i in range(0, len(sample), 64)])
+        teacher_mean, teacher_std = reference.mean(dim=0), reference.std(dim=0).clamp_min(1e-4)
+        log(
+            f'clip distils from {start}: its prompt cosines {reference.min().item():.2f}..'
+            f'{reference.max().item():.2f}, standard deviation per prompt '
+            f'{teacher_std.min().item():.3f}..{teacher_std.max().item():.3f}'
+        )
     # Presence logits are an affine map of the cosine, so training them shapes the cosine ranking
     # itself; the scale is fixed and high, so the classes separate within a narrow cosine band.
     presence_bias = torch.nn.Parameter(torch.zeros(len(CLASSES)))
@@ -943,6 +985,13 @@ def _train_clip(
         band = functional.relu(offset.abs() - config.clip_cosine_band).pow(2).mean()
         loss = config.clip_contrastive_weight * contrastive + 2.0 * presence + dense
         loss = loss + config.clip_band_weight * band
+        distill = torch.zeros(())
+        if teacher_cosine is not None:
+            teacher_now = teacher_cosine(train.small[idx], flip)
+            target = _distill_target(teacher_now, teacher_mean, teacher_std, config)
+            unit = config.clip_cosine_band / 3
+            distill = ((cosine.reshape(len(idx), -1) - target) / unit).pow(2).mean()
+            loss = loss + config.clip_distill_weight * distill
         consistency = torch.zeros(())
         if pairs:
             consistency = (presence_logits[-pairs:] - presence_logits[:pairs]).pow(2).mean()
@@ -960,6 +1009,7 @@ def _train_clip(
                 f'clip step {step + 1}/{config.clip_steps} loss {curve[-1]:.4f} '
                 f'(contrastive {contrastive.item():.3f}, presence {presence.item():.3f}, '
                 f'dense {dense.item():.3f}, band {band.item():.5f}, consistency {consistency.item():.3f}, '
+                f'distill {distill.item():.3f}, '
                 f'cosine {cosine.min().item():.2f}..{cosine.max().item():.2f})'
             )
             running = []

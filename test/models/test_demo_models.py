@@ -177,6 +177,10 @@ def test_training_config_rejects_bad_values():
         TrainingConfig(robustness_evaluations=-1).validate()
     with pytest.raises(ParameterError, match='does not hold demo-clip'):
         TrainingConfig(init_from='/nonexistent').validate()
+    with pytest.raises(ParameterError, match='clip_distill_weight needs init_from'):
+        TrainingConfig(clip_distill_weight=1.0).validate()
+    with pytest.raises(ParameterError, match='clip_distill_weight must be'):
+        TrainingConfig(clip_distill_weight=-1.0).validate()
 
 
 def _truth_with_a_speck():
@@ -307,6 +311,36 @@ def test_fine_tuning_starts_from_the_given_models_and_keeps_their_tokenizers(tmp
         old, new = load_file(before / 'model.safetensors'), load_file(after / 'model.safetensors')
         assert old.keys() == new.keys()
         assert max(float(np.abs(old[k] - new[k]).max()) for k in old) < 1e-3, name
+
+
+def test_distillation_targets_keep_each_prompts_ranking_inside_the_band():
+    import torch
+
+    from metavlm_ros.core.training import _distill_target
+
+    config = TrainingConfig()
+    # Two prompts with very different spreads (a starting CLIP's cosines range over -0.7..0.9).
+    cosine = torch.tensor([[-0.5, 0.1], [0.1, 0.2], [0.7, 0.3]])
+    mean, std = cosine.mean(dim=0), cosine.std(dim=0)
+    target = _distill_target(cosine, mean, std, config)
+    assert torch.equal(target.argsort(dim=0), cosine.argsort(dim=0))  # ranking per prompt kept
+    assert target.mean(dim=0) == pytest.approx([config.clip_cosine_centre] * 2)
+    # One standard deviation is a third of the band, whatever the starting spread.
+    assert target.std(dim=0) == pytest.approx([config.clip_cosine_band / 3] * 2)
+
+
+def test_a_distilled_fine_tune_moves_its_cosines_to_the_targets(tmp_path):
+    import re
+
+    train_demo_models(tmp_path / 'a', _toy_config(), log=lambda line: None)
+    lines = []
+    tuned = _toy_config(init_from=str(tmp_path / 'a'), clip_distill_weight=1.0, clip_steps=4, log_every=1)
+    train_demo_models(tmp_path / 'b', tuned, log=lines.append)
+    assert any(line.startswith(f'clip distils from {tmp_path / "a" / "demo-clip"}') for line in lines)
+    distill = [float(m.group(1)) for line in lines if (m := re.search(r'distill ([0-9.]+)', line))]
+    assert len(distill) == 4
+    # The toy CLIP's cosines start far outside the band; four steps bring them close to the targets.
+    assert distill[-1] < distill[0] / 10
 
 
 def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
