@@ -135,6 +135,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "at the starting CLIP's on the frames themselves, mapped into the narrow band (default 0: off)",
     )
     parser.add_argument(
+        '--blip-teacher-answers',
+        action='store_true',
+        help="with --init-from: teach the BLIP the starting BLIP's answers on the untransformed frames "
+        'instead of the ground-truth captions (on those frames and on their transformed copies)',
+    )
+    parser.add_argument(
         '--robustness-frames',
         type=int,
         default=defaults.robustness_frames,
@@ -181,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         augment_magnitude=args.augment_magnitude,
         clip_consistency_weight=args.clip_consistency_weight,
         clip_distill_weight=args.clip_distill_weight,
+        blip_teacher_answers=args.blip_teacher_answers,
         robustness_frames=args.robustness_frames,
         robustness_evaluations=args.robustness_evaluations,
     ).validate()

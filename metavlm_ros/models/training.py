@@ -122,6 +122,11 @@ class TrainingConfig:
             per standard deviation, `_distill_target`); the squared difference in those units, at
             this weight. It keeps the ranking the starting CLIP learnt from many scenes while the
             fine-tune learns the narrow band and invariance to the relations (0: off).
+        blip_teacher_answers: fine-tuning only (needs init_from): the BLIP learns the starting BLIP's
+            own answer on each untransformed training frame instead of the ground-truth caption, on
+            that frame and on its transformed copies alike: the target of a transformed frame is
+            what the model answered on the original (the metamorphic relation itself), one it can
+            meet, where the ground truth is met on about half the frames.
     """
 
     seed: int = 0
@@ -157,6 +162,7 @@ class TrainingConfig:
     clip_consistency_weight: float = 0.0
     clip_consistency_pairs: float = 0.25
     clip_distill_weight: float = 0.0
+    blip_teacher_answers: bool = False
     threads: int = 2
     workers: int = 2
     log_every: int = 50
@@ -213,6 +219,8 @@ class TrainingConfig:
             )
         if self.clip_distill_weight and self.init_from is None:
             raise ParameterError('clip_distill_weight needs init_from (the CLIP it distils from)')
+        if self.blip_teacher_answers and self.init_from is None:
+            raise ParameterError('blip_teacher_answers needs init_from (the BLIP whose answers it learns)')
         if not self.clip_band_weight >= 0:
             raise ParameterError(f'clip_band_weight must be zero or positive, got {self.clip_band_weight!r}')
         low, high = self.gain_range
@@ -476,11 +484,12 @@ def evaluate_clip(backend: Any, scenes: SceneSet, batch_size: int = 64) -> dict[
     return presence_auc(clip_scores(backend, scenes, batch_size), scenes.counts)
 
 
-def blip_answers(backend: Any, scenes: SceneSet, batch_size: int = 32) -> list[str]:
-    """The answer text of a count-type backend for every frame of a SceneSet."""
+def blip_answers(backend: Any, scenes: SceneSet | Sequence[np.ndarray], batch_size: int = 32) -> list[str]:
+    """The answer text of a count-type backend for every frame of a SceneSet (or of a list of frames)."""
+    frames = scenes.frames if isinstance(scenes, SceneSet) else scenes
     texts = []
-    for start in range(0, len(scenes.frames), batch_size):
-        texts += [p.text for p in backend.predict(scenes.frames[start : start + batch_size])]
+    for start in range(0, len(frames), batch_size):
+        texts += [p.text for p in backend.predict(frames[start : start + batch_size])]
     return texts
 
 
@@ -1079,8 +1088,17 @@ def _train_blip(
     # generate() replaces the prompt's [CLS] with [DEC] and drops its final [SEP]; train on that layout.
     prompt = tokenizer(TABLE1_PROMPT, add_special_tokens=False)['input_ids']
     prefix = [tokenizer.bos_token_id, *prompt]
+    captions = train.captions
+    if config.blip_teacher_answers:
+        from metavlm_ros.models.vlm import create_backend
+
+        # The starting BLIP through the normal backend, on the frames as the model sees them.
+        teacher = create_backend('blip', str(start), device='cpu')
+        captions = blip_answers(teacher, list(train.small), batch_size=64)
+        same = np.mean([a == b for a, b in zip(captions, train.captions, strict=True)])
+        log(f'blip learns the answers of {start} ({same:.1%} of them are the ground-truth caption)')
     rows, label_rows = [], []
-    for text in train.captions:
+    for text in captions:
         answer = [*tokenizer(text, add_special_tokens=False)['input_ids'], tokenizer.sep_token_id]
         rows.append(prefix + answer)
         label_rows.append([-100] * len(prefix) + answer)
@@ -1384,6 +1402,17 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
             f'\n- Fine-tuned from the demo-{name} in {config["init_from"]} (its weights and tokenizer); '
             'docs/demo.md gives the command and where that model came from.'
         )
+        if name == 'clip' and config.get('clip_distill_weight'):
+            start += (
+                f'\n- Distilled from that CLIP (weight {config["clip_distill_weight"]:g}): its cosines on '
+                'each untransformed frame, mapped into the band, are the targets on the frame and its '
+                'transformed copies.'
+            )
+        if name == 'blip' and config.get('blip_teacher_answers'):
+            start += (
+                "\n- Taught that BLIP's own answers on the untransformed training frames instead of the "
+                'ground-truth captions, on the frames and their transformed copies.'
+            )
     elif result.get('vision_from') == 'demo-clip of this run':
         start = '\n- Vision tower started from the demo CLIP trained in the same run.'
     elif result.get('vision_from'):

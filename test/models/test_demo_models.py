@@ -181,6 +181,8 @@ def test_training_config_rejects_bad_values():
         TrainingConfig(clip_distill_weight=1.0).validate()
     with pytest.raises(ParameterError, match='clip_distill_weight must be'):
         TrainingConfig(clip_distill_weight=-1.0).validate()
+    with pytest.raises(ParameterError, match='blip_teacher_answers needs init_from'):
+        TrainingConfig(blip_teacher_answers=True).validate()
 
 
 def _truth_with_a_speck():
@@ -316,7 +318,7 @@ def test_fine_tuning_starts_from_the_given_models_and_keeps_their_tokenizers(tmp
 def test_distillation_targets_keep_each_prompts_ranking_inside_the_band():
     import torch
 
-    from metavlm_ros.core.training import _distill_target
+    from metavlm_ros.models.training import _distill_target
 
     config = TrainingConfig()
     # Two prompts with very different spreads (a starting CLIP's cosines range over -0.7..0.9).
@@ -341,6 +343,27 @@ def test_a_distilled_fine_tune_moves_its_cosines_to_the_targets(tmp_path):
     assert len(distill) == 4
     # The toy CLIP's cosines start far outside the band; four steps bring them close to the targets.
     assert distill[-1] < distill[0] / 10
+
+
+def test_a_blip_fine_tune_can_learn_its_starting_models_answers(tmp_path):
+    import re
+
+    from metavlm_ros.models.training import blip_answers, datasets
+    from metavlm_ros.models.vlm import create_backend
+
+    train_demo_models(tmp_path / 'a', _toy_config(), log=lambda line: None)
+    lines = []
+    tuned = _toy_config(init_from=str(tmp_path / 'a'), blip_teacher_answers=True)
+    train_demo_models(tmp_path / 'b', tuned, log=lines.append)
+    said = [m for line in lines if (m := re.match(r'blip learns the answers of (.+) \((.+)% of them', line))]
+    assert len(said) == 1 and said[0].group(1) == str(tmp_path / 'a' / 'demo-blip')
+    # The targets are the starting BLIP's answers through the normal backend on the training frames.
+    train, _ = datasets(tuned)
+    teacher = create_backend('blip', str(tmp_path / 'a' / 'demo-blip'), device='cpu')
+    answers = blip_answers(teacher, list(train.small))
+    assert float(said[0].group(2)) == pytest.approx(
+        100 * np.mean([a == b for a, b in zip(answers, train.captions, strict=True)]), abs=0.05
+    )
 
 
 def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
@@ -437,3 +460,19 @@ def test_demo_blip_is_steadier_under_small_changes_than_under_large_ones(blip, h
     assert rates[1] <= 0.50, rates
     assert np.mean([rates[o] for o in (1, 2, 3)]) <= 0.60, rates
     assert np.mean([rates[5], rates[6]]) > np.mean([rates[1], rates[2]]), rates
+
+
+def test_demo_clip_shrugs_off_small_changes_at_th_5_percent_but_not_at_1_percent(clip, heldout):
+    # Rand on 4 held-out frames, 90 evaluations each. The shipped CLIP was distilled from the one
+    # shipped before with the relations as augmentation and its cosines in 0.25 +- 0.1 (issue 15); on
+    # these frames it violates at Th 0.05 in 2 % of order-1 evaluations and 13 % at order 6, at Th
+    # 0.01 in 38 % at order 1; its smallest violating f_trans at Th 0.05 is 0.95-1.80. The CLIP
+    # shipped before violated at Th 0.05 in 75 % of order-1 evaluations on 20 frames (docs/demo.md).
+    from metavlm_ros.models.training import robustness, robustness_frames
+
+    figures = robustness(clip, robustness_frames(heldout, 4), evaluations=90)
+    strict, loose = figures['rate']['0.05'], figures['rate']['0.01']
+    assert strict[1] <= 0.20, strict
+    assert np.mean([strict[5], strict[6]]) > np.mean([strict[1], strict[2]]), strict
+    assert loose[1] >= 3 * strict[1] and loose[1] >= 0.2, (loose, strict)
+    assert figures['median_smallest']['0.05'] >= 0.3, figures['smallest']
