@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.method import defaults
 from metavlm_ros.ros.transport import add_transport_argument
 
@@ -20,8 +19,21 @@ DEMO_SIZE = (384, 216)  # the tester's default transport size (longer side 384):
 # drops what arrives meanwhile, as on a robot).
 DEMO_FPS = 0.5
 DEMO_MODELS = ('clip', 'blip')
-# Files a demo directory holds; --overwrite only replaces a directory that looks like one.
+# What a demo directory holds; --overwrite only replaces a directory that holds these and nothing else.
 _MARKERS = ('report.md', 'footage')
+_DEMO_NAMES = frozenset(
+    {
+        'report.md',
+        'report.json',
+        'footage',
+        'strongest_violations.png',
+        'trade_off.png',
+        *DEMO_MODELS,
+        *(f'{backend}_rand' for backend in DEMO_MODELS),
+    }
+)
+# Free space the demo needs at least (it writes 10-30 MB with the defaults, docs/ros.md).
+DEMO_BYTES = 64 * 2**20
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -40,14 +52,48 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _prepare_out(out: Path, overwrite: bool) -> None:
+def _check_can_start(out: Path, overwrite: bool) -> None:
+    """Everything that can stop the demo, checked before an earlier demo in `out` is touched.
+
+    Raises:
+        ParameterError: `out` holds something else than an earlier demo, or one without --overwrite.
+        StorageError: `out` cannot be written, or its disk has less than DEMO_BYTES free.
+        ModelError: a demo model is missing or its weights are damaged.
+        InputError: rclpy is not installed.
+    """
+    from metavlm_ros.common.results import check_output_dir
+    from metavlm_ros.common.scratch import is_stale
+    from metavlm_ros.models.vlm import resolve_model
+
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not overwrite:
             raise ParameterError(f'{out} exists and is not empty; pass --overwrite to replace the demo there')
         if not out.is_dir() or not any((out / m).exists() for m in _MARKERS):
             raise ParameterError(f'{out} does not look like a metavlm demo directory; refusing to replace it')
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in _DEMO_NAMES and not is_stale(p))
+        if foreign:
+            shown = ', '.join(foreign[:5]) + (', ...' if len(foreign) > 5 else '')
+            raise ParameterError(f'{out}: holds files a demo does not write ({shown}); not replacing it')
+    check_output_dir(out, need_bytes=DEMO_BYTES, what='the demo')
+    for backend in DEMO_MODELS:
+        resolve_model(backend, 'demo')  # the files, and the headers of their weights
+    try:
+        import rclpy  # noqa: F401
+    except ImportError:
+        raise InputError('metavlm demo needs rclpy (a ROS 2 distribution, or pip install .[ros])') from None
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    """An empty `out`: an earlier demo there is replaced whole (its PNGs too) by renames, at once."""
+    from metavlm_ros.common.results import replace_directory, storage_error
+
+    try:
+        if overwrite and out.is_dir() and any(out.iterdir()):
+            replace_directory(out, log=print)
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(out, exc, what='the demo', kept='an earlier demo there is intact') from None
 
 
 def _footage(out: Path, frames: int, seed: int, say: Any) -> tuple[Path, dict[int, Any]]:
@@ -113,7 +159,11 @@ def _rand_searches(
         evaluations=evaluations,
         seed=seed,
     )
-    with ResultsStore(out) as store:
+    identity = {
+        'settings': config.identity(),
+        'model': {'backend': backend, 'model': 'demo', 'weights_sha256': model.weights_hash() or None},
+    }
+    with ResultsStore(out, identity=identity) as store:
         for image, stamp in images.items():
             extra = {'source_stamp': stamp, 'model': model.model_id, 'endpoint': 'inprocess'}
             run_search(by_stamp[stamp], model, config, image_id=image, store=store, extra_fields=extra)
@@ -233,6 +283,8 @@ def run(args: argparse.Namespace) -> int:
     if args.evaluations < 1:
         raise ParameterError(f'--evaluations must be at least 1, got {args.evaluations}')
     out = Path(args.out)
+    # Validated first; an earlier demo is replaced only once the new one can start.
+    _check_can_start(out, args.overwrite)
     _prepare_out(out, args.overwrite)
     done = run_demo(
         out,

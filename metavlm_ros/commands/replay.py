@@ -408,6 +408,11 @@ def run(args: argparse.Namespace) -> int:
     remap = _parse_remaps(args.remap)
     available = bag_topics(args.bag)
     _check_topics(available, args.topic, Path(args.bag))
+    from metavlm_ros.footage.bags import verify_bag
+
+    # The whole bag is read once before anything starts: a damaged chunk (checksum mismatch) or a cut
+    # tail is one line and exit 2 here, not an error after half the bag was published.
+    verify_bag(_bag_location(Path(args.bag)))
     try:
         import rclpy
         from rclpy.context import Context

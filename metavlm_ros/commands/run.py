@@ -214,6 +214,20 @@ def _check_footage(source: str | Path, topic: str | None) -> None:
         raise InputError(f'{source}: no frames')
 
 
+def _check_results(tester_values: Mapping[str, Any]) -> None:
+    """Refuse an unwritable results_dir, or one with searches of another identity, before nodes start."""
+    from metavlm_ros.common.results import check_output_dir
+    from metavlm_ros.ros.tester_node import check_identity, coerce_parameters, settings_from_parameters
+
+    try:
+        settings = settings_from_parameters(coerce_parameters(_flatten(tester_values)))
+    except ParameterError:
+        return  # the tester node names the parameter when it declares it, before any model loads
+    check_output_dir(settings.results_dir)
+    # The weights (and, for the ros endpoint, the model that answers) are compared once known.
+    check_identity(settings, settings.model['model'] if settings.endpoint == 'inprocess' else None)
+
+
 def run_nodes(
     params: str | Path | Mapping | None = None,
     *,
@@ -281,6 +295,7 @@ def run_nodes(
     if results_dir is not None:
         tester_values['results_dir'] = str(results_dir)
     nodes[TESTER] = tester_values
+    _check_results(tester_values)
     footage = _footage(str(source) if source is not None else None, topic, rate, loop)
 
     started = time.monotonic()

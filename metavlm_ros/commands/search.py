@@ -159,17 +159,8 @@ def search_identity(args: argparse.Namespace, config, model_dir: str) -> dict:
     """What identifies the searches of one `metavlm search` (search.json): settings, model, weights."""
     from metavlm_ros.models.vlm import weights_hash
 
-    space = config.space
     return {
-        'settings': {
-            'algorithm': config.algorithm,
-            'population': config.population,
-            'evaluations': config.evaluations,
-            'seed': config.seed,
-            'relations': {'enabled': list(space.enabled), 'low': list(space.low), 'high': list(space.high)},
-            'thresholds': list(config.thresholds),
-            'working_size': config.working_size,
-        },
+        'settings': config.identity(),
         'model': {
             'backend': args.backend,
             'model': args.model,

@@ -29,14 +29,17 @@ __all__ = [
     'check_results_dir',
     'free_disk_bytes',
     'holds_results',
+    'identity_differences',
     'iter_jsonl',
     'read_identity',
     'read_jsonl',
     'record_key',
+    'replace_directory',
     'search_key',
     'storage_error',
     'to_jsonable',
     'write_file_atomic',
+    'write_identity',
 ]
 
 EVALUATIONS = 'evaluations.jsonl'
@@ -165,13 +168,12 @@ def check_results_dir(
                 f'{directory}: holds files that are not results ({shown}); refusing to replace it'
             )
     if resume and identity is not None and holds_results(directory):
-        stored = read_identity(directory)
-        if stored is None:
+        differences = identity_differences(directory, identity)
+        if differences is None:
             raise ResultsError(
                 f'{directory}: its results carry no identity record ({IDENTITY}), so --resume cannot '
                 'check that they are of the same search; use another --out'
             )
-        differences = _differences(stored, _normalised(identity))
         if differences:
             raise ResultsError(
                 f'{directory} holds another search ({"; ".join(differences)}); --resume continues only '
@@ -195,6 +197,36 @@ def read_identity(directory: str | Path) -> dict | None:
     if not isinstance(data, dict) or not isinstance(data.get('identity'), dict):
         raise ResultsError(f'{path}: damaged identity record (no identity mapping)')
     return data['identity']
+
+
+def identity_differences(
+    directory: str | Path, identity: dict, *, ignore: tuple[str, ...] = ()
+) -> list[str] | None:
+    """How `identity` differs from the identity record of a results directory.
+
+    Args:
+        directory: The results directory.
+        identity: What identifies the searches about to be written there.
+        ignore: Flattened keys (`model.model`) not compared, for parts not known yet.
+
+    Returns:
+        None when the directory has no identity record; else one `key: A there, B here` per
+        difference (empty: the same searches).
+
+    Raises:
+        ResultsError: The record is damaged.
+    """
+    stored = read_identity(directory)
+    if stored is None:
+        return None
+    return [
+        line for line in _differences(stored, _normalised(identity)) if line.split(':', 1)[0] not in ignore
+    ]
+
+
+def write_identity(directory: str | Path, identity: dict) -> None:
+    """Write the identity record of a results directory (search.json), whole or not at all."""
+    write_file_atomic(Path(directory) / IDENTITY, _identity_bytes(identity))
 
 
 def _normalised(identity: dict) -> dict:
@@ -253,6 +285,54 @@ def _identity_bytes(identity: dict) -> bytes:
         'identity': _normalised(identity),
     }
     return (json.dumps(record, indent=1, sort_keys=True) + '\n').encode()
+
+
+def _staged_directory(directory: Path) -> Path:
+    # A sibling (same file system: renames are atomic), made like any directory (umask applies);
+    # those that killed runs left are removed first.
+    remove_stale(directory.parent, directory.name)
+    staged = scratch_path(directory)
+    staged.mkdir()
+    return staged
+
+
+def replace_directory(
+    directory: str | Path,
+    *,
+    fill: Callable[[Path], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> None:
+    """Replace a directory whole by a new one, built aside and renamed in; only then delete the old one.
+
+    Args:
+        directory: The directory to replace (it must exist).
+        fill: Called with the new directory, still under its temporary name, to put files in it.
+        log: Told when the replaced directory could not all be removed.
+
+    Raises:
+        OSError: Building or renaming failed: the old directory is in place, whole, and the new one gone.
+    """
+    directory = Path(directory)
+    staged = _staged_directory(directory)
+    # Not a scratch name: if this process dies between the two renames, the replaced directory stays
+    # there, whole, and nothing removes it.
+    old = directory.parent / f'.{directory.name}.replaced-{os.getpid()}-{time.time_ns()}'
+    try:
+        if fill is not None:
+            fill(staged)
+        os.rename(directory, old)
+        try:
+            os.rename(staged, directory)
+        except OSError:
+            os.rename(old, directory)
+            raise
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    # The new directory is in place: the replaced one goes, as asked.
+    shutil.rmtree(old, ignore_errors=True)
+    if old.exists() and log is not None:
+        log(f'{old}: the replaced results could not all be removed')
 
 
 class ResultsStore:
@@ -343,7 +423,7 @@ class ResultsStore:
             self.directory.mkdir()
             return
         # Built aside and renamed in: the directory appears with its identity record.
-        staged = self._staged()
+        staged = _staged_directory(self.directory)
         try:
             write_file_atomic(staged / IDENTITY, _identity_bytes(identity))
             os.rename(staged, self.directory)
@@ -351,36 +431,12 @@ class ResultsStore:
             shutil.rmtree(staged, ignore_errors=True)
             raise
 
-    def _staged(self) -> Path:
-        # A sibling (same file system: renames are atomic), made like any directory (umask applies);
-        # those that killed runs left are removed first.
-        remove_stale(self.directory.parent, self.directory.name)
-        staged = scratch_path(self.directory)
-        staged.mkdir()
-        return staged
-
     def _replace(self, identity: dict | None) -> None:
-        parent = self.directory.parent
-        staged = self._staged()
-        # Not a scratch name: if this process dies between the two renames, the replaced results
-        # stay there, whole, and nothing removes them.
-        old = parent / f'.{self.directory.name}.replaced-{os.getpid()}-{time.time_ns()}'
-        try:
+        def fill(staged: Path) -> None:
             if identity is not None:
                 write_file_atomic(staged / IDENTITY, _identity_bytes(identity))
-            os.rename(self.directory, old)
-            try:
-                os.rename(staged, self.directory)
-            except OSError:
-                os.rename(old, self.directory)
-                raise
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
-        # The new directory is in place: the replaced results go, as --overwrite asked.
-        shutil.rmtree(old, ignore_errors=True)
-        if old.exists():
-            self.log(f'{old}: the replaced results could not all be removed')
+
+        replace_directory(self.directory, fill=fill, log=self.log)
 
     def has_results(self) -> bool:
         """Whether the directory already holds records or frames."""

@@ -89,6 +89,19 @@ class SearchConfig:
         self.working_size = parse_working_size(self.working_size)
         return self
 
+    def identity(self) -> dict:
+        """The settings part of a results directory's identity record (search.json, docs/results.md)."""
+        space = self.space
+        return {
+            'algorithm': self.algorithm,
+            'population': self.population,
+            'evaluations': self.evaluations,
+            'seed': self.seed,
+            'relations': {'enabled': list(space.enabled), 'low': list(space.low), 'high': list(space.high)},
+            'thresholds': list(self.thresholds),
+            'working_size': self.working_size,
+        }
+
 
 @dataclass
 class Evaluation:

@@ -16,6 +16,8 @@ from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallba
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
 
 from metavlm_ros.common.errors import MetaVLMError
 
@@ -80,6 +82,16 @@ class ManagedNode(LifecycleNode):
         return self.create_subscription(
             *args, event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False), **kwargs
         )
+
+    def destroy_entities(self, entities: list[Any]) -> None:
+        """Destroy the timers, publishers and subscriptions a transition created (in that list's order)."""
+        for entity in entities:
+            if isinstance(entity, Timer):
+                self.destroy_timer(entity)
+            elif isinstance(entity, Subscription):
+                self.destroy_subscription(entity)
+            else:
+                self.destroy_publisher(entity)
 
     # -- hooks for subclasses ---------------------------------------------------------------------
 

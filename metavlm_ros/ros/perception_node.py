@@ -148,8 +148,7 @@ class PerceptionNode(ManagedNode):
         self.get_logger().info('active: judging camera frames and probes')
 
     def _deactivate(self) -> None:
-        for subscription in self._subscriptions_active:
-            self.destroy_subscription(subscription)
+        self.destroy_entities(self._subscriptions_active)
         self._subscriptions_active = []
         with self._cond:
             self._camera = None
@@ -158,11 +157,7 @@ class PerceptionNode(ManagedNode):
     def _cleanup(self) -> None:
         self._drain(DRAIN_S)
         self._stop_worker()
-        for entity in self._made:
-            if hasattr(entity, 'cancel'):
-                self.destroy_timer(entity)
-            else:
-                self.destroy_publisher(entity)
+        self.destroy_entities(self._made)
         self._made = []
         self.prediction_pub = self.probe_prediction_pub = self.diagnostics_pub = None
         with self._cond:

@@ -28,9 +28,17 @@ from rclpy.qos import (
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 
-from metavlm_ros.common.errors import InputError, MetaVLMError, ParameterError
+from metavlm_ros.common.errors import InputError, MetaVLMError, ParameterError, ResultsError
 from metavlm_ros.common.images import check_frame, resize_longer_side
-from metavlm_ros.common.results import ResultsStore, free_disk_bytes, to_jsonable
+from metavlm_ros.common.results import (
+    ResultsStore,
+    free_disk_bytes,
+    holds_results,
+    identity_differences,
+    read_identity,
+    to_jsonable,
+    write_identity,
+)
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
@@ -57,8 +65,10 @@ __all__ = [
     'VIOLATION_STATUS',
     'TesterNode',
     'TesterSettings',
+    'check_identity',
     'main',
     'settings_from_parameters',
+    'tester_identity',
     'violation_status',
 ]
 
@@ -321,6 +331,73 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
     )
 
 
+def tester_identity(
+    settings: TesterSettings, model_id: str | None = None, weights: str | None = None
+) -> dict:
+    """What identifies the tester's searches in its results directory (search.json, docs/results.md).
+
+    Args:
+        settings: the tester's settings.
+        model_id: the model that judges the frames: for the `ros` endpoint the one the perception node
+            names in its answers, for `inprocess` the loaded model (None: not known yet).
+        weights: the sha256 of the inprocess model's safetensors weights (None: not known or not
+            applicable; the perception node does not report its weights).
+    """
+    model = settings.model
+    part: dict[str, Any] = {
+        'endpoint': settings.endpoint,
+        'model': model_id,
+        'classes': list(model['classes']),
+    }
+    if settings.endpoint == 'inprocess':
+        part.update(
+            {
+                'backend': model['backend'],
+                'weights_sha256': weights,
+                'class_prompts': list(model['class_prompts']),
+                'prompt': model['prompt'],
+                'confidence': model['confidence'],
+                'dtype': model['dtype'],
+            }
+        )
+    return {
+        'settings': {
+            **settings.search.identity(),
+            'transport_size': settings.transport_size,
+            'image_transport': settings.image_transport,
+            'report_threshold': settings.report_threshold,
+        },
+        'model': part,
+    }
+
+
+def check_identity(settings: TesterSettings, model_id: str | None = None, weights: str | None = None) -> dict:
+    """Check that the results directory holds no searches of another identity; returns the identity.
+
+    A directory with results but no identity record (search.json) is refused too: its searches
+    cannot be told apart from these. Parts not known yet (`model_id`, `weights` None) are not compared.
+
+    Raises:
+        ResultsError: one line naming `results_dir` and every difference.
+    """
+    identity = tester_identity(settings, model_id, weights)
+    unknown = tuple(key for key, value in (('model.model', model_id), ('model.weights_sha256', weights))
+                    if value is None)  # fmt: skip
+    directory = Path(settings.results_dir)
+    differences = identity_differences(directory, identity, ignore=unknown)
+    if differences is None and holds_results(directory):
+        raise ResultsError(
+            f'parameter results_dir: {directory} holds results without an identity record (search.json), '
+            'so they cannot be told apart from these searches; set results_dir to another directory'
+        )
+    if differences:
+        raise ResultsError(
+            f'parameter results_dir: {directory} holds searches of another identity '
+            f'({"; ".join(differences)}); set results_dir to another directory, or those parameters back'
+        )
+    return identity
+
+
 def _threshold_key(flags: Mapping[str, bool], threshold: float) -> str:
     """The key of `flags` that the report threshold selects ('count' for count-type models)."""
     if 'count' in flags:
@@ -470,7 +547,15 @@ class TesterNode(ManagedNode):
 
     def _configure(self) -> None:
         settings = self.settings
+        # Before a model loads: what is known of the identity already (an inprocess model's id).
+        known = settings.endpoint == 'inprocess' and self._given_backend is None
+        check_identity(settings, settings.model['model'] if known else None)
         self.backend = self._make_backend(settings)
+        try:
+            check_identity(settings, *self._model_identity(settings))
+        except ResultsError:
+            self._release_backend()
+            raise
         try:
             self._results(settings.results_dir)
         except OSError as exc:
@@ -538,11 +623,7 @@ class TesterNode(ManagedNode):
             self._store.close()
             self._violations_file.close()
             self._store = None
-        for entity in self._made:
-            if hasattr(entity, 'cancel'):
-                self.destroy_timer(entity)
-            else:
-                self.destroy_publisher(entity)
+        self.destroy_entities(self._made)
         self._made = []
         self._release_backend()
         self.state = 'unconfigured'
@@ -631,6 +712,16 @@ class TesterNode(ManagedNode):
                 array_type=Parameter.Type.STRING_ARRAY if spec.name == 'class_prompts' else None,
             )
 
+    def _model_identity(self, settings: TesterSettings) -> tuple[str | None, str | None]:
+        """The model part of the identity known now: (model id, weights sha256), None where not known."""
+        if self.backend is None:
+            return None, None
+        if settings.endpoint == 'ros':
+            return self.backend.model_id or None, None
+        inner = self.backend.inner
+        digest = getattr(inner, 'weights_hash', None)
+        return inner.model_id, (digest() if callable(digest) else '') or None
+
     def _parameter_values(self) -> dict[str, Any]:
         names = self.list_parameters([], 0).names
         return {param.name: param.value for param in self.get_parameters(names)}
@@ -639,7 +730,9 @@ class TesterNode(ManagedNode):
         values = self._parameter_values()
         values.update({p.name: p.value for p in parameters})
         try:
-            settings_from_parameters(values)
+            settings = settings_from_parameters(values)
+            if self.backend is not None:  # configured: the next search writes into results_dir
+                check_identity(settings, *self._model_identity(settings))
         except MetaVLMError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)
@@ -783,7 +876,11 @@ class TesterNode(ManagedNode):
             self.state = 'perception node not answering'
             self.get_logger().warning('the perception node did not answer; frame skipped, waiting for it')
             return
+        # The model that answered is known now: the directory holds this search's identity, or none yet.
+        identity = check_identity(settings, *self._model_identity(settings))
         store = self._results(settings.results_dir)
+        if read_identity(store.directory) is None:
+            write_identity(store.directory, identity)
         store.reserve_bytes = settings.min_free_disk_mb * MIB
         self._stopped_for_disk = False
         job = _Job(frame, msg, stamp_ns, image_id, settings)

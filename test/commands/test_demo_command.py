@@ -8,7 +8,7 @@ import pytest
 from metavlm_ros import cli
 from metavlm_ros.campaign.demo_report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
 from metavlm_ros.common.errors import InputError
-from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.common.results import read_identity, read_jsonl
 
 
 def _record(
@@ -106,6 +106,13 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         rand = read_jsonl(out / f'{backend}_rand' / 'summary.jsonl')
         assert {r['image'] for r in rand} == {r['image'] for r in nsga2}
         assert all(r['algorithm'] == 'random' and r['evaluations'] == 30 for r in rand)
+        # Every results directory says what its searches were.
+        assert read_identity(out / f'{backend}_rand')['settings']['algorithm'] == 'random'
+        assert read_identity(out / f'{backend}_rand')['model']['weights_sha256']
+        assert read_identity(out / backend)['model'] == {
+            'endpoint': 'ros', 'model': 'demo', 'classes': ['animal', 'vegetation', 'object', 'trash']
+        }  # fmt: skip
+        assert read_identity(out / backend)['settings']['evaluations'] == 30
         stored = report['trade_off']['hypervolume'][title]
         assert stored['nsga2'] == {r['image']: r['hypervolume'] for r in nsga2}
         assert stored['random'] == {r['image']: r['hypervolume'] for r in rand}
@@ -148,3 +155,82 @@ def test_demo_rejects_non_positive_budgets(tmp_path, capsys, flag):
     assert cli.main(['demo', '--out', str(tmp_path / 'd'), flag, '0']) == 2
     assert flag in capsys.readouterr().err
     assert not (tmp_path / 'd').exists()
+
+
+def _earlier_demo(out):
+    """A directory as an earlier demo left it (its names, a results PNG), checked after a refusal."""
+    (out / 'footage').mkdir(parents=True)
+    (out / 'report.md').write_text('# an earlier demo\n')
+    (out / 'clip' / 'frames').mkdir(parents=True)
+    (out / 'clip' / 'frames' / 'old.png').write_bytes(b'an earlier follow-up frame')
+    (out / 'clip' / 'evaluations.jsonl').write_text('{"index": 0}\n')
+    return {p.relative_to(out): p.read_bytes() for p in out.rglob('*') if p.is_file()}
+
+
+def _same(out, before):
+    return {p.relative_to(out): p.read_bytes() for p in out.rglob('*') if p.is_file()} == before
+
+
+def test_demo_overwrite_checks_everything_before_it_touches_the_earlier_demo(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from metavlm_ros.commands import demo
+    from metavlm_ros.models import vlm
+
+    out = tmp_path / 'demo'
+    before = _earlier_demo(out)
+
+    def no_run(*args, **kwargs):
+        raise AssertionError('the demo started although a check failed')
+
+    monkeypatch.setattr(demo, 'run_demo', no_run)
+    # A damaged demo model: refused in one line, the earlier demo whole.
+    shipped = vlm._DEMO_ROOT
+    models = tmp_path / 'models'
+    for backend in demo.DEMO_MODELS:
+        shutil.copytree(shipped / f'demo-{backend}', models / f'demo-{backend}')
+    weights = models / 'demo-blip' / 'model.safetensors'
+    weights.write_bytes(weights.read_bytes()[:1000])
+    monkeypatch.setattr(vlm, '_DEMO_ROOT', models)
+    assert cli.main(['demo', '--out', str(out), '--frames', '1', '--overwrite']) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('metavlm: error: ') and 'damaged weights' in err and '\n' not in err, err
+    assert _same(out, before)
+    monkeypatch.setattr(vlm, '_DEMO_ROOT', shipped)
+    # Not enough room on its disk: refused, the earlier demo whole.
+    monkeypatch.setattr(demo, 'DEMO_BYTES', 2**62)
+    assert cli.main(['demo', '--out', str(out), '--frames', '1', '--overwrite']) == 2
+    err = capsys.readouterr().err.strip()
+    assert 'MiB free on its disk' in err and '\n' not in err, err
+    assert _same(out, before)
+    # Something else in it: never replaced.
+    (out / 'notes.txt').write_text('mine')
+    monkeypatch.setattr(demo, 'DEMO_BYTES', 1)
+    assert cli.main(['demo', '--out', str(out), '--frames', '1', '--overwrite']) == 2
+    assert 'holds files a demo does not write (notes.txt)' in capsys.readouterr().err
+    (out / 'notes.txt').unlink()
+    assert _same(out, before)
+
+
+def test_demo_overwrite_replaces_the_earlier_demo_whole_once_it_can_start(tmp_path, monkeypatch):
+    from metavlm_ros.commands import demo
+
+    out = tmp_path / 'demo'
+    _earlier_demo(out)
+    seen = {}
+
+    def fake_run(directory, **kwargs):
+        # The new demo starts in an empty directory under the same name; the old one is gone whole.
+        seen['listing'] = sorted(p.name for p in directory.iterdir())
+        seen['siblings'] = sorted(p.name for p in tmp_path.iterdir())
+        (directory / 'report.md').write_text('# the new demo\n')
+        return {
+            'seconds': 1.0, 'bag': directory / 'footage', 'results': {}, 'report': directory / 'report.md',
+            'report_json': directory / 'report.json', 'trade_off': directory / 'trade_off.png', 'montage': None,
+        }  # fmt: skip
+
+    monkeypatch.setattr(demo, 'run_demo', fake_run)
+    assert cli.main(['demo', '--out', str(out), '--frames', '1', '--overwrite']) == 0
+    assert seen == {'listing': [], 'siblings': ['demo']}
+    assert sorted(p.name for p in out.iterdir()) == ['report.md']
+    assert not (out / 'clip' / 'frames' / 'old.png').exists()

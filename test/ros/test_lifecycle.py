@@ -157,3 +157,41 @@ def test_a_model_that_cannot_load_fails_configure_with_its_reason(tmp_path, node
             assert node._state_machine.current_state[0] == State.PRIMARY_STATE_FINALIZED
         finally:
             node.destroy_node()
+
+
+@pytest.mark.parametrize('node_class', ['perception', 'tester'])
+def test_cleanup_destroys_every_entity_configure_and_activate_made(
+    graph, tiny_clip_dir, monkeypatch, node_class
+):
+    """One destroy loop (ManagedNode.destroy_entities) for both nodes: nothing is left after cleanup."""
+    from metavlm_ros.ros.managed import ManagedNode
+
+    def entities(node):
+        return set(map(id, [*node.publishers, *node.timers, *node.subscriptions]))
+
+    with ros_context() as context:
+        if node_class == 'perception':
+            model = [Parameter('model', value=str(tiny_clip_dir))]
+            node = PerceptionNode(context=context, parameter_overrides=model)
+        else:
+            node = graph(start=False).tester
+        try:
+            before = entities(node)
+            calls = []
+            original = ManagedNode.destroy_entities
+
+            def counted(self, made):
+                calls.append(len(made))
+                return original(self, made)
+
+            monkeypatch.setattr(ManagedNode, 'destroy_entities', counted)
+            assert node.trigger_configure() == SUCCESS
+            assert node.trigger_activate() == SUCCESS
+            assert entities(node) > before
+            assert node.trigger_deactivate() == SUCCESS
+            assert node.trigger_cleanup() == SUCCESS
+            assert entities(node) == before
+            assert calls and sum(calls) >= 3
+        finally:
+            if node_class == 'perception':
+                node.destroy_node()

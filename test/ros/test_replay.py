@@ -326,3 +326,31 @@ def test_scenes_names_replay_under_the_same_name_and_older_bag_directories_too(t
         assert len([m for m in iter_raw_messages(tmp_path / name) if m[0] == '/camera/image_raw']) == 3
     with pytest.raises(BagError, match='no such bag'):
         bag_topics(tmp_path / 'other.mcap')
+
+
+@pytest.mark.parametrize('damage', ['chunk', 'tail'])
+def test_a_damaged_bag_is_refused_in_one_line_before_anything_is_published(
+    tmp_path, capsys, monkeypatch, damage
+):
+    from metavlm_ros.commands import replay as replay_module
+    from metavlm_ros.footage.bags import write_bag
+    from test.conftest import make_frame
+
+    def no_start(*args, **kwargs):
+        raise AssertionError('the replay started before the bag was checked')
+
+    monkeypatch.setattr(replay_module, 'replay_bag', no_start)
+    frames = [(make_frame(64, 48, seed=i), None) for i in range(3)]
+    bag = write_bag(tmp_path / 'dive', frames, fps=5.0)
+    storage = bag / 'dive.mcap'
+    data = bytearray(storage.read_bytes())
+    if damage == 'chunk':  # 200 bytes of the second frame overwritten: only the chunk CRC tells
+        start = data.find(frames[1][0].tobytes())
+        data[start + 100 : start + 300] = bytes(200)
+    else:  # the last third cut off, as by a full disk or an interrupted copy
+        data = data[: len(data) * 2 // 3]
+    storage.write_bytes(bytes(data))
+    assert cli.main(['replay', str(bag)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('metavlm: error: ') and '\n' not in err, err
+    assert 'damaged bag' in err or 'unreadable bag' in err or 'cannot read bag' in err, err

@@ -10,8 +10,9 @@ import yaml
 from metavlm_ros.cli import main
 from metavlm_ros.commands.run import _flatten, _write_ros_file, load_parameter_file, run_nodes
 from metavlm_ros.common.errors import InputError, ParameterError
-from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.footage.bags import write_bag
+from metavlm_ros.method.prediction import CLASSES
 from metavlm_ros.ros.transport import USER_VARIABLES
 from test.conftest import make_frame
 
@@ -215,3 +216,40 @@ def test_ctrl_c_during_metavlm_run_stops_the_search_with_its_summary(tmp_path, t
     (summary,) = read_jsonl(tmp_path / 'results' / 'summary.jsonl')
     assert summary['stopped'] is True
     assert summary['evaluations'] == len(read_jsonl(evaluations))
+
+
+def test_a_rerun_into_results_of_other_settings_is_refused_before_any_node_starts(
+    tmp_path, tiny_clip_dir, folder, capsys, monkeypatch
+):
+    params = write_params(tmp_path, tiny_clip_dir)
+    assert main(['run', '--params', str(params), '--source', str(folder), '--rate', '4']) == 0
+    results = tmp_path / 'results'
+    identity = read_identity(results)
+    # The ros endpoint: the model is the one the perception node named in its answers.
+    assert identity['model'] == {'endpoint': 'ros', 'model': str(tiny_clip_dir), 'classes': list(CLASSES)}
+    assert identity['settings']['population'] == 4 and identity['settings']['transport_size'] == 32
+    before = {name: (results / name).read_bytes() for name in ('evaluations.jsonl', 'summary.jsonl')}
+    capsys.readouterr()
+
+    from metavlm_ros.ros import tester_node
+
+    def no_start(*args, **kwargs):
+        raise AssertionError('a node started before the results directory was checked')
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tester_node.TesterNode, '__init__', no_start)
+        (tmp_path / 'other').mkdir()
+        other = write_params(
+            tmp_path / 'other', tiny_clip_dir, population=5, evaluations=10, results_dir=str(results)
+        )
+        assert main(['run', '--params', str(other), '--source', str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        f'metavlm: error: parameter results_dir: {results} holds searches of another identity'
+    )
+    assert 'settings.population: 4 there, 5 here' in err and 'settings.evaluations: 8 there, 10 here' in err
+    assert '\n' not in err
+    assert {name: (results / name).read_bytes() for name in before} == before
+    # The same settings continue the same directory.
+    assert main(['run', '--params', str(params), '--source', str(folder), '--rate', '4']) == 0
+    assert len(read_jsonl(results / 'summary.jsonl')) > len(before['summary.jsonl'].splitlines())

@@ -13,8 +13,8 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
 from metavlm_ros.common import results as results_module
-from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.common.errors import ParameterError, ResultsError
+from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.method.search import Evaluation
@@ -288,12 +288,74 @@ def test_a_new_transport_size_applies_to_the_next_search(graph):
     g.camera.publish(make_frame(160, 120, seed=1))
     g.wait(lambda: g.tester.searches_done == 1, message='the first search')
     assert set(g.backend.shapes) == {(48, 64, 3)}
-    assert g.tester.set_parameters([Parameter('transport_size', value=40)])[0].successful
+    # Other searches go to another results directory: one directory holds searches of one identity.
+    change = [Parameter('transport_size', value=40), Parameter('results_dir', value=str(g.results) + '-40')]
+    assert g.tester.set_parameters_atomically(change).successful
     g.backend.shapes.clear()
     g.camera.publish(make_frame(160, 120, seed=2))
     g.wait(lambda: g.tester.searches_done == 2, message='the second search')
     # 160x120 -> longer side 40: 40x30, source and follow-ups alike.
     assert set(g.backend.shapes) == {(30, 40, 3)}
+    assert len(read_jsonl(Path(str(g.results) + '-40') / 'summary.jsonl')) == 1
+
+
+def test_the_results_directory_records_the_identity_of_its_searches(graph):
+    g = graph()
+    g.camera.publish(make_frame(96, 72, seed=1))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    identity = read_identity(g.results)
+    assert identity['settings']['population'] == 6 and identity['settings']['evaluations'] == 18
+    assert identity['settings']['transport_size'] == 0
+    assert identity['settings']['relations']['enabled'] == [True] * 6
+    assert identity['model']['endpoint'] == 'inprocess' and identity['model']['model'] == 'stats'
+    assert identity['model']['classes'] == list(StatsBackend.classes)
+    # A run-time change that would make the next searches another search is refused, naming it;
+    # together with a new results_dir it is taken.
+    refused = g.tester.set_parameters([Parameter('population', value=8)])[0]
+    assert not refused.successful
+    assert refused.reason.startswith(f'parameter results_dir: {g.results} holds searches of another identity')
+    assert 'settings.population: 6 there, 8 here' in refused.reason
+    assert g.tester.settings.search.population == 6
+    other = str(g.results) + '-p8'
+    assert g.tester.set_parameters([Parameter('results_dir', value=other)])[0].successful
+    assert g.tester.set_parameters([Parameter('population', value=8)])[0].successful
+    # Changes outside the identity stay free.
+    assert g.tester.set_parameters([Parameter('frame_period_s', value=0.5)])[0].successful
+
+
+def test_a_restart_into_results_of_another_search_is_refused_naming_what_differs(graph, tmp_path):
+    g = graph()
+    g.camera.publish(make_frame(96, 72, seed=1))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    before = (g.results / 'evaluations.jsonl').read_bytes()
+    g.close()
+    with ros_context() as context:
+        tester = MetaVLMTester(
+            context=context,
+            backend=StatsBackend(),
+            parameter_overrides=params(results_dir=str(g.results), population=4, seed=3),
+        )
+        try:
+            with pytest.raises(ResultsError) as refused:
+                bring_up(tester)
+        finally:
+            tester.destroy_node()
+    message = str(refused.value)
+    assert '\n' not in message
+    assert 'settings.population: 6 there, 4 here' in message and 'settings.seed: 0 there, 3 here' in message
+    assert (g.results / 'evaluations.jsonl').read_bytes() == before
+    # Results without an identity record (an older tester's) cannot be continued either.
+    (g.results / 'search.json').unlink()
+    with ros_context() as context:
+        tester = MetaVLMTester(
+            context=context, backend=StatsBackend(), parameter_overrides=params(results_dir=str(g.results))
+        )
+        try:
+            with pytest.raises(ResultsError, match='holds results without an identity record'):
+                bring_up(tester)
+        finally:
+            tester.destroy_node()
+    assert (g.results / 'evaluations.jsonl').read_bytes() == before
 
 
 def test_a_results_disk_below_its_reserve_pauses_searches_until_the_reserve_is_lowered(graph):
