@@ -23,12 +23,9 @@ FLAG_DEFAULTS = {'use_sim_time': 'false', 'autostart': 'true'}
 
 def flag(context, name: str) -> bool:
     """A true/false launch argument; anything else stops the launch with one line naming it."""
-    value = LaunchConfiguration(name, default=FLAG_DEFAULTS[name]).perform(context)
-    if value.lower() in ('true', '1', 'yes'):
-        return True
-    if value.lower() in ('false', '0', 'no'):
-        return False
-    raise ValueError(f'launch argument {name}: expected true or false, got {value!r}')
+    from metavlm_ros.ros.launch_arguments import flag as checked_flag
+
+    return checked_flag(name, LaunchConfiguration(name, default=FLAG_DEFAULTS[name]).perform(context))
 
 
 def bring_to_active(node: LifecycleNode) -> list:
@@ -63,12 +60,17 @@ def _nodes(context, *args, **kwargs):
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
-    camera_topic = arg('camera_topic')
-    params_file = arg('params_file')
-    if not os.path.isfile(params_file):
-        raise ValueError(f'launch argument params_file: no such file {params_file!r}')
+    from metavlm_ros.models.vlm import BACKENDS
+    from metavlm_ros.ros.launch_arguments import one_of, params_file, topic_name
+
+    # What both nodes would refuse is checked here, in one line naming the argument; what one node
+    # refuses (vlm_endpoint, model) that node says, and the other keeps running.
+    camera_topic = topic_name('camera_topic', arg('camera_topic'))
+    topic_name('camera_topic', camera_topic + '/compressed')
+    parameters = params_file('params_file', arg('params_file'), (PERCEPTION, TESTER))
     use_sim_time = flag(context, 'use_sim_time')
     autostart = flag(context, 'autostart')
+    one_of('backend', arg('backend'), BACKENDS, empty=True)
     # Empty arguments leave the parameter file's value in force; the nodes check the values given.
     model_overrides = {name: arg(name) for name in ('backend', 'model') if arg(name)}
     camera_remaps = [('image', camera_topic), ('image/compressed', camera_topic + '/compressed')]
@@ -87,7 +89,7 @@ def _nodes(context, *args, **kwargs):
         name=PERCEPTION,
         namespace='',
         output='screen',
-        parameters=[params_file, {'use_sim_time': use_sim_time, **model_overrides}],
+        parameters=[parameters, {'use_sim_time': use_sim_time, **model_overrides}],
         remappings=camera_remaps + probe_remaps,
         additional_env=transport_env,
     )
@@ -100,7 +102,7 @@ def _nodes(context, *args, **kwargs):
         name=TESTER,
         namespace='',
         output='screen',
-        parameters=[params_file, tester_overrides],
+        parameters=[parameters, tester_overrides],
         remappings=camera_remaps + probe_remaps,
         additional_env=transport_env,
     )

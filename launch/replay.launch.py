@@ -43,12 +43,9 @@ def _bag_path(name: str) -> str:
 
 
 def _flag(context, name: str) -> bool:
-    value = LaunchConfiguration(name).perform(context)
-    if value.lower() in ('true', '1', 'yes'):
-        return True
-    if value.lower() in ('false', '0', 'no'):
-        return False
-    raise ValueError(f'launch argument {name}: expected true or false, got {value!r}')
+    from metavlm_ros.ros.launch_arguments import flag
+
+    return flag(name, LaunchConfiguration(name).perform(context))
 
 
 def _player_command(context) -> list:
@@ -57,15 +54,11 @@ def _player_command(context) -> list:
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
+    from metavlm_ros.ros.launch_arguments import one_of, positive_number
+
     bag, rate = _bag_path(arg('bag')), arg('rate')
-    player = LaunchConfiguration('player', default='ros2').perform(context)
-    if player not in PLAYERS:
-        raise ValueError(f'launch argument player: expected one of {", ".join(PLAYERS)}, got {player!r}')
-    try:
-        if not float(rate) > 0:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f'launch argument rate: expected a positive number, got {rate!r}') from None
+    player = one_of('player', LaunchConfiguration('player', default='ros2').perform(context), PLAYERS)
+    positive_number('rate', rate)
     if player == 'ros2':
         cmd = ['ros2', 'bag', 'play', bag]
         storage = {'.mcap': 'mcap', '.db3': 'sqlite3'}.get(Path(bag).suffix.lower())
@@ -97,9 +90,20 @@ def _bag_play(context, *args, **kwargs):
 
 def _checked(context, *args, **kwargs):
     """Check the player's arguments before any node starts (one line naming a wrong one)."""
+    from metavlm_ros.commands.replay import load_qos_overrides
+    from metavlm_ros.common.errors import MetaVLMError
+    from metavlm_ros.ros.launch_arguments import LaunchArgumentError
+
     bag = LaunchConfiguration('bag').perform(context)
     if not os.path.exists(_bag_path(bag)):
-        raise ValueError(f'launch argument bag: no such bag {bag!r}')
+        raise LaunchArgumentError('bag', f'no such bag {bag!r}')
+    qos = LaunchConfiguration('qos_overrides').perform(context)
+    if not os.path.isfile(qos):
+        raise LaunchArgumentError('qos_overrides', f'no such file {qos!r}')
+    try:
+        load_qos_overrides(qos)
+    except MetaVLMError as exc:
+        raise LaunchArgumentError('qos_overrides', str(exc)) from None
     _bag_play(context)
     return []
 

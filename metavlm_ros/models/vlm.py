@@ -19,6 +19,7 @@ from metavlm_ros.models.counts import parse_counts
 
 __all__ = [
     'BACKENDS',
+    'DTYPES',
     'DEFAULT_CLASS_PROMPTS',
     'PAPER_CLASS_PROMPTS',
     'PREPROCESS',
@@ -64,7 +65,7 @@ TABLE1_PROMPT = (
 
 _DEMO_ROOT = Path(__file__).resolve().parent.parent / 'models'
 _HF_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')
-_DTYPES = ('auto', 'float32', 'float16', 'bfloat16')
+DTYPES = ('auto', 'float32', 'float16', 'bfloat16')
 #: How frames become pixel values: PixelPath ('batched') or the Hugging Face processor ('processor').
 PREPROCESS = ('batched', 'processor')
 
@@ -289,8 +290,8 @@ class _HFBackend(VLMBackend):
 
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ParameterError(f'batch_size must be a positive integer, got {batch_size!r}')
-        if dtype not in _DTYPES:
-            raise ParameterError(f'dtype must be one of {", ".join(_DTYPES)}, got {dtype!r}')
+        if dtype not in DTYPES:
+            raise ParameterError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
         if preprocess not in PREPROCESS:
             raise ParameterError(f'preprocess must be one of {", ".join(PREPROCESS)}, got {preprocess!r}')
         self.model_id = str(model)

@@ -13,13 +13,14 @@ from typing import Any
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
 from rclpy.timer import Timer
 
-from metavlm_ros.common.errors import MetaVLMError
+from metavlm_ros.common.errors import MetaVLMError, ParameterError
 
 __all__ = ['ManagedNode', 'bring_up', 'exit_process', 'run_managed', 'shut_down', 'state_label']
 
@@ -48,13 +49,19 @@ class ManagedNode(LifecycleNode):
         self._active = False
         self._finalized = threading.Event()
         self.shutting_down = False  # set when the shutdown transition begins
-        self.declare_parameter(
-            'autostart',
-            False,
-            ParameterDescriptor(
-                description='configure and activate at start (the launch files set it)', read_only=True
-            ),
-        )
+        try:
+            self.declare_parameter(
+                'autostart',
+                False,
+                ParameterDescriptor(
+                    description='configure and activate at start (the launch files set it)', read_only=True
+                ),
+            )
+        except (InvalidParameterTypeException, InvalidParameterValueException) as exc:
+            super().destroy_node()  # a node that failed to start must not linger in its context
+            raise ParameterError(
+                f'parameter autostart: expected true or false ({type(exc).__name__})'
+            ) from None
 
     @property
     def active(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,11 +22,23 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.models.vlm import DTYPES
 
-__all__ = ['Check', 'ParameterRules', 'descriptor', 'in_range', 'one_of']
+__all__ = [
+    'DTYPES',
+    'Check',
+    'ParameterRules',
+    'descriptor',
+    'device_name',
+    'distinct_classes',
+    'in_range',
+    'one_of',
+]
 
 # A check returns None when the value is acceptable, else the reason it is not.
 Check = Callable[[Any], str | None]
+
+_DEVICE = re.compile(r'auto|cpu|cuda(:\d+)?')
 
 _TYPES = {
     bool: ParameterType.PARAMETER_BOOL,
@@ -103,6 +116,28 @@ def in_range(low: float, high: float) -> Check:
         return None
 
     return check
+
+
+def distinct_classes(classes: Any) -> str | None:
+    """A check of `classes`: at least one, non-empty, distinct, none named like a message field."""
+    names = list(classes)
+    if not names:
+        return 'at least one class is needed'
+    if len(set(names)) != len(names) or not all(names):
+        return f'class names must be non-empty and distinct, got {names}'
+    reserved = [name for name in names if name in ('kind', 'latency_ms')]
+    if reserved:
+        return f'{reserved[0]!r} is reserved in prediction messages'
+    return None
+
+
+def device_name(value: Any) -> str | None:
+    """A check of `device`: 'auto', 'cpu', 'cuda' or 'cuda:N' (whether CUDA is there shows at configure)."""
+    return (
+        None
+        if _DEVICE.fullmatch(str(value))
+        else f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}"
+    )
 
 
 class ParameterRules:

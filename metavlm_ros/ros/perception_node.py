@@ -20,7 +20,7 @@ from metavlm_ros.method.prediction import CLASSES, VLMBackend
 from metavlm_ros.models.vlm import BACKENDS, create_backend
 from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
 from metavlm_ros.ros.managed import ManagedNode, exit_process, run_managed
-from metavlm_ros.ros.parameters import ParameterRules
+from metavlm_ros.ros.parameters import DTYPES, ParameterRules, device_name, distinct_classes
 from metavlm_ros.ros.probe_client import PROBE_QOS, LatencyStats
 
 __all__ = ['PROBE_QOS', 'RESULT_QOS', 'PerceptionNode', 'main']
@@ -201,14 +201,20 @@ class PerceptionNode(ManagedNode):
         rules.declare(
             'model', 'demo', "Hugging Face id in the local cache, a directory, or 'demo'", read_only=True
         )
-        rules.declare('device', 'auto', "torch device: 'auto', 'cpu', 'cuda', 'cuda:N'", read_only=True)
         rules.declare(
-            'dtype', 'auto', 'torch dtype', read_only=True, choices=('auto', 'float32', 'float16', 'bfloat16')
+            'device',
+            'auto',
+            "torch device: 'auto', 'cpu', 'cuda', 'cuda:N'",
+            read_only=True,
+            check=device_name,
         )
+        rules.declare('dtype', 'auto', 'torch dtype', read_only=True, choices=DTYPES)
         rules.declare(
             'prompt', '', 'count-type models: the question; empty for the Table 1 prompt', read_only=True
         )
-        rules.declare('classes', list(CLASSES), 'classes judged, in order', read_only=True, check=_distinct)
+        rules.declare(
+            'classes', list(CLASSES), 'classes judged, in order', read_only=True, check=distinct_classes
+        )
         rules.declare(
             'class_prompts',
             [],
@@ -462,18 +468,6 @@ class PerceptionNode(ManagedNode):
         """Stop the worker (after the model call in progress, if any) and destroy the node."""
         self._stop_worker()
         super().destroy_node()
-
-
-def _distinct(classes: Any) -> str | None:
-    names = list(classes)
-    if not names:
-        return 'at least one class is needed'
-    if len(set(names)) != len(names) or not all(names):
-        return f'class names must be non-empty and distinct, got {names}'
-    reserved = [name for name in names if name in ('kind', 'latency_ms')]
-    if reserved:
-        return f'{reserved[0]!r} is reserved in prediction messages'
-    return None
 
 
 def main(args: list[str] | None = None) -> int:

@@ -52,10 +52,10 @@ from metavlm_ros.method.search import (
     run_search,
     searched_frame,
 )
-from metavlm_ros.models.vlm import create_backend
+from metavlm_ros.models.vlm import BACKENDS, create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
 from metavlm_ros.ros.managed import ManagedNode, exit_process, run_managed
-from metavlm_ros.ros.parameters import ParameterRules
+from metavlm_ros.ros.parameters import DTYPES, Check, ParameterRules, device_name, distinct_classes
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend, TransportSizeBackend
 from metavlm_ros.ros.visualisation import violation_image
 
@@ -134,6 +134,7 @@ class ParameterSpec:
     low: float | None = None
     high: float | None = None
     choices: tuple[str, ...] | None = None
+    check: Check | None = None
 
 
 _UNIT = 0.999999
@@ -200,14 +201,12 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
     ParameterSpec('publish_violation_images', True, 'publish violation_image'),
     ParameterSpec('violation_image_height', 360, 'panel height of violation_image', low=32, high=4096),
     # The inprocess endpoint's model; the same meaning as the perception node's parameters.
-    ParameterSpec(
-        'backend', 'clip', 'VLM family (inprocess endpoint)', True, choices=('clip', 'blip', 'instructblip')
-    ),
+    ParameterSpec('backend', 'clip', 'VLM family (inprocess endpoint)', True, choices=BACKENDS),
     ParameterSpec('model', 'demo', 'model id or directory (inprocess endpoint)', True),
-    ParameterSpec('device', 'auto', 'torch device (inprocess endpoint)', True),
-    ParameterSpec('dtype', 'auto', 'torch dtype (inprocess endpoint)', True),
+    ParameterSpec('device', 'auto', 'torch device (inprocess endpoint)', True, check=device_name),
+    ParameterSpec('dtype', 'auto', 'torch dtype (inprocess endpoint)', True, choices=DTYPES),
     ParameterSpec('prompt', '', 'prompt of count-type models; empty for the default', True),
-    ParameterSpec('classes', list(CLASSES), 'classes judged (inprocess endpoint)', True),
+    ParameterSpec('classes', list(CLASSES), 'classes judged', True, check=distinct_classes),
     ParameterSpec('class_prompts', [], 'one CLIP prompt per class; empty for the defaults', True),
     ParameterSpec('confidence', 'cosine', 'confidence of CLIP models', True, choices=('cosine', 'softmax')),
     ParameterSpec('max_batch', 32, 'frames per model call (inprocess endpoint)', True, low=1, high=4096),
@@ -253,12 +252,20 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
     """
     ranges = {}
     for relation in RELATIONS:
-        bounds = list(values.get(_range_parameter(relation.id), (relation.low, relation.high)))
+        name = _range_parameter(relation.id)
+        bounds = list(values.get(name, (relation.low, relation.high)))
         if len(bounds) != 2:
-            raise ParameterError(f'{_range_parameter(relation.id)} must be [low, high], got {bounds}')
+            raise ParameterError(f'{name} must be [low, high], got {bounds}')
+        try:
+            SearchSpace.from_options(None, {relation.id: bounds})
+        except ParameterError as exc:
+            raise ParameterError(f'{name}: {exc}') from None
         ranges[relation.id] = (float(bounds[0]), float(bounds[1]))
     relations = list(values.get('relations', [r.id for r in RELATIONS]))
-    space = SearchSpace.from_options(relations, ranges)
+    try:
+        space = SearchSpace.from_options(relations, ranges)
+    except ParameterError as exc:
+        raise ParameterError(f'relations: {exc}') from None
     population = int(values.get('population', 30))
     generations = int(values.get('generations', 0))
     evaluations = generations * population if generations > 0 else int(values.get('evaluations', 3000))
@@ -558,7 +565,7 @@ class TesterNode(ManagedNode):
             raise
         try:
             self._results(settings.results_dir)
-        except OSError as exc:
+        except (OSError, MetaVLMError) as exc:
             self._release_backend()
             raise InputError(
                 f'parameter results_dir: cannot write to {settings.results_dir} ({exc})'
@@ -708,6 +715,7 @@ class TesterNode(ManagedNode):
                 low=spec.low,
                 high=spec.high,
                 choices=spec.choices,
+                check=spec.check,
                 # An empty list default says nothing of its type: rclpy would take it for bytes.
                 array_type=Parameter.Type.STRING_ARRAY if spec.name == 'class_prompts' else None,
             )

@@ -224,10 +224,18 @@ def test_demo_overwrite_replaces_the_earlier_demo_whole_once_it_can_start(tmp_pa
         seen['listing'] = sorted(p.name for p in directory.iterdir())
         seen['siblings'] = sorted(p.name for p in tmp_path.iterdir())
         (directory / 'report.md').write_text('# the new demo\n')
+        paths = {
+            'report': 'report.md',
+            'report_json': 'report.json',
+            'trade_off': 'trade_off.png',
+            'bag': 'footage',
+        }
         return {
-            'seconds': 1.0, 'bag': directory / 'footage', 'results': {}, 'report': directory / 'report.md',
-            'report_json': directory / 'report.json', 'trade_off': directory / 'trade_off.png', 'montage': None,
-        }  # fmt: skip
+            'seconds': 1.0,
+            'results': {},
+            'montage': None,
+            **{k: directory / v for k, v in paths.items()},
+        }
 
     monkeypatch.setattr(demo, 'run_demo', fake_run)
     assert cli.main(['demo', '--out', str(out), '--frames', '1', '--overwrite']) == 0

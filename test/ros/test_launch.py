@@ -251,3 +251,110 @@ def test_replay_plays_the_bag_under_the_name_scenes_gave_it(tmp_path):
 
     write_bag(tmp_path / 'old', SceneGenerator(32, 24, 10, seed=1, frames=2), fps=10)
     assert _replay_command(str(tmp_path / 'old.mcap'))[3] == str(tmp_path / 'old')
+
+
+def _load_launch_module(name: str):
+    spec = importlib.util.spec_from_file_location(name.replace('.', '_'), LAUNCH_DIR / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _launch_context(**arguments):
+    from launch import LaunchContext
+
+    context = LaunchContext()
+    context.launch_configurations.update(arguments)
+    return context
+
+
+# launch file -> argument -> wrong values. Arguments that one node checks (so the other keeps running)
+# are tested through `ros2 launch` in test_launch_system.py: see NODE_CHECKED.
+WRONG_ARGUMENTS = {
+    'metavlm.launch.py': {
+        'camera_topic': ['camera image', '', '/camera/', '1camera', 'cam-era'],
+        'backend': ['gpt', 'CLIP'],
+        'params_file': ['{missing}', '{list_yaml}', '{broken_yaml}', '{bad_block}'],
+        'use_sim_time': ['maybe', ''],
+        'autostart': ['on-demand'],
+        'dds_transport': ['udp'],
+    },
+    'replay.launch.py': {
+        'bag': ['{missing}'],
+        'rate': ['0', '-1', 'fast', 'nan'],
+        'loop': ['twice'],
+        'player': ['vlc'],
+        'qos_overrides': ['{missing}', '{list_yaml}', '{bad_qos}'],
+        'use_sim_time': ['maybe'],
+        'dds_transport': ['udp'],
+    },
+}
+NODE_CHECKED = {'model': 'perception node (configure)', 'vlm_endpoint': 'tester node'}
+
+
+def _every_argument(name: str) -> set[str]:
+    return {a.name for a in _load_launch_module(name).generate_launch_description().get_launch_arguments()}
+
+
+@pytest.mark.parametrize('launch_file', sorted(WRONG_ARGUMENTS))
+def test_every_launch_argument_has_wrong_values_under_test(launch_file):
+    pytest.importorskip('launch_ros')
+    checked = set(WRONG_ARGUMENTS[launch_file]) | set(NODE_CHECKED)
+    if launch_file == 'replay.launch.py':  # what it hands on to metavlm.launch.py is checked there
+        checked |= set(WRONG_ARGUMENTS['metavlm.launch.py'])
+    assert _every_argument(launch_file) == checked
+
+
+LAUNCH_CASES = [
+    (launch_file, argument, value)
+    for launch_file, arguments in WRONG_ARGUMENTS.items()
+    for argument, values in arguments.items()
+    for value in values
+]
+
+
+@pytest.mark.parametrize(
+    ('launch_file', 'argument', 'value'), LAUNCH_CASES, ids=[f'{f}-{a}-{v!r}' for f, a, v in LAUNCH_CASES]
+)
+def test_a_wrong_launch_argument_stops_the_launch_with_one_line_naming_it(
+    tmp_path, launch_file, argument, value
+):
+    pytest.importorskip('launch_ros')
+    from metavlm_ros.footage.bags import write_bag
+    from test.conftest import make_frame
+
+    files = {
+        'missing': tmp_path / 'nope.yaml',
+        'list_yaml': tmp_path / 'list.yaml',
+        'broken_yaml': tmp_path / 'broken.yaml',
+        'bad_block': tmp_path / 'block.yaml',
+        'bad_qos': tmp_path / 'qos.yaml',
+    }
+    files['list_yaml'].write_text('[1, 2]\n')
+    files['broken_yaml'].write_text('metavlm_tester: {ros__parameters: [\n')
+    files['bad_block'].write_text('metavlm_tester: 5\n')
+    files['bad_qos'].write_text('/camera/image_raw:\n  reliability: sometimes\n')
+    bag = write_bag(tmp_path / 'dive', [(make_frame(32, 24), None)], fps=5.0)
+    good = {
+        'camera_topic': '/camera/image_raw',
+        'backend': '',
+        'model': '',
+        'params_file': str(ROOT / 'config' / 'metavlm.yaml'),
+        'vlm_endpoint': 'ros',
+        'use_sim_time': 'false',
+        'dds_transport': 'shm',
+        'autostart': 'true',
+        'bag': str(bag),
+        'rate': '1.0',
+        'loop': 'false',
+        'player': 'ros2',
+        'qos_overrides': str(ROOT / 'config' / 'qos_override.yaml'),
+    }
+    module = _load_launch_module(launch_file)
+    check = module._nodes if launch_file == 'metavlm.launch.py' else module._checked
+    check(_launch_context(**good))  # the good values pass
+    wrong = value.format(**{k: str(v) for k, v in files.items()})
+    with pytest.raises(ValueError) as refused:
+        check(_launch_context(**{**good, argument: wrong}))
+    message = str(refused.value)
+    assert message.startswith(f'launch argument {argument}: ') and '\n' not in message, message

@@ -193,14 +193,39 @@ def test_a_signal_to_the_process_group_stops_the_search_cleanly(ros_env, tmp_pat
     assert records(results / 'pareto.jsonl')
 
 
-def test_a_wrong_launch_argument_is_one_line_naming_it(ros_env, tmp_path):
+@pytest.mark.parametrize(
+    ('launch_file', 'argument', 'line'),
+    [
+        (
+            'metavlm.launch.py',
+            'autostart:=maybe',
+            "launch argument autostart: expected true or false, got 'maybe'",
+        ),
+        (
+            'metavlm.launch.py',
+            'camera_topic:=camera image',
+            "launch argument camera_topic: 'camera image' is not",
+        ),
+        (
+            'metavlm.launch.py',
+            'backend:=gpt',
+            'launch argument backend: expected one of clip, blip, instructblip',
+        ),
+        ('replay.launch.py', 'rate:=fast', "launch argument rate: expected a positive number, got 'fast'"),
+    ],
+    ids=['autostart', 'camera_topic', 'backend', 'rate'],
+)
+def test_a_wrong_launch_argument_is_one_line_naming_it(ros_env, tmp_path, launch_file, argument, line):
+    # Every argument's wrong values are tested in process (test_launch.py); these through `ros2 launch`.
+    extra = [f'bag:={tmp_path}'] if launch_file == 'replay.launch.py' else []
     done = subprocess.run(
-        [str(BIN / 'ros2'), 'launch', 'metavlm_ros', 'metavlm.launch.py', 'autostart:=maybe'],
+        [str(BIN / 'ros2'), 'launch', 'metavlm_ros', launch_file, argument, *extra],
         cwd=tmp_path, env=ros_env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode != 0
-    errors = [line for line in (done.stdout + done.stderr).splitlines() if 'ERROR' in line]
-    assert len(errors) == 1 and "launch argument autostart: expected true or false, got 'maybe'" in errors[0]
+    errors = [entry for entry in (done.stdout + done.stderr).splitlines() if 'ERROR' in entry]
+    assert len(errors) == 1 and line in errors[0], done.stdout + done.stderr
+    assert 'Traceback' not in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(
@@ -208,8 +233,9 @@ def test_a_wrong_launch_argument_is_one_line_naming_it(ros_env, tmp_path):
     [
         ('population:=1', 'metavlm_tester: error: parameter population', 'metavlm_perception'),
         ('model:=/no/such/model', 'configure failed: ', 'metavlm_tester'),
+        ('vlm_endpoint:=cloud', 'metavlm_tester: error: parameter vlm_endpoint', 'metavlm_perception'),
     ],
-    ids=['tester-parameter', 'perception-model'],
+    ids=['tester-parameter', 'perception-model', 'tester-endpoint'],
 )
 def test_a_wrong_parameter_is_one_line_naming_it_and_the_other_node_keeps_running(
     ros_env, tmp_path, argument, line, running

@@ -1,0 +1,84 @@
+"""Checking the launch files' arguments: a wrong value stops the launch with one line naming it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+__all__ = ['LaunchArgumentError', 'flag', 'one_of', 'params_file', 'positive_number', 'topic_name']
+
+
+class LaunchArgumentError(ValueError):
+    """A launch argument with a wrong value; `ros2 launch` prints its message as one line and exits 1."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f'launch argument {name}: {reason}')
+
+
+def flag(name: str, value: str) -> bool:
+    """A true/false argument (also 1/0, yes/no)."""
+    if value.lower() in ('true', '1', 'yes'):
+        return True
+    if value.lower() in ('false', '0', 'no'):
+        return False
+    raise LaunchArgumentError(name, f'expected true or false, got {value!r}')
+
+
+def one_of(name: str, value: str, choices: Sequence[str], *, empty: bool = False) -> str:
+    """A value among `choices` ('' too when `empty`: the parameter file's value stays in force)."""
+    if value in choices or (empty and value == ''):
+        return value
+    shown = ', '.join(choices) + (" or '' (the parameter file's)" if empty else '')
+    raise LaunchArgumentError(name, f'expected one of {shown}, got {value!r}')
+
+
+def positive_number(name: str, value: str) -> float:
+    """A number > 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = float('nan')
+    if not number > 0:
+        raise LaunchArgumentError(name, f'expected a positive number, got {value!r}')
+    return number
+
+
+def topic_name(name: str, value: str) -> str:
+    """A valid ROS 2 topic name (absolute or relative), as rcl would accept it for a remapping."""
+    from rclpy.exceptions import InvalidTopicNameException
+    from rclpy.validate_topic_name import validate_topic_name
+
+    try:
+        validate_topic_name(value)
+    except InvalidTopicNameException as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else 'invalid'
+        reason = reason.removeprefix('Invalid topic name: ')
+        raise LaunchArgumentError(name, f'{value!r} is not a valid topic name ({reason})') from None
+    return value
+
+
+def params_file(name: str, value: str, nodes: Sequence[str] = ()) -> str:
+    """A ROS parameter file that exists and is a YAML mapping (its values are the nodes' to check)."""
+    import yaml
+
+    if not os.path.isfile(value):
+        raise LaunchArgumentError(name, f'no such file {value!r}')
+    try:
+        with open(value, encoding='utf-8') as handle:
+            data = yaml.safe_load(handle)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LaunchArgumentError(name, f'{value} is not readable YAML ({first})') from None
+    if data is None:
+        return value
+    if not isinstance(data, dict):
+        raise LaunchArgumentError(name, f'{value} must map node names to "ros__parameters:" blocks')
+    for node in nodes:
+        block = data.get(node, data.get('/' + node))
+        if block is not None and not (
+            isinstance(block, dict) and isinstance(block.get('ros__parameters', {}), dict)
+        ):
+            raise LaunchArgumentError(
+                name, f'{value}: the block of {node} must hold "ros__parameters:" values'
+            )
+    return value

@@ -1,0 +1,137 @@
+"""Every parameter of both nodes: a wrong value is one line naming the parameter, at start or configure."""
+
+import subprocess
+import sys
+
+import pytest
+from rclpy.parameter import Parameter
+
+from metavlm_ros.common.errors import MetaVLMError
+from metavlm_ros.ros.managed import bring_up
+from metavlm_ros.ros.perception_node import PerceptionNode
+from metavlm_ros.ros.tester_node import TesterNode
+from test.ros.helpers import ros_context
+
+# rclpy's own parameters, checked by rclpy.
+RCLPY_PARAMETERS = {'use_sim_time', 'start_type_description_service'}
+
+# parameter -> wrong values (each must be refused, naming the parameter).
+PERCEPTION_WRONG = {
+    'autostart': ['maybe'],
+    'backend': ['gpt', 3],
+    'batch_wait_ms': [1001, -1, 'soon'],
+    'class_prompts': [['a fish']],
+    'classes': [['fish', 'fish'], []],
+    'confidence': ['max'],
+    'device': ['gpu', 'cuda:x', ''],
+    'dtype': ['float8'],
+    'image_transport': ['theora'],
+    'max_batch': [0, 257, 2.5],
+    'model': [5, '/no/such/model'],
+    'prompt': [5],
+}
+TESTER_WRONG = {
+    'algorithm': ['sgd'],
+    'autostart': ['maybe'],
+    'backend': ['gpt'],
+    'class_prompts': [['a fish']],
+    'classes': [['fish', 'fish'], []],
+    'confidence': ['max'],
+    'device': ['gpu'],
+    'dtype': ['float8'],
+    'evaluations': [0],
+    'frame_period_s': [-1.0, 'often'],
+    'generations': [-1],
+    'image_transport': ['theora'],
+    'max_batch': [0],
+    'min_free_disk_mb': [-5],
+    'model': [5, '/no/such/model'],
+    'population': [1, 'many'],
+    'probe_timeout_s': [0.0],
+    'prompt': [5],
+    'publish_violation_images': ['yes'],
+    'ranges.downsampling': [[0.5, 1.0]],
+    'ranges.histogram_equalization': [[0.0, 3.0]],
+    'ranges.rotation': [[-9.0, 5.0], [1.0]],
+    'ranges.scaling': [[1.2, 0.8]],
+    'ranges.shear': [[0.0, 1.0]],
+    'ranges.translation': [[0.0, 0.5]],
+    'relations': [['teleport'], []],
+    'report_threshold': [0.02],
+    'results_dir': ['', '/proc/no/such/place'],
+    'seed': [-1],
+    'thresholds': [[0.0], [1.5]],
+    'transport_size': [-1],
+    'violation_image_height': [8],
+    'violation_pngs_per_search': [-1],
+    'vlm_endpoint': ['cloud'],
+    'working_size': [-2],
+}
+NODES = {'perception': (PerceptionNode, PERCEPTION_WRONG), 'tester': (TesterNode, TESTER_WRONG)}
+
+
+def _declared(node_class) -> set[str]:
+    with ros_context() as context:
+        node = node_class(context=context)
+        try:
+            return set(node.list_parameters([], 0).names) - RCLPY_PARAMETERS
+        finally:
+            node.destroy_node()
+
+
+@pytest.mark.parametrize('node', NODES)
+def test_every_parameter_has_wrong_values_under_test(node):
+    node_class, wrong = NODES[node]
+    assert _declared(node_class) == set(wrong)
+
+
+CASES = [
+    (node, name, value)
+    for node, (_, wrong) in NODES.items()
+    for name, values in wrong.items()
+    for value in values
+]
+
+
+@pytest.mark.parametrize(('node', 'name', 'value'), CASES, ids=[f'{n}-{p}-{v!r}' for n, p, v in CASES])
+def test_a_wrong_value_is_one_line_naming_the_parameter(tmp_path, node, name, value):
+    node_class = NODES[node][0]
+    overrides = [Parameter(name, value=value)]
+    if node == 'tester' and name not in ('results_dir', 'vlm_endpoint'):
+        overrides.append(Parameter('results_dir', value=str(tmp_path / 'results')))
+    if node == 'tester' and name in ('model', 'backend', 'device', 'dtype', 'class_prompts', 'max_batch'):
+        overrides.append(Parameter('vlm_endpoint', value='inprocess'))  # the tester's own model then
+    with ros_context() as context:
+        try:
+            made = node_class(context=context, parameter_overrides=overrides)
+        except MetaVLMError as exc:
+            message = str(exc)
+        else:
+            # Only what needs the model or the disk is known to be wrong at configure.
+            try:
+                with pytest.raises(MetaVLMError) as refused:
+                    bring_up(made)
+                message = str(refused.value)
+            finally:
+                made.destroy_node()
+    assert '\n' not in message, message
+    assert name in message, message
+
+
+@pytest.mark.parametrize(
+    ('module', 'argument', 'needle'),
+    [
+        ('perception_node', 'device:=gpu', 'metavlm_perception: error: parameter device'),
+        ('tester_node', 'vlm_endpoint:=cloud', 'metavlm_tester: error: parameter vlm_endpoint'),
+        ('tester_node', 'autostart:=maybe', 'metavlm_tester: error: parameter autostart'),
+    ],
+)
+def test_a_node_started_with_a_wrong_value_prints_one_line_and_exits_1(module, argument, needle):
+    done = subprocess.run(
+        [sys.executable, '-m', f'metavlm_ros.ros.{module}', '--ros-args', '-p', argument],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(needle), done.stderr
+    assert 'Traceback' not in done.stdout + done.stderr
