@@ -56,7 +56,7 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
-            'metavlm = metavlm_ros.cli:main',
+            'metavlm = metavlm_ros.cli:entry_point',
             'perception_node = metavlm_ros.ros.perception_node:entry_point',
             'tester_node = metavlm_ros.ros.tester_node:entry_point',
         ],

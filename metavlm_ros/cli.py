@@ -51,5 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry_point() -> None:
+    """The `metavlm` executable: main(), then exit with its code (metavlm_ros.process.finish)."""
+    from metavlm_ros.process import finish
+
+    finish(main())
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    entry_point()

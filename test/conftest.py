@@ -7,9 +7,13 @@ import subprocess
 import numpy as np
 import pytest
 
-# DDS traffic stays on this machine, in a domain of this test process's own.
+from test.ros_domain import claim_domain
+
+# DDS traffic stays on this machine, in a domain this test session holds (test/ros_domain.py): an
+# exported ROS_DOMAIN_ID is taken when no other session holds it and no other process uses it.
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-os.environ.setdefault('ROS_DOMAIN_ID', str(100 + os.getpid() % 100))
+_ASKED_DOMAIN = os.environ.get('ROS_DOMAIN_ID', '')
+os.environ['ROS_DOMAIN_ID'] = str(claim_domain(int(_ASKED_DOMAIN) if _ASKED_DOMAIN.isdigit() else None))
 os.environ['HF_HUB_OFFLINE'] = '1'
 os.environ['TRANSFORMERS_OFFLINE'] = '1'
 
@@ -23,6 +27,14 @@ def can_mount_tmpfs() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which ROS domain the session's nodes run in, and why it is not the one exported."""
+    domain = os.environ['ROS_DOMAIN_ID']
+    if _ASKED_DOMAIN and _ASKED_DOMAIN != domain:
+        return f'ROS domain {domain} (ROS_DOMAIN_ID {_ASKED_DOMAIN} held by another session or in use)'
+    return f'ROS domain {domain}'
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -22,7 +21,7 @@ from rclpy.timer import Timer
 
 from metavlm_ros.common.errors import MetaVLMError, ParameterError
 
-__all__ = ['ManagedNode', 'bring_up', 'exit_process', 'run_managed', 'shut_down', 'state_label']
+__all__ = ['ManagedNode', 'bring_up', 'run_managed', 'shut_down', 'state_label']
 
 # Longest wait for a transition in progress (a model loading) before a shutdown is attempted anyway.
 TRANSITION_WAIT_S = 30.0
@@ -287,15 +286,3 @@ def run_managed(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
-
-
-def exit_process(code: int) -> None:
-    """End a node's process with `code` once `run_managed` has returned, skipping interpreter teardown.
-
-    Everything the node owns is closed by then (results flushed, rclpy shut down); what is left is
-    the garbage collection of DDS and torch objects at interpreter exit, which can deadlock with
-    middleware threads after a busy run (seen as a hang until `ros2 launch` escalated to SIGTERM).
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -53,8 +53,9 @@ from metavlm_ros.method.search import (
     searched_frame,
 )
 from metavlm_ros.models.vlm import BACKENDS, create_backend
+from metavlm_ros.process import finish
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
-from metavlm_ros.ros.managed import ManagedNode, exit_process, run_managed
+from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import DTYPES, Check, ParameterRules, device_name, distinct_classes
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend, TransportSizeBackend
 from metavlm_ros.ros.visualisation import violation_image
@@ -1130,8 +1131,8 @@ def main(args: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    """The `tester_node` executable: main(), then exit at once with its code."""
-    exit_process(main())
+    """The `tester_node` executable: main(), then exit with its code (metavlm_ros.process.finish)."""
+    finish(main())
 
 
 if __name__ == '__main__':

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from test.launch.support import records
+from test.ros_domain import claim_domain
 from test.ros_tools import BIN, ROOT
 
 LAUNCH_TESTS = ROOT / 'test' / 'launch'
@@ -45,7 +46,7 @@ def ros_env(tmp_path_factory) -> dict[str, str]:
     site = prefix / 'lib' / f'python{sys.version_info.major}.{sys.version_info.minor}' / 'site-packages'
     # A ROS domain of their own: nodes left in this test process's domain by other tests (same names,
     # /metavlm_tester) would otherwise answer the launched nodes' lifecycle and parameter requests.
-    domain = (int(os.environ.get('ROS_DOMAIN_ID', '0')) + 100) % 233
+    domain = claim_domain()
     env.update(
         ROS_DOMAIN_ID=str(domain),
         AMENT_PREFIX_PATH=str(prefix),

@@ -266,9 +266,10 @@ def test_run_time_changes_are_validated_with_a_reason(graph):
     assert 'report_threshold 0.02 must be one of the thresholds 0.01, 0.03, 0.05' in refused.reason
     out_of_range = tester.set_parameters([Parameter('ranges.rotation', value=[-9.0, 5.0])])[0]
     assert not out_of_range.successful
-    assert out_of_range.reason == 'MR1 rotation angle -9.0 is outside the allowed range [-5, 5]'
+    reason = 'ranges.rotation: MR1 rotation angle -9.0 is outside the allowed range [-5, 5]'
+    assert out_of_range.reason == reason
     inverted = tester.set_parameters([Parameter('ranges.scaling', value=[1.2, 0.8])])[0]
-    assert not inverted.successful and 'scaling' in inverted.reason
+    assert not inverted.successful and inverted.reason.startswith('ranges.scaling: ')
     too_small = tester.set_parameters([Parameter('violation_image_height', value=8)])[0]
     assert not too_small.successful and 'violation_image_height' in too_small.reason
     assert tester.settings.violation_image_height == 360  # a refused value never reaches the settings
