@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    """The `metavlm` executable: main(), then exit with its code (metavlm_ros.process.finish)."""
-    from metavlm_ros.process import finish
+    """The `metavlm` executable: main(), then exit with its code (metavlm_ros.common.process.finish)."""
+    from metavlm_ros.common.process import finish
 
     finish(main())
 

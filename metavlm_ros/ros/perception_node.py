@@ -16,9 +16,9 @@ from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_pr
 from sensor_msgs.msg import CompressedImage, Image
 
 from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.process import finish
 from metavlm_ros.method.prediction import CLASSES, VLMBackend
 from metavlm_ros.models.vlm import BACKENDS, create_backend
-from metavlm_ros.process import finish
 from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
 from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import DTYPES, ParameterRules, device_name, distinct_classes
@@ -481,7 +481,7 @@ def main(args: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    """The `perception_node` executable: main(), then exit with its code (metavlm_ros.process.finish)."""
+    """The `perception_node` executable: main(), then exit with its code (common.process.finish)."""
     finish(main())
 
 

@@ -30,6 +30,7 @@ from std_srvs.srv import Trigger
 
 from metavlm_ros.common.errors import InputError, MetaVLMError, ParameterError, ResultsError
 from metavlm_ros.common.images import check_frame, resize_longer_side
+from metavlm_ros.common.process import finish
 from metavlm_ros.common.results import (
     ResultsStore,
     free_disk_bytes,
@@ -53,7 +54,6 @@ from metavlm_ros.method.search import (
     searched_frame,
 )
 from metavlm_ros.models.vlm import BACKENDS, create_backend
-from metavlm_ros.process import finish
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
 from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import DTYPES, Check, ParameterRules, device_name, distinct_classes
@@ -1131,7 +1131,7 @@ def main(args: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    """The `tester_node` executable: main(), then exit with its code (metavlm_ros.process.finish)."""
+    """The `tester_node` executable: main(), then exit with its code (metavlm_ros.common.process.finish)."""
     finish(main())
 
 
