@@ -40,6 +40,7 @@ from metavlm_ros.common.results import (
     to_jsonable,
     write_identity,
 )
+from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
@@ -894,6 +895,8 @@ class TesterNode(ManagedNode):
         self._stopped_for_disk = False
         job = _Job(frame, msg, stamp_ns, image_id, settings)
         job.extra['model'] = self.backend.model_id
+        # Which pixels were searched (once per search): the frame part of the searches' identity.
+        job.extra['frame_sha256'] = frame_digest(camera_frame)
         with self._lock:
             self._job = job
         self.state = 'searching'

@@ -9,7 +9,7 @@ from rclpy.parameter import Parameter
 from metavlm_ros.common.errors import MetaVLMError
 from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.perception_node import PerceptionNode
-from metavlm_ros.ros.tester_node import TesterNode
+from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
 from test.ros.helpers import ros_context
 
 # rclpy's own parameters, checked by rclpy.
@@ -67,7 +67,7 @@ TESTER_WRONG = {
     'vlm_endpoint': ['cloud'],
     'working_size': [-2],
 }
-NODES = {'perception': (PerceptionNode, PERCEPTION_WRONG), 'tester': (TesterNode, TESTER_WRONG)}
+NODES = {'perception': (PerceptionNode, PERCEPTION_WRONG), 'tester': (MetaVLMTester, TESTER_WRONG)}
 
 
 def _declared(node_class) -> set[str]:

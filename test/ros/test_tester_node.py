@@ -15,6 +15,7 @@ from sensor_msgs.msg import Image
 from metavlm_ros.common import results as results_module
 from metavlm_ros.common.errors import ParameterError, ResultsError
 from metavlm_ros.common.results import read_identity, read_jsonl
+from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.method.search import Evaluation
@@ -310,6 +311,10 @@ def test_the_results_directory_records_the_identity_of_its_searches(graph):
     assert identity['settings']['relations']['enabled'] == [True] * 6
     assert identity['model']['endpoint'] == 'inprocess' and identity['model']['model'] == 'stats'
     assert identity['model']['classes'] == list(StatsBackend.classes)
+    # Each record names the pixels its search searched.
+    digest = frame_digest(make_frame(96, 72, seed=1))
+    assert {r['frame_sha256'] for r in read_jsonl(g.results / 'evaluations.jsonl')} == {digest}
+    assert read_jsonl(g.results / 'summary.jsonl')[0]['frame_sha256'] == digest
     # A run-time change that would make the next searches another search is refused, naming it;
     # together with a new results_dir it is taken.
     refused = g.tester.set_parameters([Parameter('population', value=8)])[0]
