@@ -396,8 +396,8 @@ def _run_in_context(nodes, footage, source, duration, dds_transport, say, should
             exhausted_at = None
 
             def stop_now() -> bool:
-                if interrupted.is_set():
-                    return True
+                if interrupted.is_set() or tester.storage_failure is not None:
+                    return True  # a full or read-only results disk ends the run: nothing more can be kept
                 return time.monotonic() >= end or (should_stop is not None and should_stop())
 
             while not stop_now():
@@ -446,11 +446,14 @@ def _run_in_context(nodes, footage, source, duration, dds_transport, say, should
                 if hasattr(node, 'prepare_shutdown'):
                     shut_down(node)  # the tester's results are closed, the perception node's model freed
             summary = _summary(created[0], published, started) if created else None
+            failure = created[0].storage_failure if created else None
             for node in reversed(created):
                 node.destroy_node()
             rclpy.try_shutdown(context=context)
     if interrupted.is_set():
         raise KeyboardInterrupt  # the command's own message and exit code; the results are complete
+    if failure is not None:
+        raise failure  # one line and exit 2; everything written before is intact
     return summary
 
 

@@ -28,7 +28,7 @@ from rclpy.qos import (
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 
-from metavlm_ros.common.errors import InputError, MetaVLMError, ParameterError, ResultsError
+from metavlm_ros.common.errors import InputError, MetaVLMError, ParameterError, ResultsError, StorageError
 from metavlm_ros.common.images import check_frame, resize_longer_side
 from metavlm_ros.common.process import finish
 from metavlm_ros.common.results import (
@@ -37,6 +37,7 @@ from metavlm_ros.common.results import (
     holds_results,
     identity_differences,
     read_identity,
+    storage_error,
     to_jsonable,
     write_identity,
 )
@@ -521,6 +522,10 @@ class TesterNode(ManagedNode):
         self.last_error = ''
         self.last_error_time: float | None = None  # time.monotonic() of last_error
         self.searches_paused_disk = 0  # frames not searched because the results disk was below its reserve
+        # Set when results could not be written (disk full, read-only, directory gone): searches pause
+        # until the disk has room again; `metavlm run` ends with it.
+        self.storage_failure: StorageError | None = None
+        self._free_at_failure = 0
         self.violation_pngs_skipped = 0  # published violations whose follow-up PNG was not written (cap)
         self.disk_free_mb = float('nan')
         self._disk_low = False
@@ -839,6 +844,8 @@ class TesterNode(ManagedNode):
                 # Stopped while the source frame was being judged: nothing of this search was recorded.
                 self.state = 'search stopped before it began'
                 self.get_logger().info('search stopped before its source frame was judged; nothing recorded')
+            except StorageError as exc:
+                self._storage_failed(exc)
             except MetaVLMError as exc:
                 self._error(str(exc))
                 self.get_logger().error(f'search failed: {exc}')
@@ -850,10 +857,30 @@ class TesterNode(ManagedNode):
                     self._busy = False
                     self._job = None
 
+    def _storage_failed(self, exc: StorageError) -> None:
+        """Results could not be written: pause searches (logged once) until the disk has room again."""
+        first = self.storage_failure is None
+        self.storage_failure = exc
+        self._free_at_failure = free_disk_bytes(self.settings.results_dir)
+        self._error(str(exc))
+        self.state = 'paused: results cannot be written'
+        if first:
+            self.get_logger().error(f'search stopped: {exc}; searches pause until the results disk has room')
+
+    def _storage_paused(self, settings: TesterSettings) -> bool:
+        if self.storage_failure is None:
+            return False
+        if free_disk_bytes(settings.results_dir) > self._free_at_failure + MIB:
+            self.storage_failure = None
+            self.get_logger().info('the results disk has room again: searches resume')
+            return False
+        return True
+
     def _search(self, msg: Any, settings: TesterSettings) -> None:
-        if self._check_disk(settings):
+        if self._check_disk(settings) or self._storage_paused(settings):
             self.searches_paused_disk += 1
-            self.state = 'paused: results disk below min_free_disk_mb'
+            if self.storage_failure is None:
+                self.state = 'paused: results disk below min_free_disk_mb'
             return
         try:
             # What the search would refuse (a 1x1 frame) is unreadable too.
@@ -1020,8 +1047,11 @@ class TesterNode(ManagedNode):
         relative = None if path is None else str(path.relative_to(store.directory))
         record = {**evaluation_record(ev, result, job.extra), 'frame': relative}
         # Stored and flushed before it is published: what subscribers saw is always on disk.
-        self._violations_file.write(json.dumps(to_jsonable(record), separators=(',', ':')) + '\n')
-        self._violations_file.flush()
+        try:
+            self._violations_file.write(json.dumps(to_jsonable(record), separators=(',', ':')) + '\n')
+            self._violations_file.flush()
+        except OSError as exc:
+            raise storage_error(store.directory / VIOLATIONS_FILE, exc) from None
         array = DiagnosticArray()
         array.header = job.header
         array.status = [

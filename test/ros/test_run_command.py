@@ -14,7 +14,7 @@ from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.footage.bags import write_bag
 from metavlm_ros.method.prediction import CLASSES
 from metavlm_ros.ros.transport import USER_VARIABLES
-from test.conftest import make_frame
+from test.conftest import can_mount_tmpfs, make_frame
 
 
 @pytest.fixture
@@ -253,3 +253,33 @@ def test_a_rerun_into_results_of_other_settings_is_refused_before_any_node_start
     # The same settings continue the same directory.
     assert main(['run', '--params', str(params), '--source', str(folder), '--rate', '4']) == 0
     assert len(read_jsonl(results / 'summary.jsonl')) > len(before['summary.jsonl'].splitlines())
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason='needs unshare and tmpfs mounts (user namespaces)')
+def test_a_results_disk_that_fills_up_ends_the_run_with_one_line_and_exit_2(tmp_path, tiny_clip_dir, folder):
+    import subprocess
+    import sys
+
+    mount = tmp_path / 'mnt'
+    mount.mkdir()
+    # A 600 KiB disk: the first search's records and PNGs fill it.
+    params = write_params(
+        tmp_path, tiny_clip_dir, evaluations=400, population=10, min_free_disk_mb=0,
+        violation_pngs_per_search=1000, results_dir=str(mount / 'res'),
+    )  # fmt: skip
+    command = f'{sys.executable} -m metavlm_ros.cli run --params {params} --source {folder} --rate 2'
+    records = f'cat {mount}/res/*.jsonl'
+    script = f'mount -t tmpfs -o size=600k tmpfs {mount} && {command}; code=$?; {records}; exit $code'
+    done = subprocess.run(['unshare', '-rm', 'sh', '-c', script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith('metavlm: error:')]
+    assert len(errors) == 1 and 'No space left on device' in errors[0], done.stderr
+    assert 'everything written before is intact' in errors[0]
+    # The tester says so once, not once per frame.
+    assert done.stderr.count('[metavlm_tester]: search stopped:') == 1, done.stderr
+    assert 'Traceback' not in done.stderr
+    # What was written is whole: every line of every record file is a complete record.
+    import json
+
+    lines = [line for line in done.stdout.splitlines() if line.startswith('{')]
+    assert lines and all(json.loads(line) for line in lines)
