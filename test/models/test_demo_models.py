@@ -449,16 +449,17 @@ def test_a_transformed_training_frame_moves_its_maps_with_it():
 
 
 def test_demo_blip_is_steadier_under_small_changes_than_under_large_ones(blip, heldout):
-    # Rand on 4 held-out frames (one per scene), 90 evaluations each. The shipped BLIP was fine-tuned
-    # with the relations as augmentation (issue 15); on these frames it violates at order 1 in 48 %
-    # of evaluations and at orders 1-3 in 55 % (the BLIP shipped before: 57 % and 76 %), more at
-    # orders 5-6. This guards that gain; the issue's targets (order 1 <= 45 % on 20 frames, median
-    # smallest violating f_trans >= 0.3) are not reached yet (docs/demo.md).
+    # Rand on the 20 held-out frames of the robustness figures, 90 evaluations each. The shipped BLIP
+    # was fine-tuned on its predecessor's own answers with the relations as augmentation (issue 15);
+    # here it violates at order 1 in 43.4 % of evaluations and at orders 1-3 in 53.1 % (its
+    # predecessor: 46.7 % and 58.2 %), more at orders 5-6. Order 1 is the issue's target (<= 45 %);
+    # its other BLIP target, a median smallest violating f_trans >= 0.3, is not reached (docs/demo.md).
+    # Four frames were too few: per frame the rate moves by tens of percent between models.
     from metavlm_ros.models.training import robustness, robustness_frames
 
-    rates = robustness(blip, robustness_frames(heldout, 4), evaluations=90)['rate']['count']
-    assert rates[1] <= 0.50, rates
-    assert np.mean([rates[o] for o in (1, 2, 3)]) <= 0.60, rates
+    rates = robustness(blip, robustness_frames(heldout, 20), evaluations=90)['rate']['count']
+    assert rates[1] <= 0.45, rates
+    assert np.mean([rates[o] for o in (1, 2, 3)]) <= 0.55, rates
     assert np.mean([rates[5], rates[6]]) > np.mean([rates[1], rates[2]]), rates
 
 
