@@ -23,6 +23,8 @@ from metavlm_ros.method.stats import compare
 
 __all__ = [
     'APPROACH',
+    'BASELINE',
+    'EVERY_PAIR',
     'FORMATS',
     'NOT_SIGNIFICANT',
     'RQ3_SAMPLES',
@@ -32,6 +34,7 @@ __all__ = [
     'Report',
     'Table',
     'build_report',
+    'comparisons',
     'load_results',
     'render_csv',
     'render_html',
@@ -51,8 +54,19 @@ RQ3_SAMPLES = {
     'run': 'one value per (image, run): the mean violation strength of that search',
     'pooled': 'every violating pair of every image and run pooled (not the paper-level statistic)',
 }
-# The paper's names of the two approaches.
-APPROACH = {'nsga2': 'MetaVLM', 'random': 'Rand'}
+# The names the tables give the algorithms: the paper's for its two approaches.
+APPROACH = {
+    'nsga2': 'MetaVLM',
+    'random': 'Rand',
+    'nsga3': 'NSGA-III',
+    'smsemoa': 'SMS-EMOA',
+    'moead': 'MOEA/D',
+}
+# The paper compares MetaVLM against Rand; the tables of that pair keep the paper's names and keys.
+BASELINE = 'random'
+PAPER_PAIR = ('nsga2', 'random')
+# `baseline: all` compares every pair of algorithms instead of each against one baseline.
+EVERY_PAIR = 'all'
 WARP_NOTES = {
     'fused': 'adjacent affine relations resampled once',
     'sequential': 'resampled after every relation, as the paper',
@@ -279,8 +293,47 @@ def _slug(text: str) -> str:
     return ''.join(c if c.isalnum() else '_' for c in text).strip('_').lower()
 
 
+def _name(algorithm: str) -> str:
+    return APPROACH.get(algorithm, algorithm)
+
+
+def comparisons(algorithms: Sequence[str], baseline: str | None = None) -> list[tuple[str, str]]:
+    """The (algorithm, baseline) pairs RQ1 and RQ3 compare, in the campaign's order of algorithms.
+
+    Args:
+        algorithms: The campaign's algorithms.
+        baseline: The algorithm every other one is compared against; None for the paper's (Rand) when
+            the campaign has it, else no comparison; 'all' for every pair of algorithms.
+
+    Raises:
+        ParameterError: When a named baseline is not one of the campaign's algorithms.
+    """
+    algorithms = list(algorithms)
+    if baseline == EVERY_PAIR:
+        return [(a, b) for i, a in enumerate(algorithms) for b in algorithms[i + 1 :]]
+    if baseline is None:
+        if BASELINE not in algorithms:
+            return []
+        baseline = BASELINE
+    if baseline not in algorithms:
+        raise ParameterError(
+            f'baseline "{baseline}" is not one of the campaign\'s algorithms ({", ".join(algorithms)}); '
+            f'choose one of them or {EVERY_PAIR}'
+        )
+    return [(a, baseline) for a in algorithms if a != baseline]
+
+
+def _pair_key(pair: tuple[str, str]) -> str:
+    """'' for the paper's pair (its tables keep the paper's keys), else '-<a>-vs-<b>'."""
+    return '' if pair == PAPER_PAIR else f'-{pair[0]}-vs-{pair[1]}'
+
+
 def build_report(
-    directory: str | Path, solutions: str = 'all', alpha: float = 0.05, rq3: str = 'run'
+    directory: str | Path,
+    solutions: str = 'all',
+    alpha: float = 0.05,
+    rq3: str = 'run',
+    baseline: str | None = None,
 ) -> Report:
     """Compute every table of the report from a results directory.
 
@@ -290,14 +343,19 @@ def build_report(
         alpha: Significance level of the Mann-Whitney tests.
         rq3: The samples RQ3's test compares: 'run' (default: one mean strength per image and run)
             or 'pooled' (every violating pair).
+        baseline: The algorithm RQ1 and RQ3 compare every other one against (default: the campaign's
+            `baseline`, else Rand, as the paper); 'all' compares every pair.
 
     Raises:
         InputError: Not a campaign results directory.
-        ParameterError: Unknown solution set or RQ3 sample.
+        ParameterError: Unknown solution set, RQ3 sample or baseline.
     """
     if rq3 not in RQ3_SAMPLES:
         raise ParameterError(f'unknown RQ3 sample "{rq3}" (choose from {", ".join(RQ3_SAMPLES)})')
     results = load_results(directory, solutions)
+    if baseline is None:
+        baseline = results.campaign.get('config', {}).get('baseline')
+    pairs = comparisons(results.algorithms, baseline)
     planned = results.campaign.get('cells', 0)
     notes = [
         f'Cells: {len(results.cells)} of {planned} finished.',
@@ -315,12 +373,23 @@ def build_report(
     if results.unverified:
         notes.insert(1, f'{results.unverified} cells carry no checksums (written before cells had them): '
                         'read unverified.')  # fmt: skip
+    if pairs != [PAPER_PAIR]:
+        compared = '; '.join(f'{_name(a)} vs {_name(b)}' for a, b in pairs) or 'none'
+        notes.append(f'Comparisons (RQ1, RQ3): {compared}; A12 is the first of each pair over the second.')
     tables: list[Table] = []
-    rq1 = _rq1(results, alpha)
-    if rq1:
-        tables.extend(rq1)
-    else:
-        notes.append('RQ1 needs both algorithms (nsga2 and random) with finished runs: not reported.')
+    if not pairs:
+        notes.append(
+            f'RQ1 needs the baseline ({baseline or BASELINE}) and another algorithm with finished runs: '
+            'not reported.'
+        )
+    for pair in pairs:
+        rq1 = _rq1(results, alpha, pair)
+        if rq1:
+            tables.extend(rq1)
+        else:
+            notes.append(
+                f'RQ1 needs both algorithms ({pair[0]} and {pair[1]}) with finished runs: not reported.'
+            )
     for model in results.models:
         if results.kind(model) is None:
             notes.append(f'{model}: no finished cells yet.')
@@ -330,7 +399,7 @@ def build_report(
             for algorithm in results.algorithms:
                 tables.append(_rq22(results, model, algorithm, criterion))
         for criterion in results.criteria(model):
-            tables.append(_rq3(results, model, criterion, alpha, rq3))
+            tables.append(_rq3(results, model, criterion, alpha, rq3, pairs))
     return Report(results=results, tables=tables, notes=notes)
 
 
@@ -343,22 +412,22 @@ def _effect(outcome: Any) -> str:
     return outcome.magnitude if outcome.significant else NOT_SIGNIFICANT
 
 
-def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
-    """Table 4: per image and model, MetaVLM's and Rand's hypervolumes across runs compared."""
-    if not {'nsga2', 'random'} <= set(results.algorithms):
-        return []
+def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[Table]:
+    """Table 4: per image and model, two algorithms' hypervolumes across runs compared."""
+    first, second = pair
+    a, b = _name(first), _name(second)
     rows = []
     outcomes: dict[tuple[str, str], Any] = {}
     totals: dict[str, Counter] = {}
     for model in results.models:
         tally = totals.setdefault(model, Counter())
         for image in results.images:
-            ours = _hypervolumes(results.of(model, 'nsga2', image))
-            theirs = _hypervolumes(results.of(model, 'random', image))
+            ours = _hypervolumes(results.of(model, first, image))
+            theirs = _hypervolumes(results.of(model, second, image))
             if not ours or not theirs:
                 continue
             outcome = outcomes[model, image] = compare(ours, theirs, alpha=alpha)
-            better = {'first': 'MetaVLM', 'second': 'Rand'}.get(outcome.better, 'no significant difference')
+            better = {'first': a, 'second': b}.get(outcome.better, 'no significant difference')
             tally[{'first': 'wins', 'second': 'losses'}.get(outcome.better, 'ties')] += 1
             means = float(np.mean(ours)), float(np.mean(theirs))
             rows.append(
@@ -376,14 +445,15 @@ def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
             )
     if not rows:
         return []
+    key = _pair_key(pair)
     table = Table(
-        key='rq1',
-        title='RQ1 (Table 4): hypervolume of MetaVLM vs Rand across runs',
-        columns=['model', 'image', 'runs MetaVLM', 'runs Rand', 'HV MetaVLM (mean)', 'HV Rand (mean)', 'p',
+        key=f'rq1{key}',
+        title=f'RQ1 (Table 4): hypervolume of {a} vs {b} across runs',
+        columns=['model', 'image', f'runs {a}', f'runs {b}', f'HV {a} (mean)', f'HV {b} (mean)', 'p',
                  'A12', 'magnitude', 'better'],
         rows=rows,
         formats=['', '', 'd', 'd', '.4f', '.4f', 'p', '.3f', '', ''],
-        note=f'Two-sided Mann-Whitney U, significant when p < {alpha:g}; A12 is MetaVLM over Rand; '
+        note=f'Two-sided Mann-Whitney U, significant when p < {alpha:g}; A12 is {a} over {b}; '
         f'magnitude {NOT_SIGNIFICANT} when the difference is not significant, as in the paper.',
     )  # fmt: skip
     total_rows = [[m, t['wins'], t['losses'], t['ties']] for m, t in totals.items() if sum(t.values())]
@@ -392,17 +462,20 @@ def _rq1(results: CampaignResults, alpha: float) -> list[Table]:
         overall.update(t)
     total_rows.append(['all models', overall['wins'], overall['losses'], overall['ties']])
     summary = Table(
-        key='rq1-totals',
-        title='RQ1: totals over images (MetaVLM wins / Rand wins / no significant difference)',
-        columns=['model', 'MetaVLM better', 'Rand better', 'no significant difference'],
+        key=f'rq1-totals{key}',
+        title=f'RQ1: totals over images ({a} wins / {b} wins / no significant difference)',
+        columns=['model', f'{a} better', f'{b} better', 'no significant difference'],
         rows=total_rows,
         formats=['', 'd', 'd', 'd'],
     )
-    return [table, _table4(results, outcomes, alpha), summary]
+    return [table, _table4(results, outcomes, alpha, pair), summary]
 
 
-def _table4(results: CampaignResults, outcomes: dict[tuple[str, str], Any], alpha: float) -> Table:
+def _table4(
+    results: CampaignResults, outcomes: dict[tuple[str, str], Any], alpha: float, pair: tuple[str, str]
+) -> Table:
     """RQ1 laid out as the paper's Table 4: one row per image, the models side by side."""
+    a, b = _name(pair[0]), _name(pair[1])
     models = [m for m in results.models if any(key[0] == m for key in outcomes)]
     columns, formats = ['image'], ['']
     for model in models:
@@ -418,17 +491,17 @@ def _table4(results: CampaignResults, outcomes: dict[tuple[str, str], Any], alph
             if outcome is None:
                 row += [None, None, None]
                 continue
-            best = {'first': 'MetaVLM', 'second': 'Rand'}.get(outcome.better, NOT_SIGNIFICANT)
+            best = {'first': a, 'second': b}.get(outcome.better, NOT_SIGNIFICANT)
             row += [outcome.p, _effect(outcome), best]
         rows.append(row)
     return Table(
-        key='table4',
-        title='Table 4 view: hypervolume, MetaVLM vs Rand, one row per image',
+        key=f'table4{_pair_key(pair)}',
+        title=f'Table 4 view: hypervolume, {a} vs {b}, one row per image',
         columns=columns,
         rows=rows,
         formats=formats,
-        note=f"The RQ1 table above, laid out as the paper's Table 4. A12: the magnitude of MetaVLM over "
-        f'Rand (negligible, small, medium, large) when p < {alpha:g}, else {NOT_SIGNIFICANT}; best: the '
+        note=f"The RQ1 table above, laid out as the paper's Table 4. A12: the magnitude of {a} over "
+        f'{b} (negligible, small, medium, large) when p < {alpha:g}, else {NOT_SIGNIFICANT}; best: the '
         f'approach with the higher hypervolume when the difference is significant, else {NOT_SIGNIFICANT}.',
     )
 
@@ -520,19 +593,27 @@ def _strengths(records: Iterable[dict], order: int, criterion: str) -> list[floa
     return values
 
 
-def _rq3(results: CampaignResults, model: str, criterion: str, alpha: float, samples: str) -> Table:
-    """Table 7: violation strength by order and algorithm, MetaVLM vs Rand by Mann-Whitney and A12."""
+def _rq3(
+    results: CampaignResults,
+    model: str,
+    criterion: str,
+    alpha: float,
+    samples: str,
+    pairs: Sequence[tuple[str, str]],
+) -> Table:
+    """Table 7: violation strength by order and algorithm, each pair compared by Mann-Whitney and A12."""
     algorithms = results.algorithms
     cells = {a: results.of(model, a) for a in algorithms}
     columns = ['order']
     formats = ['d']
     for algorithm in algorithms:
-        name = APPROACH.get(algorithm, algorithm)
+        name = _name(algorithm)
         columns += [f'{name} VS', f'{name} violations', f'{name} samples']
         formats += ['.4f', 'd', 'd']
-    paired = {'nsga2', 'random'} <= set(algorithms)
-    if paired:
-        columns += ['p', 'A12', 'magnitude']
+    for first, second in pairs:
+        # One pair keeps the paper's column names; several say which pair each test compares.
+        which = '' if len(pairs) == 1 else f' {_name(first)} vs {_name(second)}'
+        columns += [f'p{which}', f'A12{which}', f'magnitude{which}']
         formats += ['p', '.3f', '']
     rows = []
     for order in ORDERS:
@@ -547,9 +628,9 @@ def _rq3(results: CampaignResults, model: str, criterion: str, alpha: float, sam
             else:
                 tested[algorithm] = pooled
             row += [float(np.mean(pooled)) if pooled else None, len(pooled), len(tested[algorithm])]
-        if paired:
-            if tested['nsga2'] and tested['random']:
-                outcome = compare(tested['nsga2'], tested['random'], alpha=alpha)
+        for first, second in pairs:
+            if tested[first] and tested[second]:
+                outcome = compare(tested[first], tested[second], alpha=alpha)
                 row += [outcome.p, outcome.a12, _effect(outcome)]
             else:
                 row += [None, None, None]
@@ -561,6 +642,10 @@ def _rq3(results: CampaignResults, model: str, criterion: str, alpha: float, sam
         else 'Samples: every violating pair, pooled over images and runs (POOLED, not one value per run)'
     )
     title = f'RQ3 (Table 7): violation strength by order, {model}, {_criterion_label(criterion)}'
+    if len(pairs) == 1:
+        over = f'{_name(pairs[0][0])} over {_name(pairs[0][1])}'
+    else:
+        over = 'the first of each pair over the second' if pairs else 'no pair (no baseline in the campaign)'
     return Table(
         key=f'rq3-{_slug(model)}-{_slug(criterion)}',
         title=title if samples == 'run' else f'{title} (pooled pairs)',
@@ -569,7 +654,7 @@ def _rq3(results: CampaignResults, model: str, criterion: str, alpha: float, sam
         formats=formats,
         note=f'Solution set: {SOLUTION_SETS[results.solutions]}. VS: mean over all violating solutions of '
         f'the summed differences of the violating classes (Eqs. 7-8). {sample_note}. Two-sided '
-        f'Mann-Whitney U and A12 of MetaVLM over Rand; magnitude {NOT_SIGNIFICANT} when p >= {alpha:g}.',
+        f'Mann-Whitney U and A12 of {over}; magnitude {NOT_SIGNIFICANT} when p >= {alpha:g}.',
     )
 
 
@@ -728,7 +813,8 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
     plots_dir = out / 'plots'
     plots_dir.mkdir(parents=True, exist_ok=True)
     written: list[tuple[str, Path]] = []
-    colours = {'nsga2': 'tab:blue', 'random': 'tab:orange'}
+    colours = {'nsga2': 'tab:blue', 'random': 'tab:orange', 'nsga3': 'tab:green', 'smsemoa': 'tab:red',
+               'moead': 'tab:purple'}  # fmt: skip
 
     def save(fig, name: str, title: str) -> None:
         path = plots_dir / f'{name}.png'

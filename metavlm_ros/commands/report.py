@@ -30,6 +30,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='samples of the RQ3 test: one mean strength per image and run (default), or every violating '
         'pair pooled (the tables say so)',
     )
+    parser.add_argument(
+        '--baseline',
+        default=None,
+        metavar='ALGORITHM',
+        help="the algorithm RQ1 and RQ3 compare every other one against (default: the campaign's "
+        'baseline, else random as in the paper), or all: every pair',
+    )
     parser.add_argument('--no-plots', action='store_true', help='tables only')
     parser.set_defaults(handler=run)
 
@@ -42,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path(args.results) / 'report'
     check_output_dir(out, what='the report')
-    report = build_report(args.results, solutions=args.solutions, rq3=args.rq3)
+    report = build_report(args.results, solutions=args.solutions, rq3=args.rq3, baseline=args.baseline)
     try:
         written = write_report(report, out, fmt=args.format, plots=not args.no_plots)
     except OSError as exc:

@@ -219,3 +219,69 @@ def test_partial_campaign(tmp_path):
     assert any(note.startswith('RQ1 needs both algorithms') for note in report.notes)
     assert 'blip:tiny: no finished cells yet.' in report.notes
     assert report.table('rq2_1-clip_tiny').row(order=2)[:2] == [2, 0.5]
+
+
+def _three_algorithms(tmp_path: Path, baseline: str | None = None) -> Path:
+    """The fixture with a third algorithm, 'nsga3': MetaVLM's solutions, hypervolumes 0.3 higher."""
+    import json
+
+    three = tmp_path / 'three'
+    shutil.copytree(FIXTURE, three)
+    for cell in sorted((three / 'cells').glob('m*-nsga2-*')):
+        copy = cell.parent / cell.name.replace('nsga2', 'nsga3')
+        shutil.copytree(cell, copy)
+        info = json.loads((copy / 'cell.json').read_text())
+        (copy / 'cell.json').write_text(json.dumps({**info, 'id': copy.name, 'algorithm': 'nsga3'}))
+        summary = json.loads((copy / 'summary.jsonl').read_text())
+        summary.update(algorithm='nsga3', hypervolume=summary['hypervolume'] + 0.3)
+        (copy / 'summary.jsonl').write_text(json.dumps(summary) + '\n')
+        records = [json.loads(line) for line in (copy / 'evaluations.jsonl').read_text().splitlines()]
+        lines = [json.dumps({**r, 'algorithm': 'nsga3', 'cell': copy.name}) + '\n' for r in records]
+        (copy / 'evaluations.jsonl').write_text(''.join(lines))
+    campaign = json.loads((three / 'campaign.json').read_text())
+    campaign['config']['algorithms'] = ['nsga2', 'nsga3', 'random']
+    if baseline is not None:
+        campaign['config']['baseline'] = baseline
+    campaign['cells'] = 48
+    (three / 'campaign.json').write_text(json.dumps(campaign))
+    return three
+
+
+def test_a_campaign_with_three_algorithms_reports_every_pair_against_the_baseline(tmp_path, report):
+    three = build_report(_three_algorithms(tmp_path))
+    keys = [t.key for t in three.tables]
+    # MetaVLM vs Rand keeps the paper's tables, byte for byte; NSGA-III vs Rand gets its own.
+    for key in ('rq1', 'table4', 'rq1-totals'):
+        assert three.table(key).rows == report.table(key).rows
+        assert three.table(key).title == report.table(key).title
+    for key in ('rq1-nsga3-vs-random', 'table4-nsga3-vs-random', 'rq1-totals-nsga3-vs-random'):
+        assert key in keys
+    pair = three.table('rq1-nsga3-vs-random')
+    assert pair.title == 'RQ1 (Table 4): hypervolume of NSGA-III vs Rand across runs'
+    assert pair.cell('HV NSGA-III (mean)', model='clip:tiny', image='reef') == pytest.approx(0.95)
+    assert pair.cell('HV Rand (mean)', model='clip:tiny', image='reef') == pytest.approx(0.25)
+    assert pair.cell('better', model='clip:tiny', image='reef') == 'NSGA-III'
+    # wreck, CLIP: not significant for MetaVLM; 0.3 higher, NSGA-III's four runs all beat Rand's.
+    assert pair.cell('A12', model='clip:tiny', image='wreck') == pytest.approx(1.0)
+    assert three.table('rq1-totals-nsga3-vs-random').row(model='all models')[1:] == [3, 0, 1]
+    assert 'Comparisons (RQ1, RQ3): MetaVLM vs Rand; NSGA-III vs Rand' in ' '.join(three.notes)
+    # RQ3: one test per pair, the columns named by the pair.
+    rq3 = three.table('rq3-clip_tiny-0_01')
+    assert rq3.columns[10:] == [
+        f'{column} {pair} vs Rand' for pair in ('MetaVLM', 'NSGA-III') for column in ('p', 'A12', 'magnitude')
+    ]
+    two = report.table('rq3-clip_tiny-0_01')
+    assert rq3.row(order=2)[10:13] == two.row(order=2)[7:10]
+    # NSGA-III judged MetaVLM's solutions: its strengths equal MetaVLM's.
+    assert rq3.row(order=2)[13:16] == two.row(order=2)[7:10]
+
+
+def test_the_baseline_is_chosen_by_the_campaign_or_the_report(tmp_path):
+    by_campaign = build_report(_three_algorithms(tmp_path, baseline='nsga2'))
+    keys = {t.key for t in by_campaign.tables}
+    assert {'rq1-nsga3-vs-nsga2', 'rq1-random-vs-nsga2'} <= keys and 'rq1' not in keys
+    every = build_report(tmp_path / 'three', baseline='all')
+    keys = [t.key for t in every.tables if t.key.startswith('rq1-totals')]
+    assert keys == ['rq1-totals-nsga2-vs-nsga3', 'rq1-totals', 'rq1-totals-nsga3-vs-random']
+    with pytest.raises(ParameterError, match='baseline "moead" is not one of the campaign'):
+        build_report(tmp_path / 'three', baseline='moead')

@@ -138,6 +138,20 @@ def test_report_rq3_samples_option(tmp_path, capsys):
     assert not (fixture / 'report').exists()
 
 
+def test_report_baseline_option(tmp_path, capsys):
+    fixture = ROOT / 'tests' / 'fixtures' / 'campaign_results'
+    out = tmp_path / 'by-metavlm'
+    assert main(['report', str(fixture), '--no-plots', '--baseline', 'nsga2', '--out', str(out)]) == 0
+    text = capsys.readouterr().out
+    assert '## RQ1 (Table 4): hypervolume of Rand vs MetaVLM across runs' in text
+    assert 'Comparisons (RQ1, RQ3): Rand vs MetaVLM; A12 is the first of each pair over the second.' in text
+    assert main(['report', str(fixture), '--baseline', 'moead', '--out', str(tmp_path / 'no')]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith('metavlm: error: baseline "moead" is not one of the campaign') and err.count('\n') == 1
+    )
+
+
 # ---------------------------------------------------------------------------------------------------
 # Cells as evidence: checksums the report verifies, damaged cells named and run again
 
