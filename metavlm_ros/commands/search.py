@@ -80,7 +80,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         nargs='+',
         default=None,
         metavar='ID',
-        help='enable only these relations (default: all six)',
+        help='the relations the search may use: ids (rotation, turbidity, ...) or the groups paper, '
+        "underwater, all (default: the paper's six; docs/method.md §12)",
     )
     group.add_argument(
         '--range',
@@ -280,6 +281,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(result, summarise_orders) -> None:
+    from metavlm_ros.method.relations import RELATION_BY_ID
+
     src = ', '.join(f'{k}={v:.3g}' for k, v in result.source.values.items())
     rate = len(result.evaluations) / result.seconds if result.seconds else float('nan')
     print(
@@ -290,6 +293,8 @@ def _print_summary(result, summarise_orders) -> None:
     print(f'  source prediction: {src}' + (f'  text: {result.source.text!r}' if result.source.text else ''))
     width, height = result.source_size
     print(f'  relations at working size {result.working_size} px (frame {width}x{height}; --working-size)')
+    numbered = ', '.join(f'{RELATION_BY_ID[rid].number} {rid}' for rid in result.relations)
+    print(f'  relations searched: {numbered} (--relations)')
     for line in summarise_orders(result):
         print(line)
     for i in result.pareto[:5]:

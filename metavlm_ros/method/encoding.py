@@ -1,4 +1,4 @@
-"""The 12-variable genotype of MetaVLM (docs/method.md §2): search space, compositions and decoding."""
+"""The genotype of MetaVLM (docs/method.md §2): search space, compositions and decoding."""
 
 from __future__ import annotations
 
@@ -9,12 +9,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS, Relation
+from metavlm_ros.method.relations import (
+    DEFAULT_RELATIONS,
+    PAPER_RELATIONS,
+    RELATION_BY_ID,
+    RELATION_GROUPS,
+    RELATIONS,
+    Relation,
+)
 
 __all__ = ['N_RELATIONS', 'N_VAR', 'Composition', 'SearchSpace', 'decode', 'encode']
 
 N_RELATIONS = len(RELATIONS)
-N_VAR = 2 * N_RELATIONS
+# Genes of the default search (the paper's six): a flag and a value per relation.
+N_VAR = 2 * len(PAPER_RELATIONS)
 
 # A flag strictly above this value activates its relation.
 FLAG_THRESHOLD = 0.5
@@ -34,11 +42,21 @@ def _lookup(name: str) -> Relation:
     relation = _ALIASES.get(str(name).strip().lower())
     if relation is None:
         known = ', '.join(RELATION_BY_ID)
-        raise ParameterError(f'unknown relation {name!r}; known relations: {known}')
+        groups = ', '.join(RELATION_GROUPS)
+        raise ParameterError(f'unknown relation {name!r}; known relations: {known} (or the groups {groups})')
     return relation
 
 
-def _six(values: Iterable, what: str) -> tuple:
+def _selected(names: Iterable[str]) -> list[Relation]:
+    """The relations named by ids, aliases or group names ('paper', 'underwater', 'all')."""
+    chosen = []
+    for name in names:
+        group = RELATION_GROUPS.get(str(name).strip().lower())
+        chosen += [RELATION_BY_ID[rid] for rid in group] if group else [_lookup(name)]
+    return chosen
+
+
+def _per_relation(values: Iterable, what: str) -> tuple:
     values = tuple(values)
     if len(values) != N_RELATIONS:
         raise ParameterError(f'{what} needs {N_RELATIONS} entries, one per relation, got {len(values)}')
@@ -49,18 +67,19 @@ def _six(values: Iterable, what: str) -> tuple:
 class SearchSpace:
     """Which relations the search may activate, and the (possibly narrowed) range of each parameter.
 
-    Every range must lie inside the Table 2 range of its relation (docs/method.md §1); a relation
-    that is not enabled is never active whatever its flag says.
+    Every range must lie inside its relation's range (docs/method.md §1, §12). The genotype holds a
+    flag and a value for each enabled relation only, so it grows with the relations a search uses;
+    the default enables the paper's six (12 variables).
     """
 
-    enabled: tuple[bool, ...] = (True,) * N_RELATIONS
+    enabled: tuple[bool, ...] = tuple(relation.id in DEFAULT_RELATIONS for relation in RELATIONS)
     low: tuple[float, ...] = tuple(relation.low for relation in RELATIONS)
     high: tuple[float, ...] = tuple(relation.high for relation in RELATIONS)
 
     def __post_init__(self) -> None:
-        enabled = tuple(bool(flag) for flag in _six(self.enabled, 'enabled'))
-        low = _six(self.low, 'low')
-        high = _six(self.high, 'high')
+        enabled = tuple(bool(flag) for flag in _per_relation(self.enabled, 'enabled'))
+        low = _per_relation(self.low, 'low')
+        high = _per_relation(self.high, 'high')
         checked_low, checked_high = [], []
         for relation, lo, hi in zip(RELATIONS, low, high, strict=True):
             lo, hi = _check_range(relation, lo, hi)
@@ -72,7 +91,7 @@ class SearchSpace:
 
     @classmethod
     def default(cls) -> SearchSpace:
-        """All six relations enabled over their full Table 2 ranges."""
+        """The paper's six relations enabled over their full Table 2 ranges."""
         return cls()
 
     @classmethod
@@ -84,22 +103,22 @@ class SearchSpace:
         """Build a search space from user options.
 
         Args:
-            enabled: relation ids (or parameter names, numbers, 'mr3') to enable; None enables all.
+            enabled: relation ids (or parameter names, numbers, 'mr3', or the groups 'paper',
+                'underwater', 'all') to enable; None enables the paper's six.
             ranges: relation id -> (low, high) narrowing that relation's range.
 
         Raises:
-            ParameterError: on an unknown relation, an empty selection, or a range outside the Table 2 range.
+            ParameterError: on an unknown relation, an empty selection, or a range outside its relation's.
         """
         if enabled is None:
-            flags = [True] * N_RELATIONS
-        else:
-            if isinstance(enabled, str):
-                enabled = [part for part in enabled.replace(',', ' ').split() if part]
-            flags = [False] * N_RELATIONS
-            for name in enabled:
-                flags[_lookup(name).number - 1] = True
-            if not any(flags):
-                raise ParameterError('at least one relation must be enabled')
+            enabled = DEFAULT_RELATIONS
+        if isinstance(enabled, str):
+            enabled = [part for part in enabled.replace(',', ' ').split() if part]
+        flags = [False] * N_RELATIONS
+        for relation in _selected(enabled):
+            flags[relation.number - 1] = True
+        if not any(flags):
+            raise ParameterError('at least one relation must be enabled')
         low = [relation.low for relation in RELATIONS]
         high = [relation.high for relation in RELATIONS]
         for name, bounds in (ranges or {}).items():
@@ -113,20 +132,44 @@ class SearchSpace:
             low[relation.number - 1], high[relation.number - 1] = _check_range(relation, lo, hi)
         return cls(tuple(flags), tuple(low), tuple(high))
 
+    @property
+    def indices(self) -> np.ndarray:
+        """Positions in RELATIONS of the enabled relations, in the fixed order."""
+        return np.flatnonzero(self.enabled)
+
+    @property
+    def n_var(self) -> int:
+        """Length of the genotype: a flag and a value per enabled relation."""
+        return 2 * int(sum(self.enabled))
+
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Lower and upper bounds (xl, xu) of the 12 genotype variables; disabled flags are fixed at 0."""
-        xl = np.empty(N_VAR)
-        xu = np.empty(N_VAR)
+        """Lower and upper bounds (xl, xu) of the genotype: flags in [0, 1], values in their ranges."""
+        index = self.indices
+        xl = np.empty(self.n_var)
+        xu = np.empty(self.n_var)
         xl[0::2] = 0.0
-        xu[0::2] = np.where(self.enabled, 1.0, 0.0)
-        xl[1::2] = self.low
-        xu[1::2] = self.high
+        xu[0::2] = 1.0
+        xl[1::2] = np.asarray(self.low)[index]
+        xu[1::2] = np.asarray(self.high)[index]
         return xl, xu
 
     @property
     def enabled_ids(self) -> tuple[str, ...]:
         """Ids of the enabled relations, in the fixed order."""
         return tuple(relation.id for relation, on in zip(RELATIONS, self.enabled, strict=True) if on)
+
+    def as_record(self) -> dict[str, list]:
+        """The space as stored with a search: enabled flags, low and high, one entry per relation.
+
+        The lists stop after the paper's six unless a later relation is enabled, so a search that
+        uses only the paper's relations records what it recorded before there were others.
+        """
+        last = max(len(PAPER_RELATIONS), int(self.indices[-1]) + 1)
+        return {
+            'enabled': list(self.enabled[:last]),
+            'low': list(self.low[:last]),
+            'high': list(self.high[:last]),
+        }
 
 
 def _check_range(relation: Relation, low: float, high: float) -> tuple[float, float]:
@@ -156,9 +199,9 @@ class Composition:
     values: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        active = tuple(bool(flag) for flag in _six(self.active, 'active'))
+        active = tuple(bool(flag) for flag in _per_relation(self.active, 'active'))
         values = []
-        for relation, on, value in zip(RELATIONS, active, _six(self.values, 'values'), strict=True):
+        for relation, on, value in zip(RELATIONS, active, _per_relation(self.values, 'values'), strict=True):
             values.append(relation.check_value(value) if on else relation.nominal)
         object.__setattr__(self, 'active', active)
         object.__setattr__(self, 'values', tuple(values))
@@ -188,7 +231,7 @@ class Composition:
 
     @property
     def order(self) -> int:
-        """Number of active relations, 0..6."""
+        """Number of active relations, 0..6 for the paper's six (one more per further relation)."""
         return sum(self.active)
 
     @property
@@ -221,39 +264,52 @@ class Composition:
 
 
 def decode(x: np.ndarray, space: SearchSpace | None = None) -> Composition:
-    """Decode a 12-variable genotype into a composition.
+    """Decode a genotype into a composition.
 
-    ``x[2*i]`` is the flag of MR i+1 (active when > 0.5), ``x[2*i+1]`` its parameter, clipped into
-    the search space's range. Relations the space does not enable are inactive.
+    The genotype holds a flag and a value for each relation the space enables, in the fixed order:
+    ``x[2*k]`` is the flag of the k-th enabled relation (active when > 0.5), ``x[2*k+1]`` its
+    parameter, clipped into the space's range. Relations the space does not enable are inactive.
+    With the default space that is 12 variables, MR1..MR6.
 
     Raises:
-        ParameterError: when x does not hold 12 finite numbers.
+        ParameterError: when x does not hold space.n_var finite numbers.
     """
     space = space or _DEFAULT_SPACE
+    n_var = space.n_var
     try:
         genes = np.asarray(x, dtype=float).reshape(-1)
     except (TypeError, ValueError):
-        raise ParameterError('a genotype must be 12 numbers') from None
-    if genes.shape != (N_VAR,):
-        raise ParameterError(f'a genotype must have {N_VAR} variables, got {genes.size}')
+        raise ParameterError(f'a genotype must be {n_var} numbers') from None
+    if genes.shape != (n_var,):
+        raise ParameterError(f'a genotype must have {n_var} variables, got {genes.size}')
     if not np.all(np.isfinite(genes)):
         raise ParameterError('a genotype must hold finite numbers only')
-    active = tuple(
-        bool(enabled and flag > FLAG_THRESHOLD)
-        for enabled, flag in zip(space.enabled, genes[0::2], strict=True)
-    )
-    values = tuple(
-        float(min(max(value, lo), hi))
-        for value, lo, hi in zip(genes[1::2], space.low, space.high, strict=True)
-    )
-    return Composition(active, values)
+    active = [False] * N_RELATIONS
+    values = [relation.nominal for relation in RELATIONS]
+    for k, i in enumerate(space.indices):
+        active[i] = bool(genes[2 * k] > FLAG_THRESHOLD)
+        values[i] = float(min(max(genes[2 * k + 1], space.low[i]), space.high[i]))
+    return Composition(tuple(active), tuple(values))
 
 
-def encode(composition: Composition) -> np.ndarray:
-    """The genotype of a composition: flags 1.0 for active relations, 0.0 otherwise, and their values."""
-    x = np.empty(N_VAR)
-    x[0::2] = np.asarray(composition.active, dtype=float)
-    x[1::2] = composition.values
+def encode(composition: Composition, space: SearchSpace | None = None) -> np.ndarray:
+    """The genotype of a composition in a space: flags 1.0 for active relations, 0.0 otherwise, and values.
+
+    Raises:
+        ParameterError: when the composition activates a relation the space does not enable.
+    """
+    space = space or _DEFAULT_SPACE
+    outside = [
+        relation.name
+        for relation, on, enabled in zip(RELATIONS, composition.active, space.enabled, strict=True)
+        if on and not enabled
+    ]
+    if outside:
+        raise ParameterError(f'the search space does not enable {", ".join(outside)}')
+    index = space.indices
+    x = np.empty(space.n_var)
+    x[0::2] = np.asarray(composition.active, dtype=float)[index]
+    x[1::2] = np.asarray(composition.values)[index]
     return x
 
 

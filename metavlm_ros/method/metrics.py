@@ -171,21 +171,24 @@ def non_dominated(f_trans: ArrayLike, f_pred: ArrayLike) -> np.ndarray:
     return np.sort(order[keep])
 
 
-def hypervolume(f_trans: ArrayLike, f_pred: ArrayLike, n_classes: int) -> float:
+def hypervolume(f_trans: ArrayLike, f_pred: ArrayLike, n_classes: int, n_relations: int = 6) -> float:
     """Hypervolume of a set of (f_trans, f_pred) points on the normalised objectives of docs/method.md §5.
 
-    f_trans is divided by 6 and f_pred, clipped to [0, n_classes], by n_classes; the indicator
+    f_trans is divided by the number of relations the search used (its largest possible value: 6
+    for the paper's six) and f_pred, clipped to [0, n_classes], by n_classes; the indicator
     minimises (f_trans_n, -f_pred_n) against the reference point (1, 0), so the result is in [0, 1].
     Computed with pymoo's HV indicator; an empty or fully dominated set gives 0.
 
     Raises:
-        ParameterError: when n_classes is below 1 or the arrays differ in length.
+        ParameterError: when n_classes or n_relations is below 1 or the arrays differ in length.
     """
     if int(n_classes) != n_classes or n_classes < 1:
         raise ParameterError(f'the number of classes must be a positive integer, got {n_classes!r}')
+    if int(n_relations) != n_relations or n_relations < 1:
+        raise ParameterError(f'the number of relations must be a positive integer, got {n_relations!r}')
     t, p = _objectives(f_trans, f_pred)
     keep = ~(np.isnan(t) | np.isnan(p))
-    t_n = t[keep] / 6.0
+    t_n = t[keep] / float(n_relations)
     p_n = np.clip(p[keep], 0.0, float(n_classes)) / float(n_classes)
     # Only points strictly better than the reference in both objectives add volume.
     inside = (t_n < 1.0) & (p_n > 0.0)

@@ -1,10 +1,10 @@
-"""The six metamorphic relations of Table 2 (docs/method.md §1) and their composition, with OpenCV."""
+"""Metamorphic relations: Table 2's six (docs/method.md §1), the underwater ones (§12), composition."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import cv2
@@ -12,10 +12,15 @@ import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
+from metavlm_ros.method.underwater import UNDERWATER_FUNCTIONS, UNDERWATER_PARAMETERS
 
 __all__ = [
+    'DEFAULT_RELATIONS',
+    'PAPER_RELATIONS',
     'RELATIONS',
     'RELATION_BY_ID',
+    'RELATION_GROUPS',
+    'UNDERWATER_RELATIONS',
     'WARPS',
     'Relation',
     'apply_composition',
@@ -44,7 +49,11 @@ class Composed(Protocol):
 
 @dataclass(frozen=True)
 class Relation:
-    """One metamorphic relation of Table 2: its parameter, nominal value, range and maximum deviation."""
+    """One metamorphic relation: its parameter, nominal value, range and maximum deviation (f_trans).
+
+    `apply(frame, value)` transforms a checked frame by a checked value; the paper's six leave it
+    None and are applied below (their geometric ones fuse into one warp).
+    """
 
     number: int
     id: str
@@ -53,6 +62,7 @@ class Relation:
     low: float
     high: float
     max_deviation: float
+    apply: Callable[[np.ndarray, float], np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -86,7 +96,7 @@ class Relation:
         return self.id != 'histogram_equalization' and value == self.nominal
 
 
-RELATIONS: tuple[Relation, ...] = (
+PAPER_RELATIONS: tuple[Relation, ...] = (
     Relation(1, 'rotation', 'angle', 0.0, -5.0, 5.0, 5.0),
     Relation(2, 'scaling', 'zoom', 1.0, 0.7, 1.3, 0.3),
     Relation(3, 'histogram_equalization', 'clip_limit', 1.0, 1.0, 2.0, 1.0),
@@ -94,7 +104,24 @@ RELATIONS: tuple[Relation, ...] = (
     Relation(5, 'shear', 'shear', 0.0, -0.15, 0.15, 0.15),
     Relation(6, 'translation', 'shift', 0.0, -0.03, 0.03, 0.03),
 )
+# Opt-in relations beyond the paper (docs/method.md §12), numbered after its six.
+UNDERWATER_RELATIONS: tuple[Relation, ...] = tuple(
+    Relation(number, rid, name, nominal, low, high, deviation, apply=UNDERWATER_FUNCTIONS[rid])
+    for number, (rid, (name, _, nominal, low, high, deviation)) in enumerate(
+        UNDERWATER_PARAMETERS.items(), start=len(PAPER_RELATIONS) + 1
+    )
+)
+# Every relation a search may use, in the fixed order a composition applies them.
+RELATIONS: tuple[Relation, ...] = PAPER_RELATIONS + UNDERWATER_RELATIONS
 RELATION_BY_ID: dict[str, Relation] = {relation.id: relation for relation in RELATIONS}
+# A search that names no relations uses the paper's six, so paper mode stays the paper's.
+DEFAULT_RELATIONS: tuple[str, ...] = tuple(relation.id for relation in PAPER_RELATIONS)
+# Names that stand for several relations wherever relations are selected.
+RELATION_GROUPS: dict[str, tuple[str, ...]] = {
+    'paper': DEFAULT_RELATIONS,
+    'underwater': tuple(relation.id for relation in UNDERWATER_RELATIONS),
+    'all': tuple(RELATION_BY_ID),
+}
 
 _GEOMETRIC = frozenset({'rotation', 'scaling', 'shear', 'translation'})
 _IDENTITY = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
@@ -180,6 +207,8 @@ def _downsample(frame: np.ndarray, scale: float) -> np.ndarray:
 
 
 def _apply_checked(frame: np.ndarray, relation: Relation, value: float) -> np.ndarray:
+    if relation.apply is not None:
+        return relation.apply(frame, value)
     if relation.id in _GEOMETRIC:
         if relation.is_identity(value):
             return frame
@@ -195,8 +224,8 @@ def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndar
 
     Args:
         frame: RGB uint8 array of shape (H, W, 3).
-        relation_id: one of the ids in RELATIONS, e.g. 'rotation'.
-        value: the relation's parameter, inside its Table 2 range.
+        relation_id: one of the ids in RELATIONS, e.g. 'rotation' or 'turbidity'.
+        value: the relation's parameter, inside its range.
 
     Returns:
         A new RGB uint8 array of the same shape (never the input array itself).
@@ -212,7 +241,7 @@ def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndar
 
 
 def apply_composition(frame: np.ndarray, composition: Composed, fuse: bool = True) -> np.ndarray:
-    """Apply the active relations of a composition in the fixed order MR1..MR6.
+    """Apply the active relations of a composition in the fixed order of RELATIONS (MR1, MR2, ...).
 
     With ``fuse`` (the default), consecutive geometric relations (rotation and scaling, shear and
     translation, and all four when MR3 and MR4 are inactive) are composed into one 2x3 matrix and

@@ -24,7 +24,7 @@ from pymoo.util.display.multi import MultiObjectiveOutput
 from metavlm_ros.common.errors import ModelError, ParameterError, SearchInterrupted
 from metavlm_ros.common.images import check_frame, parse_working_size, resize_longer_side, working_size_for
 from metavlm_ros.method import defaults
-from metavlm_ros.method.encoding import N_RELATIONS, N_VAR, Composition, SearchSpace, decode
+from metavlm_ros.method.encoding import N_VAR, Composition, SearchSpace, decode
 from metavlm_ros.method.metrics import (
     DEFAULT_THRESHOLDS,
     hypervolume,
@@ -34,7 +34,7 @@ from metavlm_ros.method.metrics import (
     violation_strength_of,
 )
 from metavlm_ros.method.objectives import f_pred, f_trans
-from metavlm_ros.method.relations import WARPS, apply_composition
+from metavlm_ros.method.relations import DEFAULT_RELATIONS, WARPS, apply_composition
 
 if TYPE_CHECKING:
     from metavlm_ros.common.results import ResultsStore
@@ -54,7 +54,8 @@ __all__ = [
 ]
 
 
-# The authors' NSGA-II operator settings (docs/method.md §7).
+# The authors' NSGA-II operator settings (docs/method.md §7): mutation touches one variable in
+# n_var on average, 1/12 for the paper's six relations.
 SBX_PROB, SBX_ETA = 0.9, 15
 PM_PROB_VAR, PM_ETA = 1 / N_VAR, 10
 
@@ -97,7 +98,7 @@ class SearchConfig:
             'population': self.population,
             'evaluations': self.evaluations,
             'seed': self.seed,
-            'relations': {'enabled': list(space.enabled), 'low': list(space.low), 'high': list(space.high)},
+            'relations': space.as_record(),
             'thresholds': list(self.thresholds),
             'working_size': self.working_size,
         }
@@ -138,6 +139,7 @@ class SearchResult:
     warp: str = 'fused'
     working_size: int = 0
     source_size: tuple[int, int] = (0, 0)
+    relations: tuple[str, ...] = ()
 
     @property
     def violations_by_order(self) -> dict[str, dict[int, tuple[int, int]]]:
@@ -238,10 +240,10 @@ class _Judge:
 
 
 class _CompositionProblem(Problem):
-    """The two-objective problem over the 12-variable genotype; pymoo minimises (f_trans, -f_pred)."""
+    """The two-objective problem over the genotype of a search space; pymoo minimises (f_trans, -f_pred)."""
 
     def __init__(self, xl: np.ndarray, xu: np.ndarray):
-        super().__init__(n_var=N_VAR, n_obj=2, xl=xl, xu=xu)
+        super().__init__(n_var=len(xl), n_obj=2, xl=xl, xu=xu)
 
 
 def _bounds(space: SearchSpace) -> tuple[np.ndarray, np.ndarray]:
@@ -307,6 +309,7 @@ def run_search(
         warp=config.warp,
         working_size=max(frame.shape[:2]),
         source_size=source_size,
+        relations=config.space.enabled_ids,
     )
     extra = dict(extra_fields or {})
 
@@ -350,17 +353,15 @@ class RandSampling(Sampling):
 
 def rand_genotypes(space: SearchSpace, n: int, rng: np.random.Generator) -> np.ndarray:
     """`n` genotypes of the paper's Rand (docs/method.md §7) drawn with `rng`."""
-    enabled = np.flatnonzero(space.enabled)
+    enabled = space.indices
     orders = rng.integers(1, enabled.size + 1, size=n)
     # A uniformly random k-subset: the k enabled relations with the smallest random keys.
     keys = rng.random((n, enabled.size))
     rank = np.argsort(np.argsort(keys, axis=1), axis=1)
-    active = np.zeros((n, N_RELATIONS), dtype=bool)
-    active[:, enabled] = rank < orders[:, None]
-    low, high = np.asarray(space.low, float), np.asarray(space.high, float)
-    genotypes = np.empty((n, N_VAR))
-    genotypes[:, 0::2] = active
-    genotypes[:, 1::2] = low + (high - low) * rng.random((n, N_RELATIONS))
+    low, high = np.asarray(space.low, float)[enabled], np.asarray(space.high, float)[enabled]
+    genotypes = np.empty((n, space.n_var))
+    genotypes[:, 0::2] = rank < orders[:, None]
+    genotypes[:, 1::2] = low + (high - low) * rng.random((n, enabled.size))
     return genotypes
 
 
@@ -369,7 +370,7 @@ def _nsga2(config: SearchConfig) -> Algorithm:
         pop_size=config.population,
         sampling=FloatRandomSampling(),
         crossover=SBX(prob=SBX_PROB, eta=SBX_ETA),
-        mutation=PM(prob=1.0, prob_var=PM_PROB_VAR, eta=PM_ETA),
+        mutation=PM(prob=1.0, prob_var=1 / config.space.n_var, eta=PM_ETA),
         eliminate_duplicates=True,
     )
 
@@ -425,7 +426,7 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
             (i for i in front if result.evaluations[i].f_pred > 0),
             key=lambda i: result.evaluations[i].f_trans,
         )
-        result.hypervolume = float(hypervolume(ft, fp, n_classes))
+        result.hypervolume = float(hypervolume(ft, fp, n_classes, len(result.relations)))
     result.model_calls += judge.model_calls
     result.frames_judged += judge.frames_judged
     result.seconds = time.perf_counter() - started
@@ -479,6 +480,13 @@ def evaluation_record(ev: Evaluation, result: SearchResult, extra: dict | None =
     }
 
 
+def _relations_field(result: SearchResult) -> dict:
+    """`relations` when the search used other than the paper's six: a paper search's summary stays
+    byte for byte what it was before there were other relations (readers take absence as the six)."""
+    relations = list(result.relations)
+    return {} if relations == list(DEFAULT_RELATIONS) else {'relations': relations}
+
+
 def summary_record(result: SearchResult, backend: Any = None, extra: dict | None = None) -> dict:
     """The one-line summary of a search, as stored in summary.jsonl."""
     return {
@@ -494,6 +502,7 @@ def summary_record(result: SearchResult, backend: Any = None, extra: dict | None
         'source': result.source.values,
         'source_text': result.source.text,
         'warp': result.warp,
+        **_relations_field(result),
         'evaluations': len(result.evaluations),
         'failed': sum(ev.failed for ev in result.evaluations),
         'model_calls': result.model_calls,

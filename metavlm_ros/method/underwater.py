@@ -10,9 +10,10 @@ import cv2
 import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.method.relations import check_frame
+from metavlm_ros.common.images import check_frame
 
 __all__ = [
+    'UNDERWATER_FUNCTIONS',
     'UNDERWATER_PARAMETERS',
     'colour_cast',
     'low_light',
@@ -21,14 +22,17 @@ __all__ = [
     'turbidity',
 ]
 
-# Each relation's physical parameter: (name, unit, nominal, low, high, max_deviation). The nominal
-# value is the identity (the frame comes back byte for byte) and the lower end of the range, so the
-# normalisation of f_trans (Eq. 1) is the deviation over the range's width, in [0, 1] like Table 2's.
+# Each relation's physical parameter: (name, unit, nominal, low, high, max_deviation), in the order
+# a composition applies them (the physics of a capture: the water absorbs and scatters the scene's
+# light, particles float between scene and camera, the camera moves during the exposure, and the
+# sensor records what light is left). The nominal value is the identity (the frame comes back byte
+# for byte) and the lower end of the range, so the normalisation of f_trans (Eq. 1) is the
+# deviation over the range's width, in [0, 1] like Table 2's.
 UNDERWATER_PARAMETERS: dict[str, tuple[str, str, float, float, float, float]] = {
-    'turbidity': ('distance', 'm', 0.0, 0.0, 5.0, 5.0),
     'colour_cast': ('depth', 'm', 0.0, 0.0, 10.0, 10.0),
-    'motion_blur': ('length', 'fraction of the width', 0.0, 0.0, 0.01, 0.01),
+    'turbidity': ('distance', 'm', 0.0, 0.0, 5.0, 5.0),
     'marine_snow': ('density', 'particles per frame', 0.0, 0.0, 600.0, 600.0),
+    'motion_blur': ('length', 'fraction of the width', 0.0, 0.0, 0.01, 0.01),
     'low_light': ('stops', 'EV below the exposure of the frame', 0.0, 0.0, 3.0, 3.0),
 }
 
@@ -309,3 +313,13 @@ def low_light(frame: np.ndarray, stops: float) -> np.ndarray:
     light *= k
     light += np.sqrt(variance) * _sensor_noise(*frame.shape[:2])
     return _to_bytes(light)
+
+
+# Each relation's function, in UNDERWATER_PARAMETERS' order: what the relation registry applies.
+UNDERWATER_FUNCTIONS = {
+    'colour_cast': colour_cast,
+    'turbidity': turbidity,
+    'marine_snow': marine_snow,
+    'motion_blur': motion_blur,
+    'low_light': low_light,
+}

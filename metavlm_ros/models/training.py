@@ -714,7 +714,7 @@ def _clip_vision_into_blip(clip_dir: Path, blip: Any) -> None:
 
 
 def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
-    """A random composition of the metamorphic relations at small magnitudes.
+    """A random composition of the paper's six relations at small magnitudes.
 
     The order k is uniform in 1..6 and the k relations a uniform subset, as the search's random
     baseline draws them; each parameter deviates from its nominal value by a uniform fraction in
@@ -722,11 +722,12 @@ def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
     upwards, downsampling downwards, the others either way).
     """
     from metavlm_ros.method.encoding import N_RELATIONS, Composition
-    from metavlm_ros.method.relations import RELATIONS
+    from metavlm_ros.method.relations import PAPER_RELATIONS, RELATIONS
 
     active = [False] * N_RELATIONS
     values = [relation.nominal for relation in RELATIONS]
-    for i in rng.choice(N_RELATIONS, int(rng.integers(1, N_RELATIONS + 1)), replace=False):
+    n = len(PAPER_RELATIONS)
+    for i in rng.choice(n, int(rng.integers(1, n + 1)), replace=False):
         relation = RELATIONS[i]
         sign = 1.0 if relation.nominal == relation.low else -1.0 if relation.nominal == relation.high else 0.0
         sign = sign or float(rng.choice((-1.0, 1.0)))

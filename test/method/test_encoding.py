@@ -5,6 +5,7 @@ import pytest
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.encoding import N_VAR, Composition, SearchSpace, decode, encode
+from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID, RELATION_GROUPS, RELATIONS
 
 
 def genotype(**genes: tuple[float, float]) -> np.ndarray:
@@ -20,12 +21,13 @@ def genotype(**genes: tuple[float, float]) -> np.ndarray:
 def test_decode_reads_interleaved_flags_and_values():
     x = np.array([0.9, -2.5, 0.1, 1.2, 0.7, 1.5, 0.2, 0.95, 0.51, 0.1, 0.0, 0.02])
     composition = decode(x)
-    assert composition.active == (True, False, True, False, True, False)
+    assert composition.active[:6] == (True, False, True, False, True, False)
+    assert not any(composition.active[6:])  # the opt-in relations are not in the default space
     assert composition.order == 3
     assert composition.label == '{1,3,5}'
     assert composition.parameters == {'rotation': -2.5, 'histogram_equalization': 1.5, 'shear': 0.1}
     # Inactive relations carry their nominal value.
-    assert composition.values == (-2.5, 1.0, 1.5, 1.0, 0.1, 0.0)
+    assert composition.values[:6] == (-2.5, 1.0, 1.5, 1.0, 0.1, 0.0)
 
 
 def test_flag_is_active_strictly_above_one_half():
@@ -99,26 +101,65 @@ def test_default_space_bounds():
     assert xu.tolist() == [1, 5, 1, 1.3, 1, 2.0, 1, 1.0, 1, 0.15, 1, 0.03]
 
 
-def test_narrowed_space_disables_and_clips():
+def test_narrowed_space_has_genes_for_its_relations_only_and_clips():
     space = SearchSpace.from_options(enabled=['rotation', 'shear'], ranges={'rotation': (-2.0, 3.0)})
-    assert space.enabled == (True, False, False, False, True, False)
+    assert space.enabled_ids == ('rotation', 'shear') and space.n_var == 4
     xl, xu = space.bounds()
-    assert (xl[0:4].tolist(), xu[0:4].tolist()) == ([0, -2, 0, 0.7], [1, 3, 0, 1.3])
-    # A disabled relation stays inactive whatever its flag; values clip to the narrowed range.
-    composition = decode(genotype(rotation=(1.0, 4.5), scaling=(1.0, 1.2), shear=(1.0, -0.05)), space)
+    assert (xl.tolist(), xu.tolist()) == ([0, -2, 0, -0.15], [1, 3, 1, 0.15])
+    # Values clip to the narrowed range; a disabled relation has no gene, so it is never active.
+    composition = decode(np.array([1.0, 4.5, 1.0, -0.05]), space)
     assert composition.parameters == {'rotation': 3.0, 'shear': -0.05}
-    assert space.enabled_ids == ('rotation', 'shear')
+    with pytest.raises(ParameterError, match='4 variables, got 12'):
+        decode(genotype(rotation=(1.0, 1.0)), space)
 
 
 def test_enabled_can_be_a_comma_separated_string():
-    assert SearchSpace.from_options(enabled='rotation, mr6').enabled == (
-        True,
-        False,
-        False,
-        False,
-        False,
-        True,
+    assert SearchSpace.from_options(enabled='rotation, mr6').enabled_ids == ('rotation', 'translation')
+
+
+def test_default_space_is_the_papers_six_and_the_genotype_grows_with_the_chosen_relations():
+    assert (
+        SearchSpace.default().enabled_ids == DEFAULT_RELATIONS and SearchSpace.default().n_var == N_VAR == 12
     )
+    assert SearchSpace.from_options(enabled=None) == SearchSpace.default()
+    assert SearchSpace.from_options(enabled=['paper']) == SearchSpace.default()
+    wider = SearchSpace.from_options(enabled=['paper', 'turbidity', 'marine_snow'])
+    assert wider.n_var == 16
+    assert wider.enabled_ids == (*DEFAULT_RELATIONS, 'turbidity', 'marine_snow')
+    xl, xu = wider.bounds()
+    assert (xl[12:].tolist(), xu[12:].tolist()) == ([0, 0, 0, 0], [1, 5, 1, 600])
+    underwater = SearchSpace.from_options(enabled='underwater')
+    assert underwater.enabled_ids == RELATION_GROUPS['underwater'] and underwater.n_var == 10
+    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(RELATIONS) == 22
+
+
+def test_opt_in_relations_decode_encode_and_label_after_the_papers_six():
+    space = SearchSpace.from_options(enabled=['rotation', 'turbidity', 'marine_snow'])
+    composition = decode(np.array([1.0, 2.0, 0.9, 2.5, 0.2, 300.0]), space)
+    assert composition.parameters == {'rotation': 2.0, 'turbidity': 2.5}
+    number = RELATION_BY_ID['turbidity'].number
+    assert number > 6 and composition.label == f'{{1,{number}}}'
+    assert decode(encode(composition, space), space) == composition
+    assert Composition.from_parameters({'turbidity': 2.5, 'rotation': 2.0}) == composition
+    with pytest.raises(ParameterError, match='does not enable'):
+        encode(composition)  # the default space has no turbidity gene
+
+
+def test_the_stored_space_of_a_paper_search_is_what_it_was_before_the_opt_in_relations():
+    record = SearchSpace.from_options(enabled=['rotation', 'shear']).as_record()
+    assert record == {
+        'enabled': [True, False, False, False, True, False],
+        'low': [-5.0, 0.7, 1.0, 0.9, -0.15, -0.03],
+        'high': [5.0, 1.3, 2.0, 1.0, 0.15, 0.03],
+    }
+    assert len(SearchSpace.from_options(enabled=['low_light']).as_record()['enabled']) == len(RELATIONS)
+
+
+def test_unknown_relations_name_the_groups_too():
+    with pytest.raises(
+        ParameterError, match=r"unknown relation 'fog'.*turbidity.*groups paper, underwater, all"
+    ):
+        SearchSpace.from_options(enabled=['fog'])
 
 
 @pytest.mark.parametrize(

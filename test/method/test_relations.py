@@ -8,7 +8,16 @@ import pytest
 
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.method.encoding import Composition
-from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS, apply_composition, apply_relation
+from metavlm_ros.method.relations import (
+    DEFAULT_RELATIONS,
+    PAPER_RELATIONS,
+    RELATION_BY_ID,
+    RELATIONS,
+    UNDERWATER_RELATIONS,
+    apply_composition,
+    apply_relation,
+)
+from metavlm_ros.method.underwater import low_light, marine_snow
 from test.conftest import make_frame
 
 W, H = 101, 81  # odd sizes put the centre ((W-1)/2, (H-1)/2) = (50, 40) on a pixel
@@ -30,7 +39,8 @@ def centroid(frame: np.ndarray) -> tuple[float, float]:
 
 
 def test_table_2_in_order():
-    assert [r.id for r in RELATIONS] == [
+    assert RELATIONS[:6] == PAPER_RELATIONS
+    assert [r.id for r in PAPER_RELATIONS] == [
         'rotation',
         'scaling',
         'histogram_equalization',
@@ -38,8 +48,8 @@ def test_table_2_in_order():
         'shear',
         'translation',
     ]
-    assert [r.number for r in RELATIONS] == [1, 2, 3, 4, 5, 6]
-    rows = [(r.nominal, r.low, r.high, r.max_deviation) for r in RELATIONS]
+    assert [r.number for r in PAPER_RELATIONS] == [1, 2, 3, 4, 5, 6]
+    rows = [(r.nominal, r.low, r.high, r.max_deviation) for r in PAPER_RELATIONS]
     assert rows == [
         (0, -5, 5, 5),
         (1, 0.7, 1.3, 0.3),
@@ -225,3 +235,30 @@ def test_the_input_frame_is_never_modified(frame):
     )
     apply_composition(frame, composition)
     assert np.array_equal(frame, before)
+
+
+def test_underwater_relations_follow_the_papers_six_in_the_order_of_a_capture():
+    assert RELATIONS == PAPER_RELATIONS + UNDERWATER_RELATIONS
+    assert DEFAULT_RELATIONS == tuple(r.id for r in PAPER_RELATIONS)
+    assert [(r.number, r.id, r.parameter) for r in UNDERWATER_RELATIONS] == [
+        (7, 'colour_cast', 'depth'),
+        (8, 'turbidity', 'distance'),
+        (9, 'marine_snow', 'density'),
+        (10, 'motion_blur', 'length'),
+        (11, 'low_light', 'stops'),
+    ]
+    for relation in UNDERWATER_RELATIONS:
+        assert relation.nominal == relation.low == 0.0
+        assert relation.max_deviation == relation.high - relation.nominal
+        assert relation.is_identity(relation.nominal)
+
+
+def test_underwater_relations_apply_through_the_registry_and_compose_after_the_papers():
+    frame = make_frame(96, 64)
+    assert np.array_equal(apply_relation(frame, 'turbidity', 0.0), frame)
+    with pytest.raises(ParameterError, match='MR8 turbidity distance 6.0 is outside the allowed range'):
+        apply_relation(frame, 'turbidity', 6.0)
+    composition = Composition.from_parameters({'rotation': 3.0, 'marine_snow': 200.0, 'low_light': 1.0})
+    expected = low_light(marine_snow(apply_relation(frame, 'rotation', 3.0), 200.0), 1.0)
+    for fuse in (True, False):
+        assert np.array_equal(apply_composition(frame, composition, fuse=fuse), expected)

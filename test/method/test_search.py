@@ -11,8 +11,8 @@ from metavlm_ros.common.errors import InputError, ParameterError, SearchInterrup
 from metavlm_ros.common.results import ResultsStore, free_disk_bytes, read_jsonl
 from metavlm_ros.method.encoding import SearchSpace, decode
 from metavlm_ros.method.metrics import hypervolume, non_dominated
-from metavlm_ros.method.relations import apply_composition
-from metavlm_ros.method.search import SearchConfig, rand_genotypes, run_search
+from metavlm_ros.method.relations import DEFAULT_RELATIONS, apply_composition
+from metavlm_ros.method.search import SearchConfig, rand_genotypes, run_search, summary_record
 from metavlm_ros.method.stats import a12
 from test.conftest import make_frame
 from test.fakes import BlackCountBackend, ImageStatsBackend
@@ -205,7 +205,7 @@ def test_rand_orders_follow_the_enabled_relations():
 
 @pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
 def test_nsga2_and_rand_search_the_same_space(algorithm):
-    # Both hand the same 12-variable genotypes to the same decode(): in bounds, narrowed ranges kept.
+    # Both hand the same genotypes (a flag and a value per enabled relation) to the same decode().
     space = SearchSpace.from_options(
         enabled=['rotation', 'histogram_equalization', 'shear'], ranges={'rotation': (-2.0, 3.0)}
     )
@@ -217,6 +217,34 @@ def test_nsga2_and_rand_search_the_same_space(algorithm):
         assert decode(ev.genotype, space) == ev.composition
         assert set(ev.composition.parameters) <= {'rotation', 'histogram_equalization', 'shear'}
         assert -2.0 <= ev.composition.values[0] <= 3.0
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_a_search_with_underwater_relations_has_their_genes_and_records_them(algorithm, frame):
+    space = SearchSpace.from_options(enabled=['turbidity', 'marine_snow', 'rotation'])
+    config = SearchConfig(algorithm=algorithm, population=10, evaluations=60, seed=5, space=space)
+    result = run_search(frame, ImageStatsBackend(), config)
+    assert result.relations == ('rotation', 'turbidity', 'marine_snow')
+    labels = set()
+    for ev in result.evaluations:
+        assert ev.genotype.shape == (6,)
+        assert decode(ev.genotype, space) == ev.composition
+        assert set(ev.composition.parameters) <= {'rotation', 'turbidity', 'marine_snow'}
+        labels.add(ev.composition.label)
+    assert {'{8}', '{9}'} & labels  # turbidity is MR8, marine snow MR9
+    # f_trans reaches 3 with three relations: the hypervolume divides it by 3, not by 6.
+    ft = np.array([ev.f_trans for ev in result.evaluations])
+    fp = np.array([ev.f_pred for ev in result.evaluations])
+    assert result.hypervolume == pytest.approx(hypervolume(ft, fp, 4, 3))
+    assert summary_record(result)['relations'] == ['rotation', 'turbidity', 'marine_snow']
+
+
+def test_a_default_search_uses_the_papers_six_and_its_summary_is_what_it_was(frame):
+    result = run_search(frame, ImageStatsBackend(), SearchConfig(population=6, evaluations=12, seed=1))
+    assert result.relations == DEFAULT_RELATIONS
+    # No new field in a paper search's summary: absence means the paper's six, as in older results.
+    assert 'relations' not in summary_record(result)
+    assert all(ev.genotype.shape == (12,) for ev in result.evaluations)
 
 
 def test_failed_predictions_are_recorded_and_the_search_goes_on(frame):

@@ -4,8 +4,8 @@ import cv2
 import numpy as np
 import pytest
 
-from metavlm_ros.method import underwater
 from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.method import underwater
 from metavlm_ros.method.underwater import (
     UNDERWATER_PARAMETERS,
     WATER_ABSORPTION,
