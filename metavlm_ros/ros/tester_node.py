@@ -45,7 +45,7 @@ from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
-from metavlm_ros.method.relations import RELATIONS, apply_composition
+from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATIONS, apply_composition
 from metavlm_ros.method.search import (
     ALGORITHMS,
     Evaluation,
@@ -149,7 +149,11 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         'generations', 0, 'generations per frame; when > 0 it sets evaluations', low=0, high=1_000_000
     ),
     ParameterSpec('seed', 0, 'seed of every search (same seed, same genotypes)', low=0, high=2**31 - 1),
-    ParameterSpec('relations', [r.id for r in RELATIONS], 'relations the search may activate'),
+    ParameterSpec(
+        'relations',
+        list(DEFAULT_RELATIONS),
+        'relations the search may activate: ids or the groups paper, underwater, all (docs/method.md §12)',
+    ),
     *(
         ParameterSpec(
             _range_parameter(r.id),
@@ -264,7 +268,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         except ParameterError as exc:
             raise ParameterError(f'{name}: {exc}') from None
         ranges[relation.id] = (float(bounds[0]), float(bounds[1]))
-    relations = list(values.get('relations', [r.id for r in RELATIONS]))
+    relations = list(values.get('relations', DEFAULT_RELATIONS))
     try:
         space = SearchSpace.from_options(relations, ranges)
     except ParameterError as exc:

@@ -282,7 +282,13 @@ def test_run_time_changes_are_validated_with_a_reason(graph):
     )
     assert all(r.successful for r in accepted)
     assert tester.settings.search.population == 8
-    assert tester.settings.search.space.enabled == (False, False, False, False, True, False)
+    assert tester.settings.search.space.enabled_ids == ('shear',)
+    underwater = tester.set_parameters([Parameter('relations', value=['paper', 'turbidity', 'marine_snow'])])
+    assert underwater[0].successful
+    assert tester.settings.search.space.enabled_ids[6:] == ('turbidity', 'marine_snow')
+    unknown = tester.set_parameters([Parameter('relations', value=['fog'])])[0]
+    assert not unknown.successful and unknown.reason.startswith("unknown relation 'fog'")
+    assert '\n' not in unknown.reason
 
 
 def test_a_new_transport_size_applies_to_the_next_search(graph):
@@ -466,6 +472,11 @@ def test_main_exits_1_with_one_line_on_invalid_parameters(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert err[0].startswith('metavlm_tester: error: parameter population')
+    code = main(['--ros-args', '-p', 'relations:=[rotation, fog]', '-p', 'vlm_endpoint:=inprocess'])
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("metavlm_tester: error: unknown relation 'fog'"), err
 
 
 def test_settings_combine_generations_population_and_ranges():
