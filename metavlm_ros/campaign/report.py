@@ -19,6 +19,7 @@ from metavlm_ros.campaign.cells import CELL_FILE, CELLS_DIR, UNVERIFIED, read_ca
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.results import EVALUATIONS, SUMMARY, read_jsonl
 from metavlm_ros.method.metrics import non_dominated
+from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
 from metavlm_ros.method.stats import compare
 
 __all__ = [
@@ -73,7 +74,6 @@ WARP_NOTES = {
 }
 # What the paper prints instead of an effect size when a difference is not significant.
 NOT_SIGNIFICANT = '≡'
-ORDERS = (1, 2, 3, 4, 5, 6)
 TOP_COMPOSITIONS = 10
 
 
@@ -141,6 +141,18 @@ class CampaignResults:
             and (image is None or c.image == image)
         ]
         return sorted(chosen, key=lambda c: (c.info['run'], c.image, c.algorithm))
+
+    @property
+    def relations(self) -> list[str]:
+        """The relations the campaign's searches used, in the fixed order (the paper's six before
+        searches recorded theirs)."""
+        used = {rid for cell in self.cells for rid in cell.summary.get('relations') or DEFAULT_RELATIONS}
+        return [rid for rid in RELATION_BY_ID if rid in used] or list(DEFAULT_RELATIONS)
+
+    @property
+    def orders(self) -> tuple[int, ...]:
+        """The orders a table lists: 1 to the number of relations searched (1-6 for the paper's six)."""
+        return tuple(range(1, len(self.relations) + 1))
 
     def kind(self, model: str) -> str | None:
         """'count' or 'confidence', from the model's searches; None when it has none yet."""
@@ -523,7 +535,7 @@ def _rq21(results: CampaignResults, model: str) -> Table:
         formats += ['%'] + ['%'] * len(criteria)
         per_algorithm[algorithm] = _non_identity(results.of(model, algorithm))
     rows = []
-    for order in ORDERS:
+    for order in results.orders:
         row: list[Any] = [order]
         for algorithm in results.algorithms:
             records = per_algorithm[algorithm]
@@ -540,7 +552,8 @@ def _rq21(results: CampaignResults, model: str) -> Table:
         columns=columns,
         rows=rows,
         formats=formats,
-        note=f'Solution set: {SOLUTION_SETS[results.solutions]}. Solutions of order 1-6: {counts}. '
+        note=f'Solution set: {SOLUTION_SETS[results.solutions]}. Solutions of order 1-{results.orders[-1]}: '
+        f'{counts}. '
         'Occurrence: share of the solutions with that order. VR (Eq. 6): violations over solutions of '
         'that order.',
     )
@@ -576,7 +589,8 @@ def _rq22(results: CampaignResults, model: str, algorithm: str, criterion: str) 
         rows=rows,
         formats=['d', '', 'd', 'd', '%', 'd', '%'],
         note=f'Solution set: {SOLUTION_SETS[results.solutions]}. {total} violations among {len(records)} '
-        'solutions of order 1-6. Share of violations: the composition\'s violations over all violations '
+        f'solutions of order 1-{results.orders[-1]}. Share of violations: the composition\'s violations over '
+        'all violations '
         "(the column the paper's Table 6 calls VR). VR (Eq. 6): the composition's violations over its "
         'solutions.',
     )  # fmt: skip
@@ -616,7 +630,7 @@ def _rq3(
         columns += [f'p{which}', f'A12{which}', f'magnitude{which}']
         formats += ['p', '.3f', '']
     rows = []
-    for order in ORDERS:
+    for order in results.orders:
         row: list[Any] = [order]
         tested = {}
         for algorithm in algorithms:
@@ -709,6 +723,10 @@ def _header_lines(report: Report) -> list[str]:
         lines.append(f'- Torch threads per cell: MIXED, {mixed}: float sums may differ in the last digits')
     elif threads:
         lines.append(f'- Torch threads per cell: {next(iter(threads))}')
+    relations = report.results.relations
+    if relations != list(DEFAULT_RELATIONS):
+        numbered = ', '.join(f'MR{RELATION_BY_ID[rid].number} {rid}' for rid in relations)
+        lines.append(f'- Relations: {numbered} (docs/method.md §1, §12)')
     lines.append(f'- Solution set: {SOLUTION_SETS[report.results.solutions]}')
     return lines
 
@@ -856,16 +874,17 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
             for i, algorithm in enumerate(results.algorithms):
                 records = _non_identity(results.of(model, algorithm))
                 rates = []
-                for order in ORDERS:
+                for order in results.orders:
                     flags = [bool(r['violation'].get(criterion)) for r in records if r['order'] == order]
                     rates.append(sum(flags) / len(flags) if flags else math.nan)  # no bar: nothing judged
-                ax.bar(np.array(ORDERS) + (i - (len(results.algorithms) - 1) / 2) * width, rates, width,
+                offset = (i - (len(results.algorithms) - 1) / 2) * width
+                ax.bar(np.array(results.orders) + offset, rates, width,
                        color=colours.get(algorithm), label=APPROACH.get(algorithm, algorithm))  # fmt: skip
             ax.set_xlabel('composition order')
             ax.set_ylabel('violation rate')
             ax.set_ylim(0, 1.15)  # headroom for the legend above the bars
-            ax.set_xticks(ORDERS)
-            ax.set_xlim(0.5, 6.5)
+            ax.set_xticks(results.orders)
+            ax.set_xlim(0.5, len(results.orders) + 0.5)
             ax.set_title(_criterion_label(criterion))
             ax.legend(fontsize=7, loc='upper left', ncol=2)
         fig.suptitle(f'{model}: violation rate by order ({SOLUTION_SETS[results.solutions].split(" (")[0]})')

@@ -285,3 +285,23 @@ def test_the_baseline_is_chosen_by_the_campaign_or_the_report(tmp_path):
     assert keys == ['rq1-totals-nsga2-vs-nsga3', 'rq1-totals', 'rq1-totals-nsga3-vs-random']
     with pytest.raises(ParameterError, match='baseline "moead" is not one of the campaign'):
         build_report(tmp_path / 'three', baseline='moead')
+
+
+def test_a_campaign_with_underwater_relations_lists_their_orders_and_names_them(tmp_path, report):
+    import json
+
+    wider = tmp_path / 'wider'
+    shutil.copytree(FIXTURE, wider)
+    relations = ['rotation', 'scaling', 'histogram_equalization', 'downsampling', 'shear', 'translation',
+                 'turbidity', 'marine_snow']  # fmt: skip
+    for summary_path in (wider / 'cells').glob('*/summary.jsonl'):
+        summary = json.loads(summary_path.read_text())
+        summary_path.write_text(json.dumps({**summary, 'relations': relations}) + '\n')
+    wide = build_report(wider)
+    assert wide.table('rq2_1-clip_tiny').column('order') == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert wide.table('rq3-clip_tiny-0_01').column('order') == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert wide.table('rq2_1-clip_tiny').rows[:6] == report.table('rq2_1-clip_tiny').rows
+    text = render_markdown(wide)
+    assert '- Relations: MR1 rotation, MR2 scaling' in text and 'MR8 turbidity, MR9 marine_snow' in text
+    assert 'Solutions of order 1-8' in text
+    assert '- Relations:' not in render_markdown(report)  # the paper's six: the header is the paper's
