@@ -1,4 +1,4 @@
-"""The search (docs/method.md §7): NSGA-II (MetaVLM) and the paper's Rand over compositions."""
+"""The search (docs/method.md §7): NSGA-II (MetaVLM), the paper's Rand and other pymoo algorithms."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pymoo.algorithms.moo.moead import ParallelMOEAD
 from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.algorithms.moo.nsga3 import NSGA3
+from pymoo.algorithms.moo.sms import SMSEMOA
 from pymoo.algorithms.soo.nonconvex.random_search import RandomSearch
 from pymoo.core.algorithm import Algorithm
 from pymoo.core.evaluator import Evaluator
@@ -20,6 +23,7 @@ from pymoo.operators.mutation.pm import PM
 from pymoo.operators.sampling.rnd import FloatRandomSampling
 from pymoo.problems.static import StaticProblem
 from pymoo.util.display.multi import MultiObjectiveOutput
+from pymoo.util.ref_dirs import get_reference_directions
 
 from metavlm_ros.common.errors import ModelError, ParameterError, SearchInterrupted
 from metavlm_ros.common.images import check_frame, parse_working_size, resize_longer_side, working_size_for
@@ -383,8 +387,52 @@ def _rand(config: SearchConfig) -> Algorithm:
     )
 
 
-# One registry of algorithms: every caller reads it, one loop (_drive) runs them all.
-_ALGORITHM_FACTORIES: dict[str, Callable[[SearchConfig], Algorithm]] = {'nsga2': _nsga2, 'random': _rand}
+def _operators(config: SearchConfig) -> dict:
+    """The paper's variation operators (those of its NSGA-II), shared by the other genetic algorithms."""
+    return {
+        'sampling': FloatRandomSampling(),
+        'crossover': SBX(prob=SBX_PROB, eta=SBX_ETA),
+        'mutation': PM(prob=1.0, prob_var=1 / config.space.n_var, eta=PM_ETA),
+    }
+
+
+def _directions(config: SearchConfig) -> np.ndarray:
+    """One reference direction per individual, evenly spread over the two objectives (Das-Dennis)."""
+    return get_reference_directions('das-dennis', 2, n_partitions=config.population - 1)
+
+
+def _nsga3(config: SearchConfig) -> Algorithm:
+    return NSGA3(
+        ref_dirs=_directions(config),
+        pop_size=config.population,
+        eliminate_duplicates=True,
+        **_operators(config),
+    )
+
+
+def _smsemoa(config: SearchConfig) -> Algorithm:
+    # pymoo's SMS-EMOA makes a population of offspring per generation (one model call each) and
+    # drops the least hypervolume contributors one by one: the (mu + mu) form of the steady state.
+    return SMSEMOA(pop_size=config.population, eliminate_duplicates=True, **_operators(config))
+
+
+def _moead(config: SearchConfig) -> Algorithm:
+    # The parallel form asks for one offspring per subproblem at once: one model call a generation.
+    # Neighbourhoods of a fifth of the population (20 of pymoo's 100 by default), at least 2.
+    return ParallelMOEAD(
+        _directions(config), n_neighbors=max(2, config.population // 5), **_operators(config)
+    )
+
+
+# One registry of algorithms: every caller reads it, one loop (_drive) runs them all. The paper's
+# two come first; the others are pymoo's, with the same budget, population, operators and seed.
+_ALGORITHM_FACTORIES: dict[str, Callable[[SearchConfig], Algorithm]] = {
+    'nsga2': _nsga2,
+    'random': _rand,
+    'nsga3': _nsga3,
+    'smsemoa': _smsemoa,
+    'moead': _moead,
+}
 ALGORITHMS = tuple(_ALGORITHM_FACTORIES)
 
 
@@ -401,6 +449,7 @@ def _drive(judge, config, xl, xu, record, should_stop, result) -> None:
         offspring = algorithm.ask()
         if offspring is None or len(offspring) == 0:
             break
+        last = len(offspring) >= config.evaluations - done
         if len(offspring) > config.evaluations - done:
             # The budget is exact: the last generation is cut to what is left.
             offspring = Population.create(*offspring[: config.evaluations - done])
@@ -408,7 +457,9 @@ def _drive(judge, config, xl, xu, record, should_stop, result) -> None:
         objectives = np.array([[ev.f_trans, -ev.f_pred] for ev in batch], dtype=float)
         # pymoo's ask/tell pattern: the objectives are already known, a StaticProblem hands them over.
         Evaluator().eval(StaticProblem(problem, F=objectives), offspring)
-        algorithm.tell(infills=offspring)
+        if not last:
+            # Nothing asks after the last generation; MOEA/D could not take a cut one anyway.
+            algorithm.tell(infills=offspring)
         record(batch)
         done += len(batch)
         generation += 1

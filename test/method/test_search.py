@@ -12,13 +12,13 @@ from metavlm_ros.common.results import ResultsStore, free_disk_bytes, read_jsonl
 from metavlm_ros.method.encoding import SearchSpace, decode
 from metavlm_ros.method.metrics import hypervolume, non_dominated
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, apply_composition
-from metavlm_ros.method.search import SearchConfig, rand_genotypes, run_search, summary_record
+from metavlm_ros.method.search import ALGORITHMS, SearchConfig, rand_genotypes, run_search, summary_record
 from metavlm_ros.method.stats import a12
 from test.conftest import make_frame
 from test.fakes import BlackCountBackend, ImageStatsBackend
 
 
-@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+@pytest.mark.parametrize('algorithm', ALGORITHMS)
 def test_budget_is_exact_and_each_generation_is_one_call(algorithm, frame):
     backend = ImageStatsBackend()
     config = SearchConfig(algorithm=algorithm, population=10, evaluations=47, seed=3)
@@ -33,7 +33,7 @@ def test_budget_is_exact_and_each_generation_is_one_call(algorithm, frame):
     assert sum(backend.calls) == result.frames_judged
 
 
-@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+@pytest.mark.parametrize('algorithm', ALGORITHMS)
 def test_same_seed_same_genotypes_other_seed_differs(algorithm, frame):
     config = SearchConfig(algorithm=algorithm, population=8, evaluations=40, seed=11)
     a = run_search(frame, ImageStatsBackend(), config)
@@ -47,7 +47,7 @@ def test_same_seed_same_genotypes_other_seed_differs(algorithm, frame):
     assert a.hypervolume == b.hypervolume
 
 
-@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+@pytest.mark.parametrize('algorithm', ALGORITHMS)
 def test_each_search_has_randomness_of_its_own(algorithm, frame):
     import threading
 
@@ -95,6 +95,17 @@ def test_each_search_has_randomness_of_its_own(algorithm, frame):
         thread.join(60)
     assert np.array_equal(genotypes(results['a']), alone)
     assert np.array_equal(genotypes(results['b']), genotypes(run_search(frame, ImageStatsBackend(), other)))
+
+
+def test_every_algorithm_is_registered_and_runs_the_papers_budget_by_default():
+    assert ALGORITHMS[:2] == ('nsga2', 'random') and {'nsga3', 'smsemoa', 'moead'} <= set(ALGORITHMS)
+    for algorithm in ALGORITHMS:
+        backend = ImageStatsBackend()
+        result = run_search(make_frame(32, 24), backend, SearchConfig(algorithm=algorithm, seed=1))
+        # Population 30, 3000 evaluations: 100 generations, one model call each at most.
+        assert len(result.evaluations) == 3000, algorithm
+        assert max(ev.generation for ev in result.evaluations) == 99
+        assert len(backend.calls) <= 101
 
 
 def test_source_prediction_is_computed_once_and_repeated_compositions_are_cached(frame):
