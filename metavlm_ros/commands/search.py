@@ -59,7 +59,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument('frames', nargs='+', metavar='FRAME', help='image files, folders of images, or bags')
     add_model_arguments(parser)
     group = parser.add_argument_group('search')
-    group.add_argument('--algorithm', default=defaults.ALGORITHM, help='nsga2 (MetaVLM) or random (Rand)')
+    group.add_argument(
+        '--algorithm',
+        default=defaults.ALGORITHM,
+        help='nsga2 (MetaVLM, the default), random (Rand), nsga3, smsemoa or moead (docs/method.md §7)',
+    )
     group.add_argument(
         '--population',
         type=int,
