@@ -43,6 +43,7 @@ _TOP_KEYS = {
     'relations',
     'warp',
     'threads',
+    'baseline',
 }
 
 
@@ -130,14 +131,29 @@ class CampaignConfig:
     warp: str = 'sequential'
     # Torch threads per cell, whatever the executor: float sums (and so the tables) depend on it.
     threads: int = 1
+    # The algorithm the report compares every other one against (None: Rand, as the paper; 'all':
+    # every pair). It changes no cell, so it is no part of the campaign's identity.
+    baseline: str | None = None
 
     def to_dict(self) -> dict:
-        """The normalised configuration (every default filled in) as plain JSON values."""
-        return json.loads(json.dumps(asdict(self)))
+        """The normalised configuration (every default filled in) as plain JSON values.
+
+        `baseline` appears only when set, so a configuration without one is what it was before.
+        """
+        values = json.loads(json.dumps(asdict(self)))
+        if values['baseline'] is None:
+            del values['baseline']
+        return values
+
+    def identity(self) -> dict:
+        """The configuration that decides the cells' results: to_dict() without the report's baseline."""
+        values = self.to_dict()
+        values.pop('baseline', None)
+        return values
 
     def fingerprint(self) -> str:
-        """A short hash of the normalised configuration."""
-        return sha256_text(json.dumps(self.to_dict(), sort_keys=True))[:16]
+        """A short hash of the normalised configuration (its identity)."""
+        return sha256_text(json.dumps(self.identity(), sort_keys=True))[:16]
 
     def search_config(self, algorithm: str, seed: int):
         """The SearchConfig of one cell."""
@@ -276,6 +292,13 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
                 problems.add('algorithms', 'lists an algorithm twice')
             algorithms = tuple(str(a) for a in raw_algorithms)
 
+    baseline = data.get('baseline')
+    if baseline is not None and baseline != 'all' and baseline not in algorithms:
+        problems.add(
+            'baseline', f'must be one of the algorithms ({", ".join(algorithms)}) or all, got {baseline!r}'
+        )
+        baseline = None
+
     runs = problems.integer('runs', data.get('runs'), 1, 10)
     population = problems.integer('population', data.get('population'), 2, defaults.POPULATION)
     evaluations = problems.integer('evaluations', data.get('evaluations'), 1, defaults.EVALUATIONS)
@@ -356,6 +379,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
         relations=relations or None,
         warp=str(warp),
         threads=threads,
+        baseline=None if baseline is None else str(baseline),
     )
 
 

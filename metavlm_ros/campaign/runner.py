@@ -102,7 +102,7 @@ def _campaign_record(
         for im in images
     ]
     identity = {
-        'config': config.to_dict(),
+        'config': config.identity(),
         'models': [m['weights_sha256'] for m in identities],
         'images': [im['sha256'] for im in image_records],
     }

@@ -308,6 +308,57 @@ def test_relations_narrow_every_cell(tmp_path, image_dir, tiny_clip_dir):
         small_config(image_dir, tiny_clip_dir, relations={'ranges': {'shear': 5}})
 
 
+def test_a_campaign_of_three_algorithms_on_underwater_relations_reports_every_pair(
+    tmp_path, image_dir, tiny_clip_dir
+):
+    config = small_config(
+        image_dir,
+        tiny_clip_dir,
+        algorithms=['nsga2', 'nsga3', 'random'],
+        evaluations=12,
+        relations={'enabled': ['turbidity', 'marine_snow']},
+    )
+    run_campaign(config, tmp_path / 'out', progress=False, threads=1)
+    records = [
+        json.loads(line)
+        for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl')
+        for line in path.read_text().splitlines()
+    ]
+    assert len(records) == 3 * 2 * 2 * 12  # algorithms x runs x images x budget
+    assert {r['composition'] for r in records} <= {'{}', '{8}', '{9}', '{8,9}'}
+    assert all(len(r['genotype']) == 4 for r in records)
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / 'out' / 'cells').glob('*/summary.jsonl')]
+    assert {tuple(s['relations']) for s in summaries} == {('turbidity', 'marine_snow')}
+    report = build_report(tmp_path / 'out')
+    keys = {t.key for t in report.tables}
+    assert {'rq1', 'rq1-nsga3-vs-random', 'rq1-totals', 'rq1-totals-nsga3-vs-random'} <= keys
+    assert report.table('rq2_1-tiny_clip').column('order') == [1, 2]
+    rq3 = report.table('rq3-tiny_clip-0_01')
+    assert 'p MetaVLM vs Rand' in rq3.columns and 'p NSGA-III vs Rand' in rq3.columns
+    assert report.table('rq1-nsga3-vs-random').column('runs NSGA-III') == [2, 2]
+
+
+def test_any_registered_algorithm_and_a_baseline_may_be_configured(image_dir, tiny_clip_dir):
+    config = small_config(
+        image_dir, tiny_clip_dir, algorithms=['smsemoa', 'moead', 'nsga2'], baseline='nsga2'
+    )
+    assert config.algorithms == ('smsemoa', 'moead', 'nsga2') and config.baseline == 'nsga2'
+    # The baseline only changes the report: the campaign's identity is the same without it.
+    plain = small_config(image_dir, tiny_clip_dir, algorithms=['smsemoa', 'moead', 'nsga2'])
+    assert config.fingerprint() == plain.fingerprint() and 'baseline' not in plain.to_dict()
+    assert config.to_dict()['baseline'] == 'nsga2'
+    with pytest.raises(
+        ParameterError, match=r'baseline: must be one of the algorithms \(nsga2, random\) or all'
+    ):
+        small_config(image_dir, tiny_clip_dir, baseline='moead')
+    with pytest.raises(
+        ParameterError, match='unknown algorithm "hill" .*nsga2, random, nsga3, smsemoa, moead'
+    ):
+        small_config(image_dir, tiny_clip_dir, algorithms=['hill'])
+    with pytest.raises(ParameterError, match="relations: unknown relation 'fog'"):
+        small_config(image_dir, tiny_clip_dir, relations={'enabled': ['paper', 'fog']})
+
+
 def test_campaigns_warp_sequentially_by_default_and_say_so(tmp_path, image_dir, tiny_clip_dir):
     config = small_config(image_dir, tiny_clip_dir, runs=1, algorithms=['random'], evaluations=6)
     assert (config.warp, config.search_config('random', 0).warp) == ('sequential', 'sequential')
