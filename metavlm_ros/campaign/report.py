@@ -378,6 +378,8 @@ def build_report(
         "still changes the image (docs/method.md §1): this explains MR3's presence in low-cost compositions.",
         f'RQ3 samples: {RQ3_SAMPLES[rq3]}.',
     ]
+    if 'histogram_equalization' not in results.relations:
+        del notes[2]  # no MR3 in these searches: nothing to explain
     if results.damaged:
         listed = ', '.join(f'{cell} ({problem})' for cell, problem in results.damaged)
         notes.insert(1, 'Damaged cells left out of every table (they do not match their checksums; running '

@@ -305,3 +305,9 @@ def test_a_campaign_with_underwater_relations_lists_their_orders_and_names_them(
     assert '- Relations: MR1 rotation, MR2 scaling' in text and 'MR8 turbidity, MR9 marine_snow' in text
     assert 'Solutions of order 1-8' in text
     assert '- Relations:' not in render_markdown(report)  # the paper's six: the header is the paper's
+    # MR3's note explains MR3 in the tables: a campaign without it does not get it.
+    assert any(note.startswith('MR3 (histogram equalisation)') for note in wide.notes)
+    for summary_path in (wider / 'cells').glob('*/summary.jsonl'):
+        summary = json.loads(summary_path.read_text())
+        summary_path.write_text(json.dumps({**summary, 'relations': ['turbidity', 'marine_snow']}) + '\n')
+    assert not any(note.startswith('MR3') for note in build_report(wider).notes)
