@@ -394,3 +394,11 @@ def test_models_take_the_paper_prompt_preset(image_dir, tiny_clip_dir):
             tiny_clip_dir,
             models=[{'backend': 'clip', 'model': str(tiny_clip_dir), 'prompts': 'x'}],
         )
+
+
+@pytest.mark.parametrize('name', ['demo-campaign.yaml', 'underwater-campaign.yaml'])
+def test_the_example_campaigns_are_valid(name):
+    config = load_config(Path(__file__).resolve().parents[2] / 'examples' / name)
+    if name.startswith('underwater'):
+        assert config.relations == {'enabled': ['turbidity', 'marine_snow']}
+        assert config.algorithms == ('nsga2', 'smsemoa', 'random') and config.baseline == 'random'
