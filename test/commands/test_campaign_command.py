@@ -139,7 +139,7 @@ def test_report_rq3_samples_option(tmp_path, capsys):
 
 
 def test_report_baseline_option(tmp_path, capsys):
-    fixture = ROOT / 'tests' / 'fixtures' / 'campaign_results'
+    fixture = ROOT / 'test' / 'fixtures' / 'campaign_results'
     out = tmp_path / 'by-metavlm'
     assert main(['report', str(fixture), '--no-plots', '--baseline', 'nsga2', '--out', str(out)]) == 0
     text = capsys.readouterr().out
