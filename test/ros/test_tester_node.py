@@ -287,7 +287,7 @@ def test_run_time_changes_are_validated_with_a_reason(graph):
     assert underwater[0].successful
     assert tester.settings.search.space.enabled_ids[6:] == ('turbidity', 'marine_snow')
     unknown = tester.set_parameters([Parameter('relations', value=['fog'])])[0]
-    assert not unknown.successful and unknown.reason.startswith("unknown relation 'fog'")
+    assert not unknown.successful and unknown.reason.startswith("relations: unknown relation 'fog'")
     assert '\n' not in unknown.reason
 
 
@@ -476,7 +476,7 @@ def test_main_exits_1_with_one_line_on_invalid_parameters(capsys):
     assert code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert err[0].startswith("metavlm_tester: error: unknown relation 'fog'"), err
+    assert err[0].startswith("metavlm_tester: error: relations: unknown relation 'fog'"), err
 
 
 def test_settings_combine_generations_population_and_ranges():
