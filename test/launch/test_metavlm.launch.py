@@ -78,6 +78,20 @@ class TestMetaVLMLaunch(unittest.TestCase):
         self.assertIn(
             'active', ros2('lifecycle', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester')
         )
+        # A search must be running when the tester is deactivated, and not near its end: between two
+        # searches (frame_period_s) there is none to stop. ~/search_now starts one at once; while one
+        # runs already it refuses, and is asked again once that one is over.
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline:
+            before = len(records(RESULTS / 'evaluations.jsonl'))
+            answer = ros2('service', 'call', '/metavlm_tester/search_now', 'std_srvs/srv/Trigger')
+            if 'success=True' in answer:
+                break
+            time.sleep(0.5)
+        running = spin_until(
+            self.watcher, lambda: len(records(RESULTS / 'evaluations.jsonl')) > before, timeout=60.0
+        )
+        self.assertTrue(running, 'no search running before deactivation')
         self.assertIn(
             'Transitioning successful',
             ros2('lifecycle', 'set', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'deactivate'),
