@@ -26,11 +26,12 @@ from metavlm_ros.campaign.cells import (
     finished_cells,
     load_images,
     plan_cells,
+    read_campaign,
     verify_cell,
 )
 from metavlm_ros.campaign.config import EXECUTORS, CampaignConfig, ModelSpec, sha256_text
 from metavlm_ros.campaign.executors import CellTask, commit_cell, run_cell, run_dask, run_pool, write_synced
-from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.results import check_output_dir, storage_error, write_file_atomic
 
@@ -290,19 +291,12 @@ def _previous_record(out: Path) -> dict | None:
     Raises:
         ParameterError: It is unreadable or not a mapping.
     """
-    path = out / CAMPAIGN_FILE
-    if not path.exists():
+    if not (out / CAMPAIGN_FILE).exists():
         return None
     try:
-        previous = json.loads(path.read_text(encoding='utf-8'))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ParameterError(f'{path}: unreadable campaign record ({exc}); use another --out') from None
-    if not isinstance(previous, dict):
-        raise ParameterError(
-            f'{path}: unreadable campaign record (a JSON {type(previous).__name__}, not a mapping); '
-            'use another --out'
-        )
-    return previous
+        return read_campaign(out)
+    except InputError as exc:
+        raise ParameterError(f'{exc}; use another --out') from None
 
 
 def _prepare_directory(out: Path, record: dict, images: Sequence[CampaignImage], force: bool, log) -> dict:
