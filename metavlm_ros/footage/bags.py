@@ -600,6 +600,26 @@ def _header_stamp(msg: Any) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
+def _raw_messages(messages: Iterator[Any], path: Path) -> Iterator[tuple[Any, int, bytes]]:
+    """A bag reader's (connection, timestamp, raw) items; a damaged bag is a BagError, not rosbags' own."""
+    while True:
+        try:
+            item = next(messages)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
+        yield item
+
+
+def _deserialise(typestore: Any, conn: Any, timestamp: int, raw: bytes, path: Path) -> Any:
+    """One message from its CDR bytes; a damaged one is a BagError naming its type and time."""
+    try:
+        return typestore.deserialize_cdr(raw, conn.msgtype)
+    except Exception as exc:
+        raise BagError(f'{path}: corrupt {conn.msgtype} message at {timestamp} ({_one_line(exc)})') from None
+
+
 def iter_bag_frames(
     path: str | Path,
     topic: str | None = None,
@@ -652,25 +672,15 @@ def iter_bag_frames(
         typestore = bag_typestore()
         yielded = 0
         position = 0
+        if max_frames is not None and max_frames <= 0:
+            return
         messages = reader.messages(connections=conns[topic], **kwargs)
-        while max_frames is None or yielded < max_frames:
-            try:
-                item = next(messages)
-            except StopIteration:
-                return
-            except Exception as exc:
-                raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
-            conn, timestamp, raw = item
+        for conn, timestamp, raw in _raw_messages(messages, path):
             keep = position % every == 0
             position += 1
             if not keep:
                 continue
-            try:
-                msg = typestore.deserialize_cdr(raw, conn.msgtype)
-            except Exception as exc:
-                raise BagError(
-                    f'{path}: corrupt {conn.msgtype} message at {timestamp} ({_one_line(exc)})'
-                ) from None
+            msg = _deserialise(typestore, conn, timestamp, raw, path)
             try:
                 rgb = decode_image(msg)
             except InputError as exc:
@@ -678,6 +688,8 @@ def iter_bag_frames(
             stamp = _header_stamp(msg) or int(timestamp)
             yield Frame(id=f'{name}@{stamp}', rgb=rgb, stamp_ns=stamp)
             yielded += 1
+            if max_frames is not None and yielded >= max_frames:
+                return  # before the next message is read: what follows may be damaged
 
 
 def iter_bag_messages(
@@ -722,19 +734,8 @@ def iter_bag_messages(
             typestore = get_typestore(Stores.ROS2_JAZZY)
             typestore.register(extra)
         messages = reader.messages(connections=conns)
-        while True:
-            try:
-                conn, timestamp, raw = next(messages)
-            except StopIteration:
-                return
-            except Exception as exc:
-                raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
-            try:
-                msg = typestore.deserialize_cdr(raw, conn.msgtype)
-            except Exception as exc:
-                raise BagError(
-                    f'{path}: corrupt {conn.msgtype} message at {timestamp} ({_one_line(exc)})'
-                ) from None
+        for conn, timestamp, raw in _raw_messages(messages, path):
+            msg = _deserialise(typestore, conn, timestamp, raw, path)
             yield conn.topic, conn.msgtype, int(timestamp), msg
 
 
