@@ -90,8 +90,8 @@ def _bag_play(context, *args, **kwargs):
 
 def _checked(context, *args, **kwargs):
     """Check the player's arguments before any node starts (one line naming a wrong one)."""
-    from metavlm_ros.commands.replay import load_qos_overrides
     from metavlm_ros.common.errors import MetaVLMError
+    from metavlm_ros.ros.bag_player import load_qos_overrides
     from metavlm_ros.ros.launch_arguments import LaunchArgumentError
 
     bag = LaunchConfiguration('bag').perform(context)

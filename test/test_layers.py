@@ -82,3 +82,15 @@ def test_no_import_cycles():
         if name not in state:
             visit(name, [name])
     assert not cycles, '\n'.join(cycles)
+
+
+def test_a_command_imports_no_other_command():
+    # What two commands share lives in a layer below (ros/launcher.py for run and demo, ...).
+    crossing = [
+        f'{name} imports {target}'
+        for name, path in MODULES.items()
+        if name.startswith('metavlm_ros.commands.')
+        for target in imports_of(path)
+        if target.startswith('metavlm_ros.commands.') and target != name
+    ]
+    assert not crossing, '\n'.join(crossing)

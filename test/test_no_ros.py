@@ -65,3 +65,15 @@ def test_no_ros_free_source_names_a_ros_package():
             assert f'import {package}' not in text and f'from {package}' not in text, (
                 f'{path.relative_to(PACKAGE)}: {package}'
             )
+
+
+def test_commands_are_argparse_and_calls_with_no_ros_code_of_their_own():
+    # rclpy code lives in ros/ (the launcher, the bag player, the nodes); a command only calls it.
+    sources = [*sorted((PACKAGE / 'commands').glob('*.py')), PACKAGE / 'cli.py']
+    for path in sources:
+        text = path.read_text(encoding='utf-8')
+        for package in ROS_PACKAGES:
+            assert f'import {package}' not in text and f'from {package}' not in text, (
+                f'{path.relative_to(PACKAGE)}: {package}'
+            )
+

@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method import defaults
+from metavlm_ros.ros.launcher import require_rclpy
 from metavlm_ros.ros.transport import add_transport_argument
 
 __all__ = ['add_parser', 'run', 'run_demo']
@@ -77,10 +78,7 @@ def _check_can_start(out: Path, overwrite: bool) -> None:
     check_output_dir(out, need_bytes=DEMO_BYTES, what='the demo')
     for backend in DEMO_MODELS:
         resolve_model(backend, 'demo')  # the files, and the headers of their weights
-    try:
-        import rclpy  # noqa: F401
-    except ImportError:
-        raise InputError('metavlm demo needs rclpy (a ROS 2 distribution, or pip install .[ros])') from None
+    require_rclpy('demo')
 
 
 def _prepare_out(out: Path, overwrite: bool) -> None:
@@ -193,10 +191,10 @@ def run_demo(
         strongest,
         write_demo_report,
     )
-    from metavlm_ros.commands.run import run_nodes
     from metavlm_ros.common.results import read_jsonl
     from metavlm_ros.method.encoding import Composition
     from metavlm_ros.method.relations import apply_composition
+    from metavlm_ros.ros.launcher import run_nodes
 
     started = time.monotonic()
     steps = 2 + len(DEMO_MODELS)

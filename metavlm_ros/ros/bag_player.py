@@ -1,8 +1,7 @@
-"""`metavlm replay`: publish a bag's messages through rclpy with their recorded spacing (no ros2 CLI)."""
+"""The bag player of `metavlm replay`: a bag's messages published by rclpy with their recorded spacing."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import signal
 import sys
@@ -17,11 +16,20 @@ from typing import Any
 import yaml
 
 from metavlm_ros.common.errors import BagError, InputError, ParameterError
-from metavlm_ros.ros.transport import add_transport_argument, use_transport
+from metavlm_ros.ros.launcher import require_rclpy
+from metavlm_ros.ros.transport import use_transport
 
-__all__ = ['ReplayStats', 'add_parser', 'bag_topics', 'iter_raw_messages', 'replay_bag', 'run']
+__all__ = [
+    'ReplayStats',
+    'bag_topics',
+    'check_topics',
+    'iter_raw_messages',
+    'load_qos_overrides',
+    'parse_remaps',
+    'play',
+    'replay_bag',
+]
 
-HELP = 'publish the messages of a rosbag2 bag (directory, .mcap or .db3 file) on ROS topics'
 NODE_NAME = 'metavlm_replay'
 DEFAULT_CLOCK_HZ = 40.0  # as `ros2 bag play --clock`
 PUBLISH_DEPTH = 10
@@ -71,7 +79,7 @@ def _open(path: Path) -> Iterator[Any]:
         reader.close()
 
 
-def _check_topics(available: Mapping[str, str], topics: Sequence[str] | None, path: Path) -> list[str]:
+def check_topics(available: Mapping[str, str], topics: Sequence[str] | None, path: Path) -> list[str]:
     if not topics:
         return sorted(available)
     missing = [t for t in topics if t not in available]
@@ -100,7 +108,7 @@ def iter_raw_messages(path: str | Path, topics: Sequence[str] | None = None) -> 
     path = Path(path)
     with _open(path) as reader:
         available = {conn.topic: conn.msgtype for conn in reader.connections}
-        selected = set(_check_topics(available, topics, path))
+        selected = set(check_topics(available, topics, path))
         connections = [c for c in reader.connections if c.topic in selected]
         try:
             for conn, timestamp, rawdata in reader.messages(connections=connections):
@@ -174,7 +182,7 @@ class ReplayStats:
         return sum(self.published.values())
 
 
-def _parse_remaps(remaps: Sequence[str]) -> dict[str, str]:
+def parse_remaps(remaps: Sequence[str]) -> dict[str, str]:
     table = {}
     for item in remaps:
         old, sep, new = item.partition(':=')
@@ -232,7 +240,7 @@ def replay_bag(
         raise ParameterError(f'clock rate must be positive, got {clock_hz}')
     path = Path(path)
     available = bag_topics(path)
-    selected = _check_topics(available, topics, path)
+    selected = check_topics(available, topics, path)
     remap = dict(remap or {})
     qos_overrides = dict(qos_overrides or {})
     stop = stop or threading.Event()
@@ -352,78 +360,45 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-# -- the command ------------------------------------------------------------------------------------
+def play(
+    bag: str,
+    *,
+    topics: Sequence[str] | None = None,
+    rate: float = 1.0,
+    loop: bool = False,
+    clock_hz: float | None = None,
+    remaps: Sequence[str] = (),
+    qos_overrides_path: str | None = None,
+    wait_for_subscribers_s: float = 0.0,
+    dds_transport: str | None = None,
+) -> tuple[ReplayStats, bool]:
+    """Check a bag whole, then publish it in a context of its own until it ends or SIGINT/SIGTERM.
 
+    Returns:
+        The replay's statistics, and whether a signal ended it.
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `metavlm replay`."""
-    parser = subparsers.add_parser('replay', help=HELP, description=HELP + '.')
-    parser.add_argument('bag', metavar='BAG', help='rosbag2 directory, .mcap or .db3 file')
-    parser.add_argument(
-        '--topic', action='append', default=None, metavar='T', help='topic to publish (repeat; default: all)'
-    )
-    parser.add_argument(
-        '--rate', type=float, default=1.0, metavar='R', help='playback speed factor (default 1)'
-    )
-    parser.add_argument('--loop', action='store_true', help='replay the bag until interrupted')
-    parser.add_argument(
-        '--clock',
-        type=float,
-        nargs='?',
-        const=DEFAULT_CLOCK_HZ,
-        default=None,
-        metavar='HZ',
-        help=f'publish the bag time on /clock (default {DEFAULT_CLOCK_HZ:g} Hz) for use_sim_time nodes',
-    )
-    parser.add_argument(
-        '--remap',
-        action='append',
-        default=[],
-        metavar='OLD:=NEW',
-        help='publish a bag topic under another name',
-    )
-    parser.add_argument(
-        '--qos-profile-overrides-path',
-        default=None,
-        metavar='YAML',
-        help='QoS per topic, as for ros2 bag play',
-    )
-    parser.add_argument(
-        '--wait-for-subscribers',
-        type=float,
-        default=0.0,
-        metavar='S',
-        help='wait up to S seconds for every topic to have a subscriber before starting',
-    )
-    add_transport_argument(parser)
-    parser.set_defaults(handler=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run `metavlm replay`; returns the exit code."""
-    if not args.rate > 0:
-        raise ParameterError(f'--rate must be positive, got {args.rate}')
-    if args.clock is not None and not args.clock > 0:
-        raise ParameterError(f'--clock must be positive, got {args.clock}')
-    remap = _parse_remaps(args.remap)
-    available = bag_topics(args.bag)
-    _check_topics(available, args.topic, Path(args.bag))
+    Raises:
+        BagError, InputError, ParameterError: a bag, topic, remap or QoS file that cannot be used, or no
+            rclpy; nothing is published then.
+    """
+    remap = parse_remaps(remaps)
+    available = bag_topics(bag)
+    check_topics(available, topics, Path(bag))
     from metavlm_ros.footage.bags import verify_bag
 
     # The whole bag is read once before anything starts: a damaged chunk (checksum mismatch) or a cut
     # tail is one line and exit 2 here, not an error after half the bag was published.
-    verify_bag(_bag_location(Path(args.bag)))
-    try:
-        import rclpy
-        from rclpy.context import Context
-    except ImportError:
-        raise InputError('metavlm replay needs rclpy (a ROS 2 distribution, or pip install .[ros])') from None
-    qos = load_qos_overrides(args.qos_profile_overrides_path) if args.qos_profile_overrides_path else None
+    verify_bag(_bag_location(Path(bag)))
+    require_rclpy('replay')
+    import rclpy
+    from rclpy.context import Context
+
+    qos = load_qos_overrides(qos_overrides_path) if qos_overrides_path else None
 
     from tqdm import tqdm
 
     # The writer's shared-memory segment decides whether large frames fit: the transport comes first.
-    with use_transport(args.dds_transport):
+    with use_transport(dds_transport):
         context = Context()
         # SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process group, and `ros2 launch`
         # sends its own) end the replay after the current message, exit code 0, as `ros2 bag play` does.
@@ -436,26 +411,25 @@ def run(args: argparse.Namespace) -> int:
             previous = {
                 sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
             }
-        total = None if args.loop else _count(args.bag, args.topic)
+        total = None if loop else _count(bag, topics)
         bar = tqdm(total=total, unit='msg', desc='replay', disable=None, file=sys.stderr)
         stats = ReplayStats()
         started = time.monotonic()
         try:
             replay_bag(
-                args.bag,
+                bag,
                 context,
-                topics=args.topic,
-                rate=args.rate,
-                loops=None if args.loop else 1,
-                clock_hz=args.clock,
+                topics=topics,
+                rate=rate,
+                loops=None if loop else 1,
+                clock_hz=clock_hz,
                 remap=remap,
                 qos_overrides=qos,
-                wait_for_subscribers_s=args.wait_for_subscribers,
+                wait_for_subscribers_s=wait_for_subscribers_s,
                 stop=stop,
                 progress=bar.update,
                 stats=stats,
             )
-            ending = ''
         finally:
             bar.close()
             rclpy.try_shutdown(context=context)
@@ -463,12 +437,7 @@ def run(args: argparse.Namespace) -> int:
                 signal.signal(sig, handler)
         if stop.is_set():
             stats.seconds = time.monotonic() - started
-            ending = ' (interrupted)'
-    print(
-        f'published {stats.total} messages on {len(stats.published)} topic(s) '
-        f'in {stats.seconds:.1f} s ({stats.loops} full pass(es)){ending}'
-    )
-    return 0
+    return stats, stop.is_set()
 
 
 def _count(bag: str, topics: Sequence[str] | None) -> int | None:

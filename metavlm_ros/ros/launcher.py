@@ -1,8 +1,7 @@
-"""`metavlm run`: the perception and tester nodes in one process, fed from a bag or a folder of images."""
+"""Both nodes in one process (rclpy, no ROS distribution needed), fed from a bag or a folder of images."""
 
 from __future__ import annotations
 
-import argparse
 import math
 import signal
 import tempfile
@@ -15,81 +14,16 @@ from typing import Any
 import yaml
 
 from metavlm_ros.common.errors import InputError, ParameterError
-from metavlm_ros.ros.transport import add_transport_argument, use_transport
+from metavlm_ros.ros.transport import use_transport
 
-__all__ = ['add_parser', 'load_parameter_file', 'run', 'run_nodes']
+__all__ = ['DEFAULT_FOLDER_RATE_HZ', 'load_parameter_file', 'require_rclpy', 'run_nodes']
 
-HELP = 'run the perception and tester nodes in one process (no ROS distribution needed)'
 TESTER = 'metavlm_tester'
 PERCEPTION = 'metavlm_perception'
 DEFAULT_FOLDER_RATE_HZ = 2.0
 # After the footage ends, how long a tester that cannot start its last search (no perception node)
 # is waited for before the run ends anyway.
 STALLED_END_S = 30.0
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `metavlm run`."""
-    parser = subparsers.add_parser('run', help=HELP, description=HELP + '.')
-    parser.add_argument(
-        '--params',
-        default=None,
-        metavar='YAML',
-        help='ROS parameter file of both nodes (config/metavlm.yaml)',
-    )
-    parser.add_argument(
-        '--source', default=None, metavar='BAG_OR_FOLDER', help='footage to publish on the camera topic'
-    )
-    parser.add_argument(
-        '--topic', default=None, help='image topic to read from a bag (default: its only one)'
-    )
-    parser.add_argument(
-        '--duration',
-        type=float,
-        default=None,
-        metavar='S',
-        help='stop after S seconds (default: end of footage)',
-    )
-    parser.add_argument(
-        '--rate',
-        type=float,
-        default=None,
-        metavar='HZ',
-        help=f"camera rate (default: a bag's own spacing, {DEFAULT_FOLDER_RATE_HZ:g} Hz for folders)",
-    )
-    parser.add_argument('--loop', action='store_true', help='replay the footage until --duration ends')
-    parser.add_argument(
-        '--results-dir', default=None, metavar='DIR', help="override the tester's results_dir"
-    )
-    add_transport_argument(parser)
-    parser.set_defaults(handler=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run both nodes as the options say and print a summary."""
-    summary = run_nodes(
-        args.params,
-        source=args.source,
-        topic=args.topic,
-        duration=args.duration,
-        rate=args.rate,
-        loop=args.loop,
-        results_dir=args.results_dir,
-        log=print,
-        dds_transport=args.dds_transport,
-    )
-    print(
-        f'{summary["frames_published"]} frame(s) published, {summary["searches"]} search(es), '
-        f'{summary["evaluations"]} evaluations ({summary["failed"]} failed), '
-        f'{summary["violations"]} violation(s), {summary["frames_dropped"]} frame(s) dropped, '
-        f'{summary["seconds"]:.1f} s; results in {summary["results_dir"]}/'
-    )
-    if summary['searches_paused_disk']:
-        print(
-            f'{summary["searches_paused_disk"]} frame(s) not searched: the results disk was below '
-            'min_free_disk_mb (free space, or lower the parameter)'
-        )
-    return 0
 
 
 def load_parameter_file(params: str | Path | Mapping | None) -> dict[str, dict[str, Any]]:
@@ -493,3 +427,17 @@ def _summary(tester: Any, published: int, started: float) -> dict[str, Any]:
         'endpoint': tester.settings.endpoint,
         'seconds': time.monotonic() - started,
     }
+
+
+def require_rclpy(command: str) -> None:
+    """Refuse, in one line, a command that needs rclpy where it is not installed.
+
+    Raises:
+        InputError: rclpy cannot be imported.
+    """
+    try:
+        import rclpy  # noqa: F401
+    except ImportError:
+        raise InputError(
+            f'metavlm {command} needs rclpy (a ROS 2 distribution, or pip install .[ros])'
+        ) from None

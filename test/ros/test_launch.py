@@ -161,7 +161,7 @@ def test_replay_runs_ros2_bag_play_with_the_qos_override(launch_files):
 
 
 def test_qos_override_covers_the_default_camera_topic(launch_files):
-    from metavlm_ros.commands.replay import load_qos_overrides
+    from metavlm_ros.ros.bag_player import load_qos_overrides
 
     profiles = load_qos_overrides(ROOT / 'config' / 'qos_override.yaml')
     camera = launch_files['metavlm.launch.py'].default('camera_topic')

@@ -13,8 +13,8 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
 from metavlm_ros import cli
-from metavlm_ros.commands.replay import bag_topics, iter_raw_messages, replay_bag
 from metavlm_ros.common.errors import BagError
+from metavlm_ros.ros.bag_player import bag_topics, iter_raw_messages, replay_bag
 from metavlm_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
 from test.ros.helpers import TopicCollector, ros_context, wait_for
 
@@ -227,7 +227,7 @@ def test_cli_replays_to_a_best_effort_subscriber(bag, capsys):
 
 
 def test_qos_override_file_is_applied(bag, tmp_path):
-    from metavlm_ros.commands.replay import load_qos_overrides
+    from metavlm_ros.ros.bag_player import load_qos_overrides
 
     path = tmp_path / 'qos.yaml'
     path.write_text('/cam:\n  reliability: best_effort\n  history: keep_last\n  depth: 3\n')
@@ -332,8 +332,8 @@ def test_scenes_names_replay_under_the_same_name_and_older_bag_directories_too(t
 def test_a_damaged_bag_is_refused_in_one_line_before_anything_is_published(
     tmp_path, capsys, monkeypatch, damage
 ):
-    from metavlm_ros.commands import replay as replay_module
     from metavlm_ros.footage.bags import write_bag
+    from metavlm_ros.ros import bag_player as replay_module
     from test.conftest import make_frame
 
     def no_start(*args, **kwargs):

@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 from metavlm_ros.cli import main
-from metavlm_ros.commands.run import _flatten, _write_ros_file, load_parameter_file, run_nodes
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.footage.bags import write_bag
 from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.ros.launcher import _flatten, _write_ros_file, load_parameter_file, run_nodes
 from metavlm_ros.ros.transport import USER_VARIABLES
 from test.conftest import can_mount_tmpfs, make_frame
 
