@@ -76,4 +76,3 @@ def test_commands_are_argparse_and_calls_with_no_ros_code_of_their_own():
             assert f'import {package}' not in text and f'from {package}' not in text, (
                 f'{path.relative_to(PACKAGE)}: {package}'
             )
-

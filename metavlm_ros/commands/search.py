@@ -7,7 +7,7 @@ import sys
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method import defaults
-from metavlm_ros.models.vlm import BACKENDS
+from metavlm_ros.models.vlm import BACKENDS, DEFAULT_BATCH_SIZE
 
 HELP = 'search frames offline for the smallest transformations that change the model'
 
@@ -41,7 +41,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         '--max-new-tokens', type=int, default=40, help='longest count-model answer (default: 40)'
     )
-    group.add_argument('--batch-size', type=int, default=32, help='frames per model call (default: 32)')
+    group.add_argument(
+        '--batch-size',
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f'frames per model call (default: {DEFAULT_BATCH_SIZE})',
+    )
 
 
 def add_frame_arguments(parser: argparse.ArgumentParser) -> None:

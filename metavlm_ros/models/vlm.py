@@ -19,13 +19,15 @@ from metavlm_ros.models.counts import parse_counts
 
 __all__ = [
     'BACKENDS',
-    'DTYPES',
+    'DEFAULT_BATCH_SIZE',
     'DEFAULT_CLASS_PROMPTS',
+    'DTYPES',
+    'MAX_BATCH_SIZE',
     'PAPER_CLASS_PROMPTS',
     'PREPROCESS',
     'PROMPT_PRESETS',
-    'TABLE1_PROMPT',
     'PixelPath',
+    'TABLE1_PROMPT',
     'create_backend',
     'resolve_model',
     'weights_hash',
@@ -66,6 +68,11 @@ TABLE1_PROMPT = (
 _DEMO_ROOT = Path(__file__).resolve().parent.parent / 'models'
 _HF_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')
 DTYPES = ('auto', 'float32', 'float16', 'bfloat16')
+#: Frames per model call unless told otherwise (create_backend, --batch-size, both nodes' max_batch):
+#: a whole generation of the default population in one call.
+DEFAULT_BATCH_SIZE = 32
+#: The most frames per model call the nodes accept (max_batch).
+MAX_BATCH_SIZE = 256
 #: How frames become pixel values: PixelPath ('batched') or the Hugging Face processor ('processor').
 PREPROCESS = ('batched', 'processor')
 
@@ -597,7 +604,7 @@ def create_backend(
     device: str = 'auto',
     dtype: str = 'auto',
     confidence: str = 'cosine',
-    batch_size: int = 32,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     vocabularies: Mapping[str, Sequence[str]] | None = None,
     max_new_tokens: int = 40,
     preprocess: str = 'batched',

@@ -78,7 +78,7 @@ def _flatten(values: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
 
 def _write_ros_file(nodes: Mapping[str, Mapping[str, Any]], directory: Path) -> Path:
     """Write node blocks as a ROS parameter file that rcl's parser accepts."""
-    from metavlm_ros.ros.tester_node import coerce_parameters
+    from metavlm_ros.ros.tester_settings import coerce_parameters
 
     blocks = {}
     for node, values in nodes.items():
@@ -151,7 +151,7 @@ def _check_footage(source: str | Path, topic: str | None) -> None:
 def _check_results(tester_values: Mapping[str, Any]) -> None:
     """Refuse an unwritable results_dir, or one with searches of another identity, before nodes start."""
     from metavlm_ros.common.results import check_output_dir
-    from metavlm_ros.ros.tester_node import check_identity, coerce_parameters, settings_from_parameters
+    from metavlm_ros.ros.tester_settings import check_identity, coerce_parameters, settings_from_parameters
 
     try:
         settings = settings_from_parameters(coerce_parameters(_flatten(tester_values)))

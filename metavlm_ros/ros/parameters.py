@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rcl_interfaces.msg import (
@@ -22,12 +23,15 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.models.vlm import DTYPES
+from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.models.vlm import BACKENDS, DEFAULT_BATCH_SIZE, DTYPES, MAX_BATCH_SIZE
 
 __all__ = [
     'DTYPES',
+    'MODEL_PARAMETERS',
     'Check',
     'ParameterRules',
+    'ParameterSpec',
     'descriptor',
     'device_name',
     'distinct_classes',
@@ -140,6 +144,49 @@ def device_name(value: Any) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One node parameter: name, default (which fixes its type), meaning and limits."""
+
+    name: str
+    default: Any
+    description: str
+    read_only: bool = False
+    low: float | None = None
+    high: float | None = None
+    choices: Sequence[str] | None = None
+    check: Check | None = None
+    #: The element type of a list parameter whose default is empty (rclpy would take it for bytes).
+    array_type: Parameter.Type | None = None
+
+
+#: The model parameters, the same in both nodes (the tester's apply to its inprocess endpoint).
+MODEL_PARAMETERS: tuple[ParameterSpec, ...] = (
+    ParameterSpec('backend', 'clip', 'VLM family', True, choices=tuple(BACKENDS)),
+    ParameterSpec('model', 'demo', "Hugging Face id in the local cache, a directory, or 'demo'", True),
+    ParameterSpec('device', 'auto', "torch device: 'auto', 'cpu', 'cuda', 'cuda:N'", True, check=device_name),
+    ParameterSpec('dtype', 'auto', 'torch dtype', True, choices=DTYPES),
+    ParameterSpec('prompt', '', 'count-type models: the question; empty for the Table 1 prompt', True),
+    ParameterSpec('classes', list(CLASSES), 'classes judged, in order', True, check=distinct_classes),
+    ParameterSpec(
+        'class_prompts',
+        [],
+        "CLIP: one text prompt per class, in the order of classes; '' or none for the default",
+        True,
+        array_type=Parameter.Type.STRING_ARRAY,
+    ),
+    ParameterSpec(
+        'confidence',
+        'cosine',
+        'CLIP confidence: cosine (the paper) or softmax',
+        True,
+        choices=('cosine', 'softmax'),
+    ),
+    # One batch holds a whole generation of the default population (30): one model call each.
+    ParameterSpec('max_batch', DEFAULT_BATCH_SIZE, 'most frames per model call', low=1, high=MAX_BATCH_SIZE),
+)
+
+
 class ParameterRules:
     """The parameters of one node: declared with descriptors, checked at start and on every change.
 
@@ -161,6 +208,27 @@ class ParameterRules:
         self._checks: dict[str, list[Check]] = {}
         self._listeners: dict[str, Callable[[Any], None]] = {}
         node.add_on_set_parameters_callback(self._on_set)
+
+    def declare_table(
+        self, specs: Sequence[ParameterSpec], on_change: Mapping[str, Callable[[Any], None]] | None = None
+    ) -> dict[str, Any]:
+        """Declare every parameter of a table; returns name -> start value."""
+        listeners = dict(on_change or {})
+        return {
+            spec.name: self.declare(
+                spec.name,
+                spec.default,
+                spec.description,
+                read_only=spec.read_only,
+                low=spec.low,
+                high=spec.high,
+                choices=spec.choices,
+                check=spec.check,
+                on_change=listeners.get(spec.name),
+                array_type=spec.array_type,
+            )
+            for spec in specs
+        }
 
     def declare(
         self,

@@ -11,20 +11,19 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
-from rclpy.parameter import Parameter
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.process import finish
-from metavlm_ros.method.prediction import CLASSES, VLMBackend
-from metavlm_ros.models.vlm import BACKENDS, create_backend
+from metavlm_ros.method.prediction import VLMBackend
+from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
 from metavlm_ros.ros.managed import ManagedNode, run_managed
-from metavlm_ros.ros.parameters import DTYPES, ParameterRules, device_name, distinct_classes
+from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterRules, ParameterSpec
 from metavlm_ros.ros.probe_client import PROBE_QOS, LatencyStats
 
-__all__ = ['PROBE_QOS', 'RESULT_QOS', 'PerceptionNode', 'main']
+__all__ = ['PARAMETERS', 'PROBE_QOS', 'RESULT_QOS', 'PerceptionNode', 'main']
 
 NODE_NAME = 'metavlm_perception'
 RESULT_QOS = QoSProfile(
@@ -38,6 +37,22 @@ DIAGNOSTIC_STATUS = 'metavlm_perception: model'
 # At shutdown, how long probes already received are still answered, so that the tester's last
 # generation completes and is recorded instead of being dropped.
 DRAIN_S = 2.0
+
+
+#: The perception node's parameters (docs/ros.md): the model's, shared with the tester, then its own.
+PARAMETERS: tuple[ParameterSpec, ...] = (
+    *MODEL_PARAMETERS,
+    ParameterSpec(
+        'batch_wait_ms', 5, 'longest wait for more probes before a model call, in ms', low=0, high=1000
+    ),
+    ParameterSpec(
+        'image_transport',
+        'raw',
+        "camera topic: 'raw' (image) or 'compressed' (image/compressed)",
+        True,
+        choices=('raw', 'compressed'),
+    ),
+)
 
 
 @dataclass
@@ -198,64 +213,11 @@ class PerceptionNode(ManagedNode):
     def _declare_parameters(self) -> None:
         rules = ParameterRules(self)
         self._rules = rules
-        rules.declare('backend', 'clip', 'VLM family', read_only=True, choices=BACKENDS)
-        rules.declare(
-            'model', 'demo', "Hugging Face id in the local cache, a directory, or 'demo'", read_only=True
+        values = rules.declare_table(
+            PARAMETERS, on_change={'max_batch': self._set_max_batch, 'batch_wait_ms': self._set_batch_wait}
         )
-        rules.declare(
-            'device',
-            'auto',
-            "torch device: 'auto', 'cpu', 'cuda', 'cuda:N'",
-            read_only=True,
-            check=device_name,
-        )
-        rules.declare('dtype', 'auto', 'torch dtype', read_only=True, choices=DTYPES)
-        rules.declare(
-            'prompt', '', 'count-type models: the question; empty for the Table 1 prompt', read_only=True
-        )
-        rules.declare(
-            'classes', list(CLASSES), 'classes judged, in order', read_only=True, check=distinct_classes
-        )
-        rules.declare(
-            'class_prompts',
-            [],
-            "CLIP: one text prompt per class, in the order of classes; '' or none for the default",
-            read_only=True,
-            array_type=Parameter.Type.STRING_ARRAY,
-        )
-        rules.declare(
-            'confidence',
-            'cosine',
-            'CLIP confidence: cosine (the paper) or softmax',
-            read_only=True,
-            choices=('cosine', 'softmax'),
-        )
-        self._max_batch = rules.declare(
-            'max_batch',
-            16,
-            'most probe frames per model call',
-            low=1,
-            high=256,
-            on_change=self._set_max_batch,
-        )
-        self._batch_wait_s = (
-            rules.declare(
-                'batch_wait_ms',
-                5,
-                'longest wait for more probes before a model call, in ms',
-                low=0,
-                high=1000,
-                on_change=self._set_batch_wait,
-            )
-            / 1000.0
-        )
-        rules.declare(
-            'image_transport',
-            'raw',
-            "camera topic: 'raw' (image) or 'compressed' (image/compressed)",
-            read_only=True,
-            choices=('raw', 'compressed'),
-        )
+        self._max_batch = values['max_batch']
+        self._batch_wait_s = values['batch_wait_ms'] / 1000.0
         prompts = rules.value('class_prompts')
         classes = rules.value('classes')
         if any(prompts) and len(prompts) != len(classes):

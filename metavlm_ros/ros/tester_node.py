@@ -7,8 +7,6 @@ import json
 import math
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,59 +26,47 @@ from rclpy.qos import (
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 
-from metavlm_ros.common.errors import InputError, MetaVLMError, ParameterError, ResultsError, StorageError
+from metavlm_ros.common.errors import InputError, MetaVLMError, ResultsError, StorageError
 from metavlm_ros.common.images import check_frame, resize_longer_side
 from metavlm_ros.common.process import finish
 from metavlm_ros.common.results import (
     ResultsStore,
     free_disk_bytes,
-    holds_results,
-    identity_differences,
     read_identity,
     storage_error,
     to_jsonable,
     write_identity,
 )
 from metavlm_ros.footage.frames import frame_digest
-from metavlm_ros.method.encoding import SearchSpace
-from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
-from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
-from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATIONS, apply_composition
+from metavlm_ros.method.prediction import VLMBackend
+from metavlm_ros.method.relations import apply_composition
 from metavlm_ros.method.search import (
-    ALGORITHMS,
     Evaluation,
-    SearchConfig,
     SearchResult,
     evaluation_record,
     run_search,
     searched_frame,
 )
-from metavlm_ros.models.vlm import BACKENDS, create_backend
+from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
 from metavlm_ros.ros.managed import ManagedNode, run_managed
-from metavlm_ros.ros.parameters import DTYPES, Check, ParameterRules, device_name, distinct_classes
+from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend, TransportSizeBackend
+from metavlm_ros.ros.tester_settings import (
+    NODE_NAME,
+    PARAMETERS,
+    TesterSettings,
+    check_identity,
+    published_flag,
+    settings_from_parameters,
+    violation_status,
+)
 from metavlm_ros.ros.visualisation import violation_image
 
-__all__ = [
-    'ENDPOINTS',
-    'NODE_NAME',
-    'VIOLATION_STATUS',
-    'TesterNode',
-    'TesterSettings',
-    'check_identity',
-    'main',
-    'settings_from_parameters',
-    'tester_identity',
-    'violation_status',
-]
+__all__ = ['TesterNode', 'main']
 
-NODE_NAME = 'metavlm_tester'
-VIOLATION_STATUS = 'metavlm/violation'
 DIAGNOSTIC_STATUS = 'metavlm_tester: search'
 VIOLATIONS_FILE = 'violations.jsonl'
-ENDPOINTS = ('ros', 'inprocess')
-TRANSPORTS = ('raw', 'compressed')
 # Consecutive probe rounds with no answer at all after which a search is given up (its results are
 # kept) and the tester waits for the perception node instead of recording failure after failure.
 FAILED_ROUNDS_TO_PAUSE = 3
@@ -101,361 +87,6 @@ RESULT_QOS = QoSProfile(
     reliability=QoSReliabilityPolicy.RELIABLE,
     durability=QoSDurabilityPolicy.VOLATILE,
 )
-
-
-@dataclass(frozen=True)
-class TesterSettings:
-    """The tester's validated parameters; a new value replaces them all at once, for the next search."""
-
-    search: SearchConfig
-    endpoint: str = 'ros'
-    transport_size: int = 384
-    probe_timeout_s: float = 5.0
-    frame_period_s: float = 5.0
-    results_dir: str = 'results/ros'
-    min_free_disk_mb: int = 1024
-    violation_pngs_per_search: int = 3
-    image_transport: str = 'raw'
-    report_threshold: float = 0.05
-    publish_violation_images: bool = True
-    violation_image_height: int = 360
-    model: dict = field(default_factory=dict)
-
-
-def _range_parameter(relation_id: str) -> str:
-    return f'ranges.{relation_id}'
-
-
-@dataclass(frozen=True)
-class ParameterSpec:
-    """One tester parameter: name, default (which fixes its type), meaning and limits."""
-
-    name: str
-    default: Any
-    description: str
-    read_only: bool = False
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] | None = None
-    check: Check | None = None
-
-
-_UNIT = 0.999999
-PARAMETERS: tuple[ParameterSpec, ...] = (
-    ParameterSpec('algorithm', 'nsga2', 'search algorithm', choices=ALGORITHMS),
-    ParameterSpec('population', 30, 'individuals per generation', low=2, high=100_000),
-    ParameterSpec('evaluations', 3000, 'evaluations per searched frame', low=1, high=10_000_000),
-    ParameterSpec(
-        'generations', 0, 'generations per frame; when > 0 it sets evaluations', low=0, high=1_000_000
-    ),
-    ParameterSpec('seed', 0, 'seed of every search (same seed, same genotypes)', low=0, high=2**31 - 1),
-    ParameterSpec(
-        'relations',
-        list(DEFAULT_RELATIONS),
-        'relations the search may activate: ids or the groups paper, underwater, all (docs/method.md §12)',
-    ),
-    *(
-        ParameterSpec(
-            _range_parameter(r.id),
-            [float(r.low), float(r.high)],
-            f'[low, high] of MR{r.number} {r.parameter}, inside [{r.low:g}, {r.high:g}]',
-            low=r.low,
-            high=r.high,
-        )
-        for r in RELATIONS
-    ),
-    ParameterSpec(
-        'thresholds', list(DEFAULT_THRESHOLDS), 'confidence change thresholds (Eq. 5)', low=1e-9, high=_UNIT
-    ),
-    ParameterSpec(
-        'report_threshold', 0.05, 'the threshold whose violations are published', low=1e-9, high=_UNIT
-    ),
-    ParameterSpec(
-        'working_size',
-        -1,
-        'longer side the relations work at (-1: auto, 2x transport_size or the model input; 0: frame size)',
-        low=-1,
-        high=16384,
-    ),
-    ParameterSpec(
-        'transport_size', 384, 'longer side of frames sent to the model (0: as is)', low=0, high=16384
-    ),
-    ParameterSpec(
-        'vlm_endpoint', 'ros', 'ros: the perception node; inprocess: a model here', True, choices=ENDPOINTS
-    ),
-    ParameterSpec(
-        'probe_timeout_s', 5.0, 'seconds to wait for a probe answer (retried once)', low=0.01, high=3600.0
-    ),
-    ParameterSpec(
-        'frame_period_s', 5.0, 'least seconds between the starts of two searches', low=0.0, high=86400.0
-    ),
-    ParameterSpec('results_dir', 'results/ros', 'directory of the JSON Lines records and follow-up PNGs'),
-    ParameterSpec(
-        'min_free_disk_mb',
-        1024,
-        'free space (MiB) kept on the results disk: below it searches pause and PNGs are not written; 0: off',
-        low=0,
-        high=1_000_000_000,
-    ),
-    ParameterSpec(
-        'violation_pngs_per_search',
-        3,
-        'follow-up PNGs written per search for published violations (the Pareto set always gets its own)',
-        low=0,
-        high=1_000_000,
-    ),
-    ParameterSpec('image_transport', 'raw', 'camera transport', True, choices=TRANSPORTS),
-    ParameterSpec('publish_violation_images', True, 'publish violation_image'),
-    ParameterSpec('violation_image_height', 360, 'panel height of violation_image', low=32, high=4096),
-    # The inprocess endpoint's model; the same meaning as the perception node's parameters.
-    ParameterSpec('backend', 'clip', 'VLM family (inprocess endpoint)', True, choices=BACKENDS),
-    ParameterSpec('model', 'demo', 'model id or directory (inprocess endpoint)', True),
-    ParameterSpec('device', 'auto', 'torch device (inprocess endpoint)', True, check=device_name),
-    ParameterSpec('dtype', 'auto', 'torch dtype (inprocess endpoint)', True, choices=DTYPES),
-    ParameterSpec('prompt', '', 'prompt of count-type models; empty for the default', True),
-    ParameterSpec('classes', list(CLASSES), 'classes judged', True, check=distinct_classes),
-    ParameterSpec('class_prompts', [], 'one CLIP prompt per class; empty for the defaults', True),
-    ParameterSpec('confidence', 'cosine', 'confidence of CLIP models', True, choices=('cosine', 'softmax')),
-    ParameterSpec('max_batch', 32, 'frames per model call (inprocess endpoint)', True, low=1, high=4096),
-)
-PARAMETER_DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
-
-
-def coerce_parameters(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Turn integers given for floating-point tester parameters into floats (ROS refuses them otherwise).
-
-    Args:
-        values: tester parameter name -> value, e.g. from a YAML file (names unknown here pass through).
-
-    Returns:
-        A copy with `5` turned into `5.0` and `[0.8, 1]` into `[0.8, 1.0]` where the parameter is a double.
-    """
-    out = dict(values)
-    for name, value in values.items():
-        default = PARAMETER_DEFAULTS.get(name)
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            out[name] = float(value)
-        elif (
-            isinstance(default, list)
-            and default
-            and isinstance(default[0], float)
-            and isinstance(value, list)
-        ):
-            out[name] = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
-    return out
-
-
-def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
-    """Validate the tester's parameters together and build its settings.
-
-    Args:
-        values: parameter name -> value, as declared by TesterNode (see config/metavlm.yaml).
-
-    Returns:
-        The settings.
-
-    Raises:
-        ParameterError: the first invalid value, with the reason.
-    """
-    ranges = {}
-    for relation in RELATIONS:
-        name = _range_parameter(relation.id)
-        bounds = list(values.get(name, (relation.low, relation.high)))
-        if len(bounds) != 2:
-            raise ParameterError(f'{name} must be [low, high], got {bounds}')
-        try:
-            SearchSpace.from_options(None, {relation.id: bounds})
-        except ParameterError as exc:
-            raise ParameterError(f'{name}: {exc}') from None
-        ranges[relation.id] = (float(bounds[0]), float(bounds[1]))
-    relations = list(values.get('relations', DEFAULT_RELATIONS))
-    try:
-        space = SearchSpace.from_options(relations, ranges)
-    except ParameterError as exc:
-        raise ParameterError(f'relations: {exc}') from None
-    population = int(values.get('population', 30))
-    generations = int(values.get('generations', 0))
-    evaluations = generations * population if generations > 0 else int(values.get('evaluations', 3000))
-    thresholds = tuple(float(t) for t in values.get('thresholds', DEFAULT_THRESHOLDS))
-    working_size = int(values.get('working_size', -1))
-    config = SearchConfig(
-        algorithm=str(values.get('algorithm', 'nsga2')),
-        population=population,
-        evaluations=evaluations,
-        seed=int(values.get('seed', 0)),
-        space=space,
-        thresholds=thresholds,
-        working_size='auto' if working_size == -1 else working_size or None,
-    ).validate()
-    report_threshold = float(values.get('report_threshold', 0.05))
-    if not any(math.isclose(report_threshold, t) for t in thresholds):
-        raise ParameterError(
-            f'report_threshold {report_threshold:g} must be one of the thresholds '
-            f'{", ".join(f"{t:g}" for t in thresholds)}'
-        )
-    endpoint = str(values.get('vlm_endpoint', 'ros'))
-    if endpoint not in ENDPOINTS:
-        raise ParameterError(f'vlm_endpoint must be one of {", ".join(ENDPOINTS)}, got {endpoint!r}')
-    transport = str(values.get('image_transport', 'raw'))
-    if transport not in TRANSPORTS:
-        raise ParameterError(f'image_transport must be one of {", ".join(TRANSPORTS)}, got {transport!r}')
-    probe_timeout_s = float(values.get('probe_timeout_s', 5.0))
-    if not probe_timeout_s > 0:
-        raise ParameterError(f'probe_timeout_s must be positive, got {probe_timeout_s:g}')
-    frame_period_s = float(values.get('frame_period_s', 5.0))
-    if not frame_period_s >= 0:
-        raise ParameterError(f'frame_period_s must be 0 or more, got {frame_period_s:g}')
-    transport_size = int(values.get('transport_size', 384))
-    if transport_size < 0:
-        raise ParameterError(f'transport_size must be 0 (off) or positive, got {transport_size}')
-    results_dir = str(values.get('results_dir', 'results/ros'))
-    if not results_dir.strip():
-        raise ParameterError('results_dir must not be empty')
-    classes = tuple(values.get('classes', CLASSES))
-    class_prompts = tuple(values.get('class_prompts', ()))
-    if class_prompts and len(class_prompts) != len(classes):
-        raise ParameterError(
-            f'class_prompts has {len(class_prompts)} entries for {len(classes)} classes (one per class)'
-        )
-    model = {
-        'backend': str(values.get('backend', 'clip')),
-        'model': str(values.get('model', 'demo')),
-        'device': str(values.get('device', 'auto')),
-        'dtype': str(values.get('dtype', 'auto')),
-        'prompt': str(values.get('prompt', '')) or None,
-        'classes': classes,
-        'class_prompts': class_prompts,
-        'confidence': str(values.get('confidence', 'cosine')),
-        'batch_size': int(values.get('max_batch', 32)),
-    }
-    return TesterSettings(
-        search=config,
-        endpoint=endpoint,
-        transport_size=transport_size,
-        probe_timeout_s=probe_timeout_s,
-        frame_period_s=frame_period_s,
-        results_dir=results_dir,
-        min_free_disk_mb=int(values.get('min_free_disk_mb', 1024)),
-        violation_pngs_per_search=int(values.get('violation_pngs_per_search', 3)),
-        image_transport=transport,
-        report_threshold=report_threshold,
-        publish_violation_images=bool(values.get('publish_violation_images', True)),
-        violation_image_height=int(values.get('violation_image_height', 360)),
-        model=model,
-    )
-
-
-def tester_identity(
-    settings: TesterSettings, model_id: str | None = None, weights: str | None = None
-) -> dict:
-    """What identifies the tester's searches in its results directory (search.json, docs/results.md).
-
-    Args:
-        settings: the tester's settings.
-        model_id: the model that judges the frames: for the `ros` endpoint the one the perception node
-            names in its answers, for `inprocess` the loaded model (None: not known yet).
-        weights: the sha256 of the inprocess model's safetensors weights (None: not known or not
-            applicable; the perception node does not report its weights).
-    """
-    model = settings.model
-    part: dict[str, Any] = {
-        'endpoint': settings.endpoint,
-        'model': model_id,
-        'classes': list(model['classes']),
-    }
-    if settings.endpoint == 'inprocess':
-        part.update(
-            {
-                'backend': model['backend'],
-                'weights_sha256': weights,
-                'class_prompts': list(model['class_prompts']),
-                'prompt': model['prompt'],
-                'confidence': model['confidence'],
-                'dtype': model['dtype'],
-            }
-        )
-    return {
-        'settings': {
-            **settings.search.identity(),
-            'transport_size': settings.transport_size,
-            'image_transport': settings.image_transport,
-            'report_threshold': settings.report_threshold,
-        },
-        'model': part,
-    }
-
-
-def check_identity(settings: TesterSettings, model_id: str | None = None, weights: str | None = None) -> dict:
-    """Check that the results directory holds no searches of another identity; returns the identity.
-
-    A directory with results but no identity record (search.json) is refused too: its searches
-    cannot be told apart from these. Parts not known yet (`model_id`, `weights` None) are not compared.
-
-    Raises:
-        ResultsError: one line naming `results_dir` and every difference.
-    """
-    identity = tester_identity(settings, model_id, weights)
-    unknown = tuple(key for key, value in (('model.model', model_id), ('model.weights_sha256', weights))
-                    if value is None)  # fmt: skip
-    directory = Path(settings.results_dir)
-    differences = identity_differences(directory, identity, ignore=unknown)
-    if differences is None and holds_results(directory):
-        raise ResultsError(
-            f'parameter results_dir: {directory} holds results without an identity record (search.json), '
-            'so they cannot be told apart from these searches; set results_dir to another directory'
-        )
-    if differences:
-        raise ResultsError(
-            f'parameter results_dir: {directory} holds searches of another identity '
-            f'({"; ".join(differences)}); set results_dir to another directory, or those parameters back'
-        )
-    return identity
-
-
-def _threshold_key(flags: Mapping[str, bool], threshold: float) -> str:
-    """The key of `flags` that the report threshold selects ('count' for count-type models)."""
-    if 'count' in flags:
-        return 'count'
-    for key in flags:
-        if math.isclose(float(key), threshold):
-            return key
-    raise ParameterError(f'no violation flag for threshold {threshold:g}')
-
-
-def violation_status(
-    ev: Evaluation, source: Prediction, source_stamp_ns: int, *, image: str = '', frame: str = ''
-) -> DiagnosticStatus:
-    """The `violations` status of one violating evaluation (docs/ros.md).
-
-    Level ERROR when severe (f_pred reaches half the number of classes), WARN otherwise; the message
-    is the composition label; values: composition, order, each active relation's parameter, f_trans,
-    f_pred, source/<class>, followup/<class>, source_stamp (ns), image and the follow-up PNG.
-    """
-    followup = ev.followup.values if ev.followup is not None else {}
-    severe = ev.f_pred >= len(source.values) / 2
-    values = [
-        KeyValue(key='composition', value=ev.composition.label),
-        KeyValue(key='order', value=str(ev.composition.order)),
-    ]
-    values += [KeyValue(key=name, value=repr(float(v))) for name, v in ev.composition.parameters.items()]
-    values += [
-        KeyValue(key='f_trans', value=repr(float(ev.f_trans))),
-        KeyValue(key='f_pred', value=repr(float(ev.f_pred))),
-    ]
-    values += [KeyValue(key=f'source/{c}', value=repr(float(v))) for c, v in source.values.items()]
-    values += [KeyValue(key=f'followup/{c}', value=repr(float(v))) for c, v in followup.items()]
-    values += [
-        KeyValue(key='source_stamp', value=str(int(source_stamp_ns))),
-        KeyValue(key='image', value=image),
-        KeyValue(key='frame', value=frame),
-    ]
-    return DiagnosticStatus(
-        level=DiagnosticStatus.ERROR if severe else DiagnosticStatus.WARN,
-        name=VIOLATION_STATUS,
-        message=ev.composition.label,
-        hardware_id=NODE_NAME,
-        values=values,
-    )
 
 
 class _Job:
@@ -717,19 +348,7 @@ class TesterNode(ManagedNode):
     def _declare_parameters(self) -> None:
         rules = ParameterRules(self)
         self._rules = rules
-        for spec in PARAMETERS:
-            rules.declare(
-                spec.name,
-                spec.default,
-                spec.description,
-                read_only=spec.read_only,
-                low=spec.low,
-                high=spec.high,
-                choices=spec.choices,
-                check=spec.check,
-                # An empty list default says nothing of its type: rclpy would take it for bytes.
-                array_type=Parameter.Type.STRING_ARRAY if spec.name == 'class_prompts' else None,
-            )
+        rules.declare_table(PARAMETERS)
 
     def _model_identity(self, settings: TesterSettings) -> tuple[str | None, str | None]:
         """The model part of the identity known now: (model id, weights sha256), None where not known."""
@@ -1028,7 +647,7 @@ class TesterNode(ManagedNode):
         if ev.composition.order == 0:
             return
         self.judged += 1
-        key = _threshold_key(ev.violation, job.settings.report_threshold if job else 0.05)
+        key = published_flag(ev.violation, job.settings.report_threshold if job else 0.05)
         if not ev.violation.get(key) or job is None:
             return
         self.violations += 1

@@ -140,3 +140,23 @@ def test_a_node_started_with_a_wrong_value_prints_one_line_and_exits_1(module, a
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(needle), done.stderr
     assert 'Traceback' not in done.stdout + done.stderr
+
+
+def test_both_nodes_declare_the_model_parameters_from_one_table():
+    import inspect
+
+    from metavlm_ros.models.vlm import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, create_backend
+    from metavlm_ros.ros.parameters import MODEL_PARAMETERS
+    from metavlm_ros.ros.perception_node import PARAMETERS as PERCEPTION
+    from metavlm_ros.ros.tester_settings import PARAMETERS as TESTER
+
+    limits = ('default', 'low', 'high', 'choices', 'check', 'array_type')
+    for table in (PERCEPTION, TESTER):
+        declared = {spec.name: spec for spec in table}
+        for spec in MODEL_PARAMETERS:
+            assert [getattr(declared[spec.name], f) for f in limits] == [getattr(spec, f) for f in limits]
+    # max_batch: one documented default and range (it was 32 of 1..4096 in one node, 16 of 1..256 in
+    # the other), the model's own default batch.
+    max_batch = {spec.name: spec for spec in MODEL_PARAMETERS}['max_batch']
+    assert (max_batch.default, max_batch.low, max_batch.high) == (DEFAULT_BATCH_SIZE, 1, MAX_BATCH_SIZE)
+    assert inspect.signature(create_backend).parameters['batch_size'].default == DEFAULT_BATCH_SIZE

@@ -15,7 +15,7 @@ from sensor_msgs.msg import Image
 
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.method.prediction import VLMBackend
-from metavlm_ros.models.vlm import create_backend
+from metavlm_ros.models.vlm import DEFAULT_BATCH_SIZE, create_backend
 from metavlm_ros.ros.conversions import (
     array_to_prediction,
     image_msg_to_rgb,
@@ -221,7 +221,7 @@ def test_parameters_are_refused_at_run_time_with_a_reason(tiny_clip_dir, clip):
             assert not result.successful and 'batch_wait_ms' in result.reason
             (result,) = node.set_parameters([Parameter('backend', value='blip')])
             assert not result.successful and 'read-only' in result.reason
-            assert node.get_parameter('max_batch').value == 16
+            assert node.get_parameter('max_batch').value == DEFAULT_BATCH_SIZE
             # an empty string array is a real, typed, read-only value (not an unset parameter)
             assert node.get_parameter('class_prompts').value == []
             assert node.get_parameter('class_prompts').type_ == Parameter.Type.STRING_ARRAY

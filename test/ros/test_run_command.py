@@ -138,7 +138,7 @@ def test_parameter_files_are_read_and_rewritten_for_rcl(tmp_path):
 
 
 def test_the_shipped_parameter_file_matches_the_nodes(tmp_path):
-    from metavlm_ros.ros.tester_node import PARAMETERS, settings_from_parameters
+    from metavlm_ros.ros.tester_settings import PARAMETERS, settings_from_parameters
     from test.ros.helpers import ros_context
 
     shipped = Path(__file__).resolve().parents[2] / 'config' / 'metavlm.yaml'

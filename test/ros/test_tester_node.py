@@ -22,14 +22,14 @@ from metavlm_ros.method.search import Evaluation
 from metavlm_ros.ros import tester_node
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg
 from metavlm_ros.ros.managed import bring_up
-from metavlm_ros.ros.tester_node import (
+from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
+from metavlm_ros.ros.tester_node import main
+from metavlm_ros.ros.tester_settings import (
     PARAMETERS,
     coerce_parameters,
-    main,
     settings_from_parameters,
     violation_status,
 )
-from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
 from metavlm_ros.ros.visualisation import format_change, violation_image
 from test.conftest import make_frame
 from test.ros.helpers import CameraPublisher, TopicCollector, ros_context, wait_for

@@ -1,0 +1,398 @@
+"""The tester's parameter table, their conversion into validated settings, its identity and status rules."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+
+from metavlm_ros.common.errors import ParameterError, ResultsError
+from metavlm_ros.common.results import (
+    holds_results,
+    identity_differences,
+)
+from metavlm_ros.method import defaults
+from metavlm_ros.method.encoding import SearchSpace
+from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
+from metavlm_ros.method.prediction import Prediction
+from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATIONS
+from metavlm_ros.method.search import (
+    ALGORITHMS,
+    Evaluation,
+    SearchConfig,
+)
+from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterSpec
+
+__all__ = [
+    'ENDPOINTS',
+    'NODE_NAME',
+    'PARAMETERS',
+    'PARAMETER_DEFAULTS',
+    'TRANSPORTS',
+    'VIOLATION_STATUS',
+    'TesterSettings',
+    'check_identity',
+    'coerce_parameters',
+    'published_flag',
+    'settings_from_parameters',
+    'tester_identity',
+    'violation_status',
+]
+
+NODE_NAME = 'metavlm_tester'
+
+
+VIOLATION_STATUS = 'metavlm/violation'
+
+
+ENDPOINTS = ('ros', 'inprocess')
+
+
+TRANSPORTS = ('raw', 'compressed')
+
+
+@dataclass(frozen=True)
+class TesterSettings:
+    """The tester's validated parameters; a new value replaces them all at once, for the next search."""
+
+    search: SearchConfig
+    endpoint: str = 'ros'
+    transport_size: int = 384
+    probe_timeout_s: float = 5.0
+    frame_period_s: float = 5.0
+    results_dir: str = 'results/ros'
+    min_free_disk_mb: int = 1024
+    violation_pngs_per_search: int = 3
+    image_transport: str = 'raw'
+    report_threshold: float = 0.05
+    publish_violation_images: bool = True
+    violation_image_height: int = 360
+    model: dict = field(default_factory=dict)
+
+
+def _range_parameter(relation_id: str) -> str:
+    return f'ranges.{relation_id}'
+
+
+_UNIT = 0.999999
+
+
+PARAMETERS: tuple[ParameterSpec, ...] = (
+    ParameterSpec('algorithm', defaults.ALGORITHM, 'search algorithm', choices=ALGORITHMS),
+    ParameterSpec('population', defaults.POPULATION, 'individuals per generation', low=2, high=100_000),
+    ParameterSpec(
+        'evaluations', defaults.EVALUATIONS, 'evaluations per searched frame', low=1, high=10_000_000
+    ),
+    ParameterSpec(
+        'generations', 0, 'generations per frame; when > 0 it sets evaluations', low=0, high=1_000_000
+    ),
+    ParameterSpec(
+        'seed', defaults.SEED, 'seed of every search (same seed, same genotypes)', low=0, high=2**31 - 1
+    ),
+    ParameterSpec(
+        'relations',
+        list(DEFAULT_RELATIONS),
+        'relations the search may activate: ids or the groups paper, underwater, all (docs/method.md §12)',
+    ),
+    *(
+        ParameterSpec(
+            _range_parameter(r.id),
+            [float(r.low), float(r.high)],
+            f'[low, high] of MR{r.number} {r.parameter}, inside [{r.low:g}, {r.high:g}]',
+            low=r.low,
+            high=r.high,
+        )
+        for r in RELATIONS
+    ),
+    ParameterSpec(
+        'thresholds', list(DEFAULT_THRESHOLDS), 'confidence change thresholds (Eq. 5)', low=1e-9, high=_UNIT
+    ),
+    ParameterSpec(
+        'report_threshold', 0.05, 'the threshold whose violations are published', low=1e-9, high=_UNIT
+    ),
+    ParameterSpec(
+        'working_size',
+        -1,
+        'longer side the relations work at (-1: auto, 2x transport_size or the model input; 0: frame size)',
+        low=-1,
+        high=16384,
+    ),
+    ParameterSpec(
+        'transport_size', 384, 'longer side of frames sent to the model (0: as is)', low=0, high=16384
+    ),
+    ParameterSpec(
+        'vlm_endpoint', 'ros', 'ros: the perception node; inprocess: a model here', True, choices=ENDPOINTS
+    ),
+    ParameterSpec(
+        'probe_timeout_s', 5.0, 'seconds to wait for a probe answer (retried once)', low=0.01, high=3600.0
+    ),
+    ParameterSpec(
+        'frame_period_s', 5.0, 'least seconds between the starts of two searches', low=0.0, high=86400.0
+    ),
+    ParameterSpec('results_dir', 'results/ros', 'directory of the JSON Lines records and follow-up PNGs'),
+    ParameterSpec(
+        'min_free_disk_mb',
+        1024,
+        'free space (MiB) kept on the results disk: below it searches pause and PNGs are not written; 0: off',
+        low=0,
+        high=1_000_000_000,
+    ),
+    ParameterSpec(
+        'violation_pngs_per_search',
+        3,
+        'follow-up PNGs written per search for published violations (the Pareto set always gets its own)',
+        low=0,
+        high=1_000_000,
+    ),
+    ParameterSpec('image_transport', 'raw', 'camera transport', True, choices=TRANSPORTS),
+    ParameterSpec('publish_violation_images', True, 'publish violation_image'),
+    ParameterSpec('violation_image_height', 360, 'panel height of violation_image', low=32, high=4096),
+    # The inprocess endpoint's model: the perception node's model parameters, read-only here.
+    *(
+        replace(spec, description=f'{spec.description} (inprocess endpoint)', read_only=True)
+        for spec in MODEL_PARAMETERS
+    ),
+)
+PARAMETER_DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
+
+
+def coerce_parameters(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn integers given for floating-point tester parameters into floats (ROS refuses them otherwise).
+
+    Args:
+        values: tester parameter name -> value, e.g. from a YAML file (names unknown here pass through).
+
+    Returns:
+        A copy with `5` turned into `5.0` and `[0.8, 1]` into `[0.8, 1.0]` where the parameter is a double.
+    """
+    out = dict(values)
+    for name, value in values.items():
+        default = PARAMETER_DEFAULTS.get(name)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            out[name] = float(value)
+        elif (
+            isinstance(default, list)
+            and default
+            and isinstance(default[0], float)
+            and isinstance(value, list)
+        ):
+            out[name] = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+    return out
+
+
+def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
+    """Validate the tester's parameters together and build its settings.
+
+    Args:
+        values: parameter name -> value, as declared by TesterNode (see config/metavlm.yaml).
+
+    Returns:
+        The settings.
+
+    Raises:
+        ParameterError: the first invalid value, with the reason.
+    """
+    values = {**PARAMETER_DEFAULTS, **values}  # the table's defaults, the one place they are written
+    ranges = {}
+    for relation in RELATIONS:
+        name = _range_parameter(relation.id)
+        bounds = list(values[name])
+        if len(bounds) != 2:
+            raise ParameterError(f'{name} must be [low, high], got {bounds}')
+        try:
+            SearchSpace.from_options(None, {relation.id: bounds})
+        except ParameterError as exc:
+            raise ParameterError(f'{name}: {exc}') from None
+        ranges[relation.id] = (float(bounds[0]), float(bounds[1]))
+    relations = list(values['relations'])
+    try:
+        space = SearchSpace.from_options(relations, ranges)
+    except ParameterError as exc:
+        raise ParameterError(f'relations: {exc}') from None
+    population = int(values['population'])
+    generations = int(values['generations'])
+    evaluations = generations * population if generations > 0 else int(values['evaluations'])
+    thresholds = tuple(float(t) for t in values['thresholds'])
+    working_size = int(values['working_size'])
+    config = SearchConfig(
+        algorithm=str(values['algorithm']),
+        population=population,
+        evaluations=evaluations,
+        seed=int(values['seed']),
+        space=space,
+        thresholds=thresholds,
+        working_size='auto' if working_size == -1 else working_size or None,
+    ).validate()
+    report_threshold = float(values['report_threshold'])
+    if not any(math.isclose(report_threshold, t) for t in thresholds):
+        raise ParameterError(
+            f'report_threshold {report_threshold:g} must be one of the thresholds '
+            f'{", ".join(f"{t:g}" for t in thresholds)}'
+        )
+    endpoint = str(values['vlm_endpoint'])
+    if endpoint not in ENDPOINTS:
+        raise ParameterError(f'vlm_endpoint must be one of {", ".join(ENDPOINTS)}, got {endpoint!r}')
+    transport = str(values['image_transport'])
+    if transport not in TRANSPORTS:
+        raise ParameterError(f'image_transport must be one of {", ".join(TRANSPORTS)}, got {transport!r}')
+    probe_timeout_s = float(values['probe_timeout_s'])
+    if not probe_timeout_s > 0:
+        raise ParameterError(f'probe_timeout_s must be positive, got {probe_timeout_s:g}')
+    frame_period_s = float(values['frame_period_s'])
+    if not frame_period_s >= 0:
+        raise ParameterError(f'frame_period_s must be 0 or more, got {frame_period_s:g}')
+    transport_size = int(values['transport_size'])
+    if transport_size < 0:
+        raise ParameterError(f'transport_size must be 0 (off) or positive, got {transport_size}')
+    results_dir = str(values['results_dir'])
+    if not results_dir.strip():
+        raise ParameterError('results_dir must not be empty')
+    classes = tuple(values['classes'])
+    class_prompts = tuple(values['class_prompts'])
+    if class_prompts and len(class_prompts) != len(classes):
+        raise ParameterError(
+            f'class_prompts has {len(class_prompts)} entries for {len(classes)} classes (one per class)'
+        )
+    model = {
+        'backend': str(values['backend']),
+        'model': str(values['model']),
+        'device': str(values['device']),
+        'dtype': str(values['dtype']),
+        'prompt': str(values['prompt']) or None,
+        'classes': classes,
+        'class_prompts': class_prompts,
+        'confidence': str(values['confidence']),
+        'batch_size': int(values['max_batch']),
+    }
+    return TesterSettings(
+        search=config,
+        endpoint=endpoint,
+        transport_size=transport_size,
+        probe_timeout_s=probe_timeout_s,
+        frame_period_s=frame_period_s,
+        results_dir=results_dir,
+        min_free_disk_mb=int(values['min_free_disk_mb']),
+        violation_pngs_per_search=int(values['violation_pngs_per_search']),
+        image_transport=transport,
+        report_threshold=report_threshold,
+        publish_violation_images=bool(values['publish_violation_images']),
+        violation_image_height=int(values['violation_image_height']),
+        model=model,
+    )
+
+
+def tester_identity(
+    settings: TesterSettings, model_id: str | None = None, weights: str | None = None
+) -> dict:
+    """What identifies the tester's searches in its results directory (search.json, docs/results.md).
+
+    Args:
+        settings: the tester's settings.
+        model_id: the model that judges the frames: for the `ros` endpoint the one the perception node
+            names in its answers, for `inprocess` the loaded model (None: not known yet).
+        weights: the sha256 of the inprocess model's safetensors weights (None: not known or not
+            applicable; the perception node does not report its weights).
+    """
+    model = settings.model
+    part: dict[str, Any] = {
+        'endpoint': settings.endpoint,
+        'model': model_id,
+        'classes': list(model['classes']),
+    }
+    if settings.endpoint == 'inprocess':
+        part.update(
+            {
+                'backend': model['backend'],
+                'weights_sha256': weights,
+                'class_prompts': list(model['class_prompts']),
+                'prompt': model['prompt'],
+                'confidence': model['confidence'],
+                'dtype': model['dtype'],
+            }
+        )
+    return {
+        'settings': {
+            **settings.search.identity(),
+            'transport_size': settings.transport_size,
+            'image_transport': settings.image_transport,
+            'report_threshold': settings.report_threshold,
+        },
+        'model': part,
+    }
+
+
+def check_identity(settings: TesterSettings, model_id: str | None = None, weights: str | None = None) -> dict:
+    """Check that the results directory holds no searches of another identity; returns the identity.
+
+    A directory with results but no identity record (search.json) is refused too: its searches
+    cannot be told apart from these. Parts not known yet (`model_id`, `weights` None) are not compared.
+
+    Raises:
+        ResultsError: one line naming `results_dir` and every difference.
+    """
+    identity = tester_identity(settings, model_id, weights)
+    unknown = tuple(key for key, value in (('model.model', model_id), ('model.weights_sha256', weights))
+                    if value is None)  # fmt: skip
+    directory = Path(settings.results_dir)
+    differences = identity_differences(directory, identity, ignore=unknown)
+    if differences is None and holds_results(directory):
+        raise ResultsError(
+            f'parameter results_dir: {directory} holds results without an identity record (search.json), '
+            'so they cannot be told apart from these searches; set results_dir to another directory'
+        )
+    if differences:
+        raise ResultsError(
+            f'parameter results_dir: {directory} holds searches of another identity '
+            f'({"; ".join(differences)}); set results_dir to another directory, or those parameters back'
+        )
+    return identity
+
+
+def published_flag(flags: Mapping[str, bool], threshold: float) -> str:
+    """The key of `flags` that the report threshold selects ('count' for count-type models)."""
+    if 'count' in flags:
+        return 'count'
+    for key in flags:
+        if math.isclose(float(key), threshold):
+            return key
+    raise ParameterError(f'no violation flag for threshold {threshold:g}')
+
+
+def violation_status(
+    ev: Evaluation, source: Prediction, source_stamp_ns: int, *, image: str = '', frame: str = ''
+) -> DiagnosticStatus:
+    """The `violations` status of one violating evaluation (docs/ros.md).
+
+    Level ERROR when severe (f_pred reaches half the number of classes), WARN otherwise; the message
+    is the composition label; values: composition, order, each active relation's parameter, f_trans,
+    f_pred, source/<class>, followup/<class>, source_stamp (ns), image and the follow-up PNG.
+    """
+    followup = ev.followup.values if ev.followup is not None else {}
+    severe = ev.f_pred >= len(source.values) / 2
+    values = [
+        KeyValue(key='composition', value=ev.composition.label),
+        KeyValue(key='order', value=str(ev.composition.order)),
+    ]
+    values += [KeyValue(key=name, value=repr(float(v))) for name, v in ev.composition.parameters.items()]
+    values += [
+        KeyValue(key='f_trans', value=repr(float(ev.f_trans))),
+        KeyValue(key='f_pred', value=repr(float(ev.f_pred))),
+    ]
+    values += [KeyValue(key=f'source/{c}', value=repr(float(v))) for c, v in source.values.items()]
+    values += [KeyValue(key=f'followup/{c}', value=repr(float(v))) for c, v in followup.items()]
+    values += [
+        KeyValue(key='source_stamp', value=str(int(source_stamp_ns))),
+        KeyValue(key='image', value=image),
+        KeyValue(key='frame', value=frame),
+    ]
+    return DiagnosticStatus(
+        level=DiagnosticStatus.ERROR if severe else DiagnosticStatus.WARN,
+        name=VIOLATION_STATUS,
+        message=ev.composition.label,
+        hardware_id=NODE_NAME,
+        values=values,
+    )
