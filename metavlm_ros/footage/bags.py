@@ -471,11 +471,17 @@ def _one_line(exc: BaseException) -> str:
 
 
 @contextmanager
-def _open_reader(path: str | Path) -> Iterator[Any]:
-    """Open a bag read-only (mcap files are opened 'rb'; sqlite3 databases immutable)."""
+def open_bag(path: str | Path) -> Iterator[Any]:
+    """The one bag opener: a rosbag2 bag (directory, .mcap or .db3) read-only, as a rosbags Reader.
+
+    Raises:
+        BagError: no such bag, not a rosbag2 bag (a ROS 1 bag says how to convert it), or unreadable.
+    """
     from rosbags.rosbag2 import Reader
 
     path = resolve_bag(path)
+    if path.is_file() and path.suffix == '.bag':
+        raise BagError(f'{path} is a ROS 1 bag; convert it first (rosbags-convert --src {path.name})')
     if path.is_dir() and not (path / 'metadata.yaml').is_file():
         # A directory holding one storage file but no metadata (copied by hand): read the file.
         files = sorted(p for p in path.iterdir() if p.suffix in ('.mcap', '.db3'))
@@ -504,7 +510,7 @@ def verify_bag(path: str | Path) -> None:
     Raises:
         BagError: The bag is unreadable, truncated, or its content does not match its checksums.
     """
-    with _open_reader(path) as reader:
+    with open_bag(path) as reader:
         digest = _MessageDigest()
         messages = reader.messages()
         while True:
@@ -554,7 +560,7 @@ def list_image_topics(path: str | Path) -> list[str]:
     Raises:
         BagError: The bag cannot be read.
     """
-    with _open_reader(path) as reader:
+    with open_bag(path) as reader:
         return sorted(_image_connections(reader))
 
 
@@ -651,7 +657,7 @@ def iter_bag_frames(
     if every < 1:
         raise ParameterError(f'every must be an integer >= 1, got {every!r}')
     name = bag_name(path)
-    with _open_reader(path) as reader:
+    with open_bag(path) as reader:
         conns = _image_connections(reader)
         if not conns:
             raise BagError(f'{path}: no image topics (sensor_msgs/Image or CompressedImage)')
@@ -708,7 +714,7 @@ def iter_bag_messages(
     from rosbags.typesys import get_types_from_msg
 
     typestore = bag_typestore()
-    with _open_reader(path) as reader:
+    with open_bag(path) as reader:
         conns = reader.connections
         if topics is not None:
             wanted = set(topics)

@@ -8,7 +8,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,43 +41,6 @@ RawMessage = tuple[str, str, int, bytes]
 # -- reading raw messages ---------------------------------------------------------------------------
 
 
-def _bag_location(path: Path) -> Path:
-    """The rosbag2 directory or storage file to open; BagError when `path` is not one."""
-    from metavlm_ros.footage.bags import resolve_bag
-
-    if not path.exists() and path.suffix.lower() in ('.mcap', '.db3'):
-        path = resolve_bag(path)  # the directory an older `scenes --out NAME.mcap` wrote
-    if not path.exists():
-        raise BagError(f'bag not found: {path}')
-    if path.is_dir():
-        if not (path / 'metadata.yaml').exists():
-            raise BagError(f'{path} is a directory without metadata.yaml, not a rosbag2 bag')
-        return path
-    if path.suffix in ('.mcap', '.db3'):
-        # rosbags reads a storage file on its own, with or without the bag's metadata.yaml.
-        return path
-    if path.suffix == '.bag':
-        raise BagError(f'{path} is a ROS 1 bag; convert it first (rosbags-convert --src {path.name})')
-    raise BagError(f'{path} is not a bag (expected a rosbag2 directory, a .mcap or a .db3 file)')
-
-
-@contextmanager
-def _open(path: Path) -> Iterator[Any]:
-    """Open a rosbag2 bag (mcap or sqlite3) read-only for its raw CDR messages."""
-    from rosbags.rosbag2 import Reader
-
-    location = _bag_location(path)
-    try:
-        reader = Reader(location)
-        reader.open()
-    except Exception as exc:  # rosbags raises many types (ReaderError, sqlite3, mcap) for bad files
-        raise BagError(f'cannot read bag {path}: {_one_line(exc)}') from None
-    try:
-        yield reader
-    finally:
-        reader.close()
-
-
 def check_topics(available: Mapping[str, str], topics: Sequence[str] | None, path: Path) -> list[str]:
     if not topics:
         return sorted(available)
@@ -95,7 +57,9 @@ def bag_topics(path: str | Path) -> dict[str, str]:
     Raises:
         BagError: not a bag, unreadable, or corrupt.
     """
-    with _open(Path(path)) as reader:
+    from metavlm_ros.footage.bags import open_bag  # rosbags loads only when a bag is read
+
+    with open_bag(path) as reader:
         return {conn.topic: conn.msgtype for conn in reader.connections}
 
 
@@ -106,7 +70,9 @@ def iter_raw_messages(path: str | Path, topics: Sequence[str] | None = None) -> 
         BagError: not a bag, unknown topic, or corrupt data.
     """
     path = Path(path)
-    with _open(path) as reader:
+    from metavlm_ros.footage.bags import open_bag  # rosbags loads only when a bag is read
+
+    with open_bag(path) as reader:
         available = {conn.topic: conn.msgtype for conn in reader.connections}
         selected = set(check_topics(available, topics, path))
         connections = [c for c in reader.connections if c.topic in selected]
@@ -384,11 +350,12 @@ def play(
     remap = parse_remaps(remaps)
     available = bag_topics(bag)
     check_topics(available, topics, Path(bag))
-    from metavlm_ros.footage.bags import verify_bag
 
     # The whole bag is read once before anything starts: a damaged chunk (checksum mismatch) or a cut
     # tail is one line and exit 2 here, not an error after half the bag was published.
-    verify_bag(_bag_location(Path(bag)))
+    from metavlm_ros.footage.bags import verify_bag
+
+    verify_bag(bag)
     require_rclpy('replay')
     import rclpy
     from rclpy.context import Context
@@ -443,7 +410,9 @@ def play(
 def _count(bag: str, topics: Sequence[str] | None) -> int | None:
     """Messages a single pass publishes, for the progress bar; None when the bag does not say."""
     try:
-        with _open(Path(bag)) as reader:
+        from metavlm_ros.footage.bags import open_bag
+
+        with open_bag(bag) as reader:
             counts = [c.msgcount for c in reader.connections if not topics or c.topic in topics]
     except BagError:
         return None

@@ -297,10 +297,14 @@ def test_corrupt_and_unknown_bags(tmp_path, mcap_bag):
     garbage_db.write_bytes(b'not sqlite' * 10)
     with pytest.raises(BagError):
         list(iter_bag_frames(garbage_db))
-    other = tmp_path / 'x.bag'
+    other = tmp_path / 'x.txt'
     other.write_bytes(b'x')
     with pytest.raises(BagError, match='unknown bag storage'):
         list(iter_bag_frames(other))
+    ros1 = tmp_path / 'x.bag'
+    ros1.write_bytes(b'#ROSBAG V2.0\n')
+    with pytest.raises(BagError, match='ROS 1 bag; convert it first'):
+        list(iter_bag_frames(ros1))
     with pytest.raises(BagError, match='no such bag'):
         list(iter_bag_frames(tmp_path / 'missing'))
     (tmp_path / 'emptydir').mkdir()

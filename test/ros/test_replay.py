@@ -240,14 +240,14 @@ def test_qos_override_file_is_applied(bag, tmp_path):
 @pytest.mark.parametrize(
     ('argv', 'message'),
     [
-        (['{missing}'], 'bag not found'),
-        (['{empty_dir}'], 'without metadata.yaml'),
-        (['{text_file}'], 'is not a bag'),
+        (['{missing}'], 'no such bag'),
+        (['{empty_dir}'], 'no metadata.yaml'),
+        (['{text_file}'], 'unknown bag storage'),
         (['{ros1}'], 'is a ROS 1 bag'),
         (['{bag}', '--topic', '/sonar'], 'topic /sonar is not in dive'),
         (['{bag}', '--rate', '0'], '--rate must be positive'),
         (['{bag}', '--remap', '/note'], 'not of the form OLD:=NEW'),
-        (['{corrupt}'], 'cannot read bag'),
+        (['{corrupt}'], 'unreadable bag'),
     ],
 )
 def test_cli_errors_are_one_line_and_exit_2(bag, tmp_path, capsys, argv, message):
