@@ -47,12 +47,66 @@ class Composed(Protocol):
     values: Sequence[float]
 
 
+def _warp(frame: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    height, width = frame.shape[:2]
+    return cv2.warpAffine(
+        frame,
+        matrix,
+        (width, height),
+        flags=cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_CONSTANT,
+        borderValue=(0, 0, 0),
+    )
+
+
+def _clahe(frame: np.ndarray, clip_limit: float) -> np.ndarray:
+    lab = cv2.cvtColor(frame, cv2.COLOR_RGB2LAB)
+    clahe = cv2.createCLAHE(clipLimit=float(clip_limit), tileGridSize=CLAHE_TILES)
+    # Equalise L in place inside the LAB image rather than splitting and merging channels.
+    lab[..., 0] = clahe.apply(np.ascontiguousarray(lab[..., 0]))
+    return cv2.cvtColor(lab, cv2.COLOR_LAB2RGB)
+
+
+def _downsample(frame: np.ndarray, scale: float) -> np.ndarray:
+    height, width = frame.shape[:2]
+    small = (max(1, int(width * scale)), max(1, int(height * scale)))
+    if small == (width, height):
+        return frame
+    reduced = cv2.resize(frame, small, interpolation=cv2.INTER_NEAREST)
+    return cv2.resize(reduced, (width, height), interpolation=cv2.INTER_NEAREST)
+
+
+# The geometric relations' 2x3 forward affine matrices (source pixel -> follow-up pixel). Pixel
+# centres sit at integer coordinates, so the image centre is ((W-1)/2, (H-1)/2); about that centre,
+# an affine zoom equals cv2.resize by z followed by a centred crop or black pad.
+def _rotation_matrix(angle: float, width: int, height: int) -> np.ndarray:
+    # Positive angles turn the content counter-clockwise on screen, as OpenCV defines it.
+    return cv2.getRotationMatrix2D(((width - 1) / 2.0, (height - 1) / 2.0), float(angle), 1.0)
+
+
+def _scaling_matrix(zoom: float, width: int, height: int) -> np.ndarray:
+    return cv2.getRotationMatrix2D(((width - 1) / 2.0, (height - 1) / 2.0), 0.0, float(zoom))
+
+
+def _shear_matrix(shear: float, width: int, height: int) -> np.ndarray:
+    # x' = x + k*y with the origin at the top-left corner, as in the paper's code.
+    return np.array([[1.0, float(shear), 0.0], [0.0, 1.0, 0.0]])
+
+
+def _translation_matrix(shift: float, width: int, height: int) -> np.ndarray:
+    return np.array([[1.0, 0.0, float(int(width * shift))], [0.0, 1.0, 0.0]])
+
+
 @dataclass(frozen=True)
 class Relation:
-    """One metamorphic relation: its parameter, nominal value, range and maximum deviation (f_trans).
+    """One metamorphic relation: its parameter, nominal value, range, maximum deviation (f_trans) and
+    how it transforms a frame.
 
-    `apply(frame, value)` transforms a checked frame by a checked value; the paper's six leave it
-    None and are applied below (their geometric ones fuse into one warp).
+    A relation is one entry of RELATIONS (the registry every caller reads). `apply(frame, value)`
+    transforms a checked RGB uint8 frame by a checked value. A geometric relation gives `matrix`
+    instead, `matrix(value, width, height)` -> its 2x3 forward affine matrix: adjacent geometric
+    relations then fuse into one warp (docs/method.md §8). `changes_at_nominal` marks a relation
+    whose nominal value still changes a frame (MR3: CLAHE at clip 1).
     """
 
     number: int
@@ -63,11 +117,22 @@ class Relation:
     high: float
     max_deviation: float
     apply: Callable[[np.ndarray, float], np.ndarray] | None = field(default=None, compare=False, repr=False)
+    matrix: Callable[[float, int, int], np.ndarray] | None = field(default=None, compare=False, repr=False)
+    changes_at_nominal: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.apply is None) == (self.matrix is None):
+            raise ValueError(f'{self.name} needs exactly one of apply and matrix')
 
     @property
     def name(self) -> str:
         """The relation as users see it, e.g. 'MR1 rotation'."""
         return f'MR{self.number} {self.id}'
+
+    @property
+    def geometric(self) -> bool:
+        """Whether the relation is an affine warp (it gives a matrix, and fuses with its neighbours)."""
+        return self.matrix is not None
 
     def check_value(self, value: float) -> float:
         """Return ``value`` as a float when it lies in the relation's range.
@@ -91,18 +156,30 @@ class Relation:
     def is_identity(self, value: float) -> bool:
         """Whether the relation leaves every frame unchanged at ``value``.
 
-        True at the nominal value for every relation except MR3 (CLAHE changes a frame even at clip 1).
+        True at the nominal value for every relation except those that change a frame even there
+        (MR3: CLAHE at clip 1).
         """
-        return self.id != 'histogram_equalization' and value == self.nominal
+        return not self.changes_at_nominal and value == self.nominal
+
+    def transform(self, frame: np.ndarray, value: float) -> np.ndarray:
+        """Apply the relation to a checked frame at a checked value (the frame itself at identity)."""
+        if self.matrix is None:
+            return self.apply(frame, value)
+        if self.is_identity(value):
+            return frame
+        height, width = frame.shape[:2]
+        return _warp(frame, self.matrix(value, width, height))
 
 
 PAPER_RELATIONS: tuple[Relation, ...] = (
-    Relation(1, 'rotation', 'angle', 0.0, -5.0, 5.0, 5.0),
-    Relation(2, 'scaling', 'zoom', 1.0, 0.7, 1.3, 0.3),
-    Relation(3, 'histogram_equalization', 'clip_limit', 1.0, 1.0, 2.0, 1.0),
-    Relation(4, 'downsampling', 'scale', 1.0, 0.9, 1.0, 0.1),
-    Relation(5, 'shear', 'shear', 0.0, -0.15, 0.15, 0.15),
-    Relation(6, 'translation', 'shift', 0.0, -0.03, 0.03, 0.03),
+    Relation(1, 'rotation', 'angle', 0.0, -5.0, 5.0, 5.0, matrix=_rotation_matrix),
+    Relation(2, 'scaling', 'zoom', 1.0, 0.7, 1.3, 0.3, matrix=_scaling_matrix),
+    Relation(
+        3, 'histogram_equalization', 'clip_limit', 1.0, 1.0, 2.0, 1.0, apply=_clahe, changes_at_nominal=True
+    ),
+    Relation(4, 'downsampling', 'scale', 1.0, 0.9, 1.0, 0.1, apply=_downsample),
+    Relation(5, 'shear', 'shear', 0.0, -0.15, 0.15, 0.15, matrix=_shear_matrix),
+    Relation(6, 'translation', 'shift', 0.0, -0.03, 0.03, 0.03, matrix=_translation_matrix),
 )
 # Opt-in relations beyond the paper (docs/method.md §12), numbered after its six.
 UNDERWATER_RELATIONS: tuple[Relation, ...] = tuple(
@@ -123,7 +200,6 @@ RELATION_GROUPS: dict[str, tuple[str, ...]] = {
     'all': tuple(RELATION_BY_ID),
 }
 
-_GEOMETRIC = frozenset({'rotation', 'scaling', 'shear', 'translation'})
 _IDENTITY = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
 
 
@@ -138,11 +214,8 @@ def _relation(relation_id: str) -> Relation:
 def relation_matrix(relation_id: str, value: float, width: int, height: int) -> np.ndarray:
     """The 2x3 forward affine matrix (source pixel -> follow-up pixel) of a geometric relation.
 
-    Pixel centres sit at integer coordinates, so the image centre is ((W-1)/2, (H-1)/2); about that
-    centre, an affine zoom equals cv2.resize by z followed by a centred crop or black pad.
-
     Args:
-        relation_id: 'rotation', 'scaling', 'shear' or 'translation'.
+        relation_id: the id of a geometric relation ('rotation', 'scaling', 'shear', 'translation').
         value: the relation's parameter (degrees, zoom factor, shear coefficient, shift fraction).
         width: frame width W in pixels.
         height: frame height H in pixels.
@@ -151,18 +224,9 @@ def relation_matrix(relation_id: str, value: float, width: int, height: int) -> 
         ParameterError: for a relation that is not geometric or an unknown relation.
     """
     relation = _relation(relation_id)
-    centre = ((width - 1) / 2.0, (height - 1) / 2.0)
-    if relation.id == 'rotation':
-        # Positive angles turn the content counter-clockwise on screen, as OpenCV defines it.
-        return cv2.getRotationMatrix2D(centre, float(value), 1.0)
-    if relation.id == 'scaling':
-        return cv2.getRotationMatrix2D(centre, 0.0, float(value))
-    if relation.id == 'shear':
-        # x' = x + k*y with the origin at the top-left corner, as in the paper's code.
-        return np.array([[1.0, float(value), 0.0], [0.0, 1.0, 0.0]])
-    if relation.id == 'translation':
-        return np.array([[1.0, 0.0, float(int(width * value))], [0.0, 1.0, 0.0]])
-    raise ParameterError(f'{relation.name} is not a geometric relation')
+    if relation.matrix is None:
+        raise ParameterError(f'{relation.name} is not a geometric relation')
+    return relation.matrix(value, width, height)
 
 
 def _then(first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -170,53 +234,11 @@ def _then(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return second[:, :2] @ first + np.hstack([np.zeros((2, 2)), second[:, 2:]])
 
 
-def _warp(frame: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    height, width = frame.shape[:2]
-    return cv2.warpAffine(
-        frame,
-        matrix,
-        (width, height),
-        flags=cv2.INTER_LINEAR,
-        borderMode=cv2.BORDER_CONSTANT,
-        borderValue=(0, 0, 0),
-    )
-
-
 def _flush(frame: np.ndarray, matrix: np.ndarray | None) -> np.ndarray:
     """Apply accumulated geometry, skipping a product that came out as the identity."""
     if matrix is None or np.allclose(matrix, _IDENTITY, rtol=0.0, atol=1e-12):
         return frame
     return _warp(frame, matrix)
-
-
-def _clahe(frame: np.ndarray, clip_limit: float) -> np.ndarray:
-    lab = cv2.cvtColor(frame, cv2.COLOR_RGB2LAB)
-    clahe = cv2.createCLAHE(clipLimit=float(clip_limit), tileGridSize=CLAHE_TILES)
-    # Equalise L in place inside the LAB image rather than splitting and merging channels.
-    lab[..., 0] = clahe.apply(np.ascontiguousarray(lab[..., 0]))
-    return cv2.cvtColor(lab, cv2.COLOR_LAB2RGB)
-
-
-def _downsample(frame: np.ndarray, scale: float) -> np.ndarray:
-    height, width = frame.shape[:2]
-    small = (max(1, int(width * scale)), max(1, int(height * scale)))
-    if small == (width, height):
-        return frame
-    reduced = cv2.resize(frame, small, interpolation=cv2.INTER_NEAREST)
-    return cv2.resize(reduced, (width, height), interpolation=cv2.INTER_NEAREST)
-
-
-def _apply_checked(frame: np.ndarray, relation: Relation, value: float) -> np.ndarray:
-    if relation.apply is not None:
-        return relation.apply(frame, value)
-    if relation.id in _GEOMETRIC:
-        if relation.is_identity(value):
-            return frame
-        height, width = frame.shape[:2]
-        return _warp(frame, relation_matrix(relation.id, value, width, height))
-    if relation.id == 'histogram_equalization':
-        return _clahe(frame, value)
-    return _downsample(frame, value)
 
 
 def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndarray:
@@ -236,7 +258,7 @@ def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndar
     """
     frame = check_frame(frame)
     relation = _relation(relation_id)
-    out = _apply_checked(frame, relation, relation.check_value(value))
+    out = relation.transform(frame, relation.check_value(value))
     return out.copy() if out is frame else out
 
 
@@ -268,13 +290,13 @@ def apply_composition(frame: np.ndarray, composition: Composed, fuse: bool = Tru
         if not active:
             continue
         value = relation.check_value(value)
-        if relation.id in _GEOMETRIC and fuse:
+        if relation.geometric and fuse:
             if not relation.is_identity(value):
-                matrix = relation_matrix(relation.id, value, width, height)
+                matrix = relation.matrix(value, width, height)
                 pending = matrix if pending is None else _then(pending, matrix)
             continue
         out = _flush(out, pending)
         pending = None
-        out = _apply_checked(out, relation, value)
+        out = relation.transform(out, value)
     out = _flush(out, pending)
     return out.copy() if out is frame else out

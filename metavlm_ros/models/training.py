@@ -738,12 +738,12 @@ def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
 
 def _geometry(composition: Any, width: int, height: int) -> np.ndarray | None:
     """The 3x3 pixel matrix of a composition's geometric relations (applied in order), or None."""
-    from metavlm_ros.method.relations import RELATIONS, relation_matrix
+    from metavlm_ros.method.relations import RELATIONS
 
     matrix = None
     for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
-        if active and relation.id in ('rotation', 'scaling', 'shear', 'translation'):
-            step = np.vstack([relation_matrix(relation.id, value, width, height), [0.0, 0.0, 1.0]])
+        if active and relation.geometric:
+            step = np.vstack([relation.matrix(value, width, height), [0.0, 0.0, 1.0]])
             matrix = step if matrix is None else step @ matrix
     return matrix
 

@@ -262,3 +262,51 @@ def test_underwater_relations_apply_through_the_registry_and_compose_after_the_p
     expected = low_light(marine_snow(apply_relation(frame, 'rotation', 3.0), 200.0), 1.0)
     for fuse in (True, False):
         assert np.array_equal(apply_composition(frame, composition, fuse=fuse), expected)
+
+
+def test_every_relation_carries_how_it_transforms_a_frame():
+    """The registry is the relations: each entry brings its function or, if geometric, its matrix."""
+    from metavlm_ros.method.relations import Relation
+
+    frame = make_frame(96, 64)
+    assert [r.id for r in RELATIONS if r.geometric] == ['rotation', 'scaling', 'shear', 'translation']
+    for relation in RELATIONS:
+        assert (relation.apply is None) != (relation.matrix is None), relation.name
+        assert relation.is_identity(relation.nominal) != relation.changes_at_nominal, relation.name
+        if relation.is_identity(relation.nominal):
+            assert np.array_equal(apply_relation(frame, relation.id, relation.nominal), frame), relation.name
+    with pytest.raises(ValueError, match='exactly one of apply and matrix'):
+        Relation(12, 'nothing', 'value', 0.0, 0.0, 1.0, 1.0)
+
+
+def test_a_geometric_relation_added_to_the_registry_fuses_with_its_neighbours(monkeypatch):
+    """A new relation that gives a matrix joins the fused warp without any other change."""
+    from metavlm_ros.method import relations as module
+
+    def flip_matrix(amount: float, width: int, height: int) -> np.ndarray:
+        return np.array([[1.0, 0.0, float(int(width * amount))], [0.0, 1.0, float(int(height * amount))]])
+
+    extra = module.Relation(12, 'diagonal_shift', 'amount', 0.0, 0.0, 0.1, 0.1, matrix=flip_matrix)
+    monkeypatch.setattr(module, 'RELATIONS', module.RELATIONS + (extra,))
+    monkeypatch.setitem(module.RELATION_BY_ID, extra.id, extra)
+    frame = make_frame(96, 64)
+    active = tuple(r.id in ('translation', 'diagonal_shift') for r in module.RELATIONS)
+    values = tuple(
+        0.03 if r.id == 'translation' else 0.05 if r.id == 'diagonal_shift' else r.nominal
+        for r in module.RELATIONS
+    )
+
+    class Pair:
+        pass
+
+    composition = Pair()
+    composition.active, composition.values = active, values
+    fused = module.apply_composition(frame, composition, fuse=True)
+    one_warp = module._warp(
+        frame, module._then(module.relation_matrix('translation', 0.03, 96, 64), flip_matrix(0.05, 96, 64))
+    )
+    assert np.array_equal(fused, one_warp)
+    stepwise = module.apply_relation(
+        module.apply_relation(frame, 'translation', 0.03), 'diagonal_shift', 0.05
+    )
+    assert np.array_equal(module.apply_composition(frame, composition, fuse=False), stepwise)
