@@ -52,8 +52,8 @@ def _tables(capsys, out: Path) -> str:
     'executor',
     [
         pytest.param(['--workers', '1'], id='in-process'),
-        pytest.param(['--workers', '2'], id='pool', marks=pytest.mark.slow),
-        pytest.param(['--executor', 'dask', '--workers', '2'], id='dask', marks=pytest.mark.slow),
+        pytest.param(['--workers', '2'], id='pool'),
+        pytest.param(['--executor', 'dask', '--workers', '2'], id='dask'),
     ],
 )
 def test_kill_then_resume_gives_the_same_report(tmp_path, campaign_yaml, capsys, executor):
