@@ -21,6 +21,25 @@ SUCCESS = TransitionCallbackReturn.SUCCESS
 LONG = {'evaluations': 1_000_000, 'population': 6}  # a search that only ends when stopped
 
 
+def feed(g, frame, enough, what, timeout=20.0, period=0.2):
+    """Publish `frame` every `period` seconds until `enough()`; fail after `timeout` seconds.
+
+    Not at every spin step: a frame per spin step floods the tester's subscription and starves its
+    search thread (12 evaluations took 19 s that way on a busy machine).
+    """
+    last = [-period]
+
+    def fed() -> bool:
+        if enough():
+            return True
+        if time.monotonic() - last[0] >= period:
+            g.camera.publish(frame)
+            last[0] = time.monotonic()
+        return False
+
+    g.wait(fed, timeout, what)
+
+
 def test_tester_goes_through_every_transition_and_a_deactivated_search_keeps_its_summary(graph):
     g = graph(start=False, **LONG)
     tester = g.tester
@@ -38,7 +57,7 @@ def test_tester_goes_through_every_transition_and_a_deactivated_search_keeps_its
     assert tester.trigger_activate() == SUCCESS
     g.wait(lambda: g.camera.publisher.get_subscription_count() > 0, 5, 'the camera subscription')
     g.camera.publish(frame)
-    g.wait(lambda: tester.evaluations >= 12 or not g.camera.publish(frame), 20, 'a running search')
+    feed(g, frame, lambda: tester.evaluations >= 12, 'a running search')
 
     assert tester.trigger_deactivate() == SUCCESS  # returns once the search stopped
     assert state_label(tester) == 'inactive' and not tester.busy
@@ -52,7 +71,7 @@ def test_tester_goes_through_every_transition_and_a_deactivated_search_keeps_its
     # Active again: testing resumes.
     done = tester.evaluations
     assert tester.trigger_activate() == SUCCESS
-    g.wait(lambda: tester.evaluations > done or not g.camera.publish(frame), 20, 'a search once reactivated')
+    feed(g, frame, lambda: tester.evaluations > done, 'a search once reactivated')
     assert tester.trigger_deactivate() == SUCCESS
     assert tester.trigger_cleanup() == SUCCESS
     assert state_label(tester) == 'unconfigured' and tester.backend is None
@@ -66,7 +85,7 @@ def test_shutdown_from_active_stops_the_search_and_writes_its_summary(graph):
     tester = g.tester
     frame = make_frame(seed=6)
     g.camera.publish(frame)
-    g.wait(lambda: tester.evaluations >= 12 or not g.camera.publish(frame), 20, 'a running search')
+    feed(g, frame, lambda: tester.evaluations >= 12, 'a running search')
     started = time.monotonic()
     assert tester.trigger_shutdown() == SUCCESS
     assert time.monotonic() - started < 5.0
@@ -96,7 +115,7 @@ def test_search_now_and_stop_search_services(graph):
 
     frame = make_frame(seed=7)
     g.camera.publish(frame)
-    g.wait(lambda: tester.evaluations >= 6 or not g.camera.publish(frame), 20, 'the first search')
+    feed(g, frame, lambda: tester.evaluations >= 6, 'the first search')
     answer = call(g, search_now)
     assert not answer.success and answer.message.startswith('a search is running')
     answer = call(g, stop_search)
