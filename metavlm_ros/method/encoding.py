@@ -38,13 +38,28 @@ for _relation in RELATIONS:
         _ALIASES.setdefault(_alias, _relation)
 
 
-def _lookup(name: str) -> Relation:
+# Extras (secondary parameters, e.g. MR10's angle) by the name records and ranges give them:
+# 'motion_blur_angle' -> (MR10, 0).
+_EXTRA_BY_ID: dict[str, tuple[Relation, int]] = {
+    extra_id: (_relation, k) for _relation in RELATIONS for k, extra_id in enumerate(_relation.extra_ids)
+}
+
+
+def _lookup(name: str, *, extras: bool = False) -> Relation:
     relation = _ALIASES.get(str(name).strip().lower())
     if relation is None:
         known = ', '.join(RELATION_BY_ID)
         groups = ', '.join(RELATION_GROUPS)
-        raise ParameterError(f'unknown relation {name!r}; known relations: {known} (or the groups {groups})')
+        also = f'; their extras: {", ".join(_EXTRA_BY_ID)}' if extras else ''
+        raise ParameterError(
+            f'unknown relation {name!r}; known relations: {known} (or the groups {groups}){also}'
+        )
     return relation
+
+
+def _target(name: str) -> tuple[Relation, int | None]:
+    """The relation a parameter or range name refers to, and which of its extras (None: its own value)."""
+    return _EXTRA_BY_ID.get(str(name).strip().lower()) or (_lookup(name, extras=True), None)
 
 
 def _selected(names: Iterable[str]) -> list[Relation]:
@@ -63,31 +78,58 @@ def _per_relation(values: Iterable, what: str) -> tuple:
     return values
 
 
+def _per_extra(values: Iterable[Iterable], what: str) -> tuple[tuple, ...]:
+    """One tuple per relation with one entry per extra of that relation."""
+    values = tuple(tuple(v) for v in _per_relation(values, what))
+    for relation, entries in zip(RELATIONS, values, strict=True):
+        if len(entries) != len(relation.extras):
+            raise ParameterError(
+                f'{what}: {relation.name} has {len(relation.extras)} extras, got {len(entries)}'
+            )
+    return values
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """Which relations the search may activate, and the (possibly narrowed) range of each parameter.
 
     Every range must lie inside its relation's range (docs/method.md §1, §12). The genotype holds a
-    flag and a value for each enabled relation only, so it grows with the relations a search uses;
-    the default enables the paper's six (12 variables).
+    flag and a value for each enabled relation only, then the extras of those relations (MR10's
+    angle), so it grows with the relations a search uses; the default enables the paper's six (12
+    variables). `extra_low` and `extra_high` hold one tuple per relation, one range per extra.
     """
 
     enabled: tuple[bool, ...] = tuple(relation.id in DEFAULT_RELATIONS for relation in RELATIONS)
     low: tuple[float, ...] = tuple(relation.low for relation in RELATIONS)
     high: tuple[float, ...] = tuple(relation.high for relation in RELATIONS)
+    extra_low: tuple[tuple[float, ...], ...] = tuple(
+        tuple(extra.low for extra in relation.extras) for relation in RELATIONS
+    )
+    extra_high: tuple[tuple[float, ...], ...] = tuple(
+        tuple(extra.high for extra in relation.extras) for relation in RELATIONS
+    )
 
     def __post_init__(self) -> None:
         enabled = tuple(bool(flag) for flag in _per_relation(self.enabled, 'enabled'))
         low = _per_relation(self.low, 'low')
         high = _per_relation(self.high, 'high')
-        checked_low, checked_high = [], []
-        for relation, lo, hi in zip(RELATIONS, low, high, strict=True):
+        extra_low = _per_extra(self.extra_low, 'extra_low')
+        extra_high = _per_extra(self.extra_high, 'extra_high')
+        checked_low, checked_high, checked_extras = [], [], []
+        for relation, lo, hi, elo, ehi in zip(RELATIONS, low, high, extra_low, extra_high, strict=True):
             lo, hi = _check_range(relation, lo, hi)
             checked_low.append(lo)
             checked_high.append(hi)
+            checked_extras.append(
+                [_check_range(relation, *pair, k) for k, pair in enumerate(zip(elo, ehi, strict=True))]
+            )
         object.__setattr__(self, 'enabled', enabled)
         object.__setattr__(self, 'low', tuple(checked_low))
         object.__setattr__(self, 'high', tuple(checked_high))
+        object.__setattr__(self, 'extra_low', tuple(tuple(lo for lo, _ in pairs) for pairs in checked_extras))
+        object.__setattr__(
+            self, 'extra_high', tuple(tuple(hi for _, hi in pairs) for pairs in checked_extras)
+        )
 
     @classmethod
     def default(cls) -> SearchSpace:
@@ -105,7 +147,8 @@ class SearchSpace:
         Args:
             enabled: relation ids (or parameter names, numbers, 'mr3', or the groups 'paper',
                 'underwater', 'all') to enable; None enables the paper's six.
-            ranges: relation id -> (low, high) narrowing that relation's range.
+            ranges: relation id -> (low, high) narrowing that relation's range, or an extra's id
+                ('motion_blur_angle') -> (low, high) narrowing that extra's.
 
         Raises:
             ParameterError: on an unknown relation, an empty selection, or a range outside its relation's.
@@ -121,16 +164,23 @@ class SearchSpace:
             raise ParameterError('at least one relation must be enabled')
         low = [relation.low for relation in RELATIONS]
         high = [relation.high for relation in RELATIONS]
+        extra_low = [[extra.low for extra in relation.extras] for relation in RELATIONS]
+        extra_high = [[extra.high for extra in relation.extras] for relation in RELATIONS]
         for name, bounds in (ranges or {}).items():
-            relation = _lookup(name)
+            relation, k = _target(name)
             try:
                 lo, hi = bounds
             except (TypeError, ValueError):
-                raise ParameterError(
-                    f'{relation.name} range must be a pair (low, high), got {bounds!r}'
-                ) from None
-            low[relation.number - 1], high[relation.number - 1] = _check_range(relation, lo, hi)
-        return cls(tuple(flags), tuple(low), tuple(high))
+                what = relation.name if k is None else f'{relation.name} {relation.extras[k].name}'
+                raise ParameterError(f'{what} range must be a pair (low, high), got {bounds!r}') from None
+            i = relation.number - 1
+            if k is None:
+                low[i], high[i] = _check_range(relation, lo, hi)
+            else:
+                extra_low[i][k], extra_high[i][k] = _check_range(relation, lo, hi, k)
+        return cls(
+            tuple(flags), tuple(low), tuple(high), tuple(map(tuple, extra_low)), tuple(map(tuple, extra_high))
+        )
 
     @property
     def indices(self) -> np.ndarray:
@@ -139,18 +189,29 @@ class SearchSpace:
 
     @property
     def n_var(self) -> int:
-        """Length of the genotype: a flag and a value per enabled relation."""
-        return 2 * int(sum(self.enabled))
+        """Length of the genotype: a flag and a value per enabled relation, then their extras."""
+        return sum(
+            2 + len(relation.extras) for relation, on in zip(RELATIONS, self.enabled, strict=True) if on
+        )
+
+    def extra_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper bounds of the genotype's tail: the extras of the enabled relations, in order."""
+        index = self.indices
+        low = [lo for i in index for lo in self.extra_low[i]]
+        high = [hi for i in index for hi in self.extra_high[i]]
+        return np.array(low, dtype=float), np.array(high, dtype=float)
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Lower and upper bounds (xl, xu) of the genotype: flags in [0, 1], values in their ranges."""
+        """Lower and upper bounds (xl, xu) of the genotype: flags in [0, 1], values and extras in range."""
         index = self.indices
+        n = 2 * index.size
         xl = np.empty(self.n_var)
         xu = np.empty(self.n_var)
-        xl[0::2] = 0.0
-        xu[0::2] = 1.0
-        xl[1::2] = np.asarray(self.low)[index]
-        xu[1::2] = np.asarray(self.high)[index]
+        xl[0:n:2] = 0.0
+        xu[0:n:2] = 1.0
+        xl[1:n:2] = np.asarray(self.low)[index]
+        xu[1:n:2] = np.asarray(self.high)[index]
+        xl[n:], xu[n:] = self.extra_bounds()
         return xl, xu
 
     @property
@@ -158,53 +219,79 @@ class SearchSpace:
         """Ids of the enabled relations, in the fixed order."""
         return tuple(relation.id for relation, on in zip(RELATIONS, self.enabled, strict=True) if on)
 
-    def as_record(self) -> dict[str, list]:
+    def as_record(self) -> dict:
         """The space as stored with a search: enabled flags, low and high, one entry per relation.
 
         The lists stop after the paper's six unless a later relation is enabled, so a search that
-        uses only the paper's relations records what it recorded before there were others.
+        uses only the paper's relations records what it recorded before there were others. The
+        extras' ranges of the enabled relations follow under `extras` (`{'motion_blur_angle':
+        [low, high]}`), present only when an enabled relation has extras, so searches of different
+        angle ranges have different records and the others' records are unchanged.
         """
         last = max(len(PAPER_RELATIONS), int(self.indices[-1]) + 1)
-        return {
+        record: dict = {
             'enabled': list(self.enabled[:last]),
             'low': list(self.low[:last]),
             'high': list(self.high[:last]),
         }
+        extras = {
+            extra_id: [lo, hi]
+            for i in self.indices
+            for extra_id, lo, hi in zip(
+                RELATIONS[i].extra_ids, self.extra_low[i], self.extra_high[i], strict=True
+            )
+        }
+        if extras:
+            record['extras'] = extras
+        return record
 
 
-def _check_range(relation: Relation, low: float, high: float) -> tuple[float, float]:
-    allowed = f'[{relation.low:g}, {relation.high:g}]'
+def _check_range(
+    relation: Relation, low: float, high: float, extra: int | None = None
+) -> tuple[float, float]:
+    """A range (low, high) checked inside the relation's range, or inside that of its extra number `extra`."""
+    bounds = relation if extra is None else relation.extras[extra]
+    what = relation.name if extra is None else f'{relation.name} {bounds.name}'
+    allowed = f'[{bounds.low:g}, {bounds.high:g}]'
     try:
         lo, hi = float(low), float(high)
     except (TypeError, ValueError):
         raise ParameterError(
-            f'{relation.name} range must be numbers inside {allowed}, got ({low!r}, {high!r})'
+            f'{what} range must be numbers inside {allowed}, got ({low!r}, {high!r})'
         ) from None
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-        raise ParameterError(
-            f'{relation.name} range ({low!r}, {high!r}) must be low <= high inside {allowed}'
-        )
-    return relation.check_value(lo), relation.check_value(hi)
+        raise ParameterError(f'{what} range ({low!r}, {high!r}) must be low <= high inside {allowed}')
+    if extra is None:
+        return relation.check_value(lo), relation.check_value(hi)
+    return relation.check_extra(extra, lo), relation.check_extra(extra, hi)
 
 
 @dataclass(frozen=True)
 class Composition:
     """A composition of metamorphic relations: which are active and their parameters.
 
-    The value of an inactive relation is stored as its nominal value, so two compositions that
-    transform frames alike compare equal.
+    `extras` holds one tuple per relation with the values of its extras (MR10's angle; `()` for a
+    relation without any); left out, every extra is nominal. The value and extras of an inactive
+    relation are stored as their nominal values, so two compositions that transform frames alike
+    compare equal.
     """
 
     active: tuple[bool, ...]
     values: tuple[float, ...]
+    extras: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self) -> None:
         active = tuple(bool(flag) for flag in _per_relation(self.active, 'active'))
-        values = []
-        for relation, on, value in zip(RELATIONS, active, _per_relation(self.values, 'values'), strict=True):
+        given = self.extras or tuple(relation.nominal_extras for relation in RELATIONS)
+        values, extras = [], []
+        for relation, on, value, extra in zip(
+            RELATIONS, active, _per_relation(self.values, 'values'), _per_extra(given, 'extras'), strict=True
+        ):
             values.append(relation.check_value(value) if on else relation.nominal)
+            extras.append(relation.check_extras(extra) if on else relation.nominal_extras)
         object.__setattr__(self, 'active', active)
         object.__setattr__(self, 'values', tuple(values))
+        object.__setattr__(self, 'extras', tuple(extras))
 
     @classmethod
     def identity(cls) -> Composition:
@@ -215,19 +302,34 @@ class Composition:
     def from_parameters(cls, parameters: Mapping[str, float]) -> Composition:
         """Build a composition from relation id (or parameter name) -> value; named relations are active.
 
+        Extras are named by their ids (`motion_blur_angle`, as `parameters` gives them); an extra
+        not named is nominal, so a record written before the relation had extras reads as it was.
+
         Raises:
-            ParameterError: on an unknown relation, a relation named twice, or a value outside its range.
+            ParameterError: on an unknown relation, a relation or extra named twice, an extra whose
+                relation is not named, or a value outside its range.
         """
         active = [False] * N_RELATIONS
         values = [relation.nominal for relation in RELATIONS]
+        extras = [list(relation.nominal_extras) for relation in RELATIONS]
+        named: set[tuple[int, int | None]] = set()
         for name, value in parameters.items():
-            relation = _lookup(name)
+            relation, k = _target(name)
             index = relation.number - 1
-            if active[index]:
-                raise ParameterError(f'{relation.name} is given more than once')
-            active[index] = True
-            values[index] = relation.check_value(value)
-        return cls(tuple(active), tuple(values))
+            if (index, k) in named:
+                what = relation.name if k is None else relation.extra_ids[k]
+                raise ParameterError(f'{what} is given more than once')
+            named.add((index, k))
+            if k is None:
+                active[index] = True
+                values[index] = relation.check_value(value)
+            else:
+                extras[index][k] = relation.check_extra(k, value)
+        for index, k in named:
+            if k is not None and not active[index]:
+                relation = RELATIONS[index]
+                raise ParameterError(f'{relation.extra_ids[k]} is given without {relation.id}')
+        return cls(tuple(active), tuple(values), tuple(map(tuple, extras)))
 
     @property
     def order(self) -> int:
@@ -242,19 +344,24 @@ class Composition:
 
     @property
     def parameters(self) -> dict[str, float]:
-        """Relation id -> value, for the active relations in the fixed order."""
-        return {
-            relation.id: value
-            for relation, on, value in zip(RELATIONS, self.active, self.values, strict=True)
-            if on
-        }
+        """Relation id -> value for the active relations in the fixed order, each followed by its
+        extras' ids -> values (`{'motion_blur': 0.006, 'motion_blur_angle': 35.0}`)."""
+        out = {}
+        for relation, on, value, extras in zip(RELATIONS, self.active, self.values, self.extras, strict=True):
+            if on:
+                out[relation.id] = value
+                out.update(zip(relation.extra_ids, extras, strict=True))
+        return out
 
     @property
     def key(self) -> tuple:
         """A hashable key; compositions with equal keys produce identical follow-up frames."""
         return tuple(
-            (relation.number, round(value, KEY_DECIMALS) + 0.0)  # + 0.0 folds -0.0 into 0.0
-            for relation, on, value in zip(RELATIONS, self.active, self.values, strict=True)
+            # + 0.0 folds -0.0 into 0.0
+            (relation.number, *(round(v, KEY_DECIMALS) + 0.0 for v in (value, *extras)))
+            for relation, on, value, extras in zip(
+                RELATIONS, self.active, self.values, self.extras, strict=True
+            )
             if on
         )
 
@@ -268,8 +375,11 @@ def decode(x: np.ndarray, space: SearchSpace | None = None) -> Composition:
 
     The genotype holds a flag and a value for each relation the space enables, in the fixed order:
     ``x[2*k]`` is the flag of the k-th enabled relation (active when > 0.5), ``x[2*k+1]`` its
-    parameter, clipped into the space's range. Relations the space does not enable are inactive.
-    With the default space that is 12 variables, MR1..MR6.
+    parameter, clipped into the space's range. After the 2n flags and values of n enabled relations
+    come the extras of those relations, in the same order (MR10's angle), each clipped into its
+    range: appended rather than interleaved so that a space without extras keeps its genotype, and
+    the flags and values keep their places. Relations the space does not enable are inactive. With
+    the default space that is 12 variables, MR1..MR6.
 
     Raises:
         ParameterError: when x does not hold space.n_var finite numbers.
@@ -286,14 +396,20 @@ def decode(x: np.ndarray, space: SearchSpace | None = None) -> Composition:
         raise ParameterError('a genotype must hold finite numbers only')
     active = [False] * N_RELATIONS
     values = [relation.nominal for relation in RELATIONS]
+    extras = [relation.nominal_extras for relation in RELATIONS]
+    tail = iter(genes[2 * space.indices.size :])
     for k, i in enumerate(space.indices):
         active[i] = bool(genes[2 * k] > FLAG_THRESHOLD)
         values[i] = float(min(max(genes[2 * k + 1], space.low[i]), space.high[i]))
-    return Composition(tuple(active), tuple(values))
+        extras[i] = tuple(
+            float(min(max(next(tail), lo), hi))
+            for lo, hi in zip(space.extra_low[i], space.extra_high[i], strict=True)
+        )
+    return Composition(tuple(active), tuple(values), tuple(extras))
 
 
 def encode(composition: Composition, space: SearchSpace | None = None) -> np.ndarray:
-    """The genotype of a composition in a space: flags 1.0 for active relations, 0.0 otherwise, and values.
+    """The genotype of a composition in a space: flags (1.0 active, 0.0 not), values, then extras.
 
     Raises:
         ParameterError: when the composition activates a relation the space does not enable.
@@ -307,9 +423,11 @@ def encode(composition: Composition, space: SearchSpace | None = None) -> np.nda
     if outside:
         raise ParameterError(f'the search space does not enable {", ".join(outside)}')
     index = space.indices
+    n = 2 * index.size
     x = np.empty(space.n_var)
-    x[0::2] = np.asarray(composition.active, dtype=float)[index]
-    x[1::2] = np.asarray(composition.values)[index]
+    x[0:n:2] = np.asarray(composition.active, dtype=float)[index]
+    x[1:n:2] = np.asarray(composition.values)[index]
+    x[n:] = [value for i in index for value in composition.extras[i]]
     return x
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
-from metavlm_ros.method.underwater import UNDERWATER_FUNCTIONS, UNDERWATER_PARAMETERS
+from metavlm_ros.method.underwater import UNDERWATER_EXTRAS, UNDERWATER_FUNCTIONS, UNDERWATER_PARAMETERS
 
 __all__ = [
     'DEFAULT_RELATIONS',
@@ -22,6 +22,7 @@ __all__ = [
     'RELATION_GROUPS',
     'UNDERWATER_RELATIONS',
     'WARPS',
+    'Extra',
     'Relation',
     'apply_composition',
     'apply_relation',
@@ -41,10 +42,26 @@ WARPS = ('fused', 'sequential')
 
 
 class Composed(Protocol):
-    """What apply_composition reads of a composition (encoding.Composition): flags and values in order."""
+    """What apply_composition reads of a composition (encoding.Composition): flags, values, extras."""
 
     active: Sequence[bool]
     values: Sequence[float]
+    extras: Sequence[Sequence[float]]
+
+
+def _in_range(what: str, value: float, low: float, high: float) -> float:
+    """``value`` as a float clipped into [low, high] when it lies there (within float noise).
+
+    Raises:
+        ParameterError: when the value is not a finite number inside [low, high]; ``what`` names it.
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ParameterError(f'{what} must be a number, got {value!r}') from None
+    if not math.isfinite(number) or not (low - _RANGE_TOLERANCE <= number <= high + _RANGE_TOLERANCE):
+        raise ParameterError(f'{what} {value!r} is outside the allowed range [{low:g}, {high:g}]')
+    return min(max(number, low), high)
 
 
 def _warp(frame: np.ndarray, matrix: np.ndarray) -> np.ndarray:
@@ -98,6 +115,21 @@ def _translation_matrix(shift: float, width: int, height: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Extra:
+    """A secondary parameter of a relation, searched with it but no part of f_trans (docs/method.md §12).
+
+    E.g. the direction of MR10's motion blur: a direction has no magnitude, and at the relation's
+    nominal value (length 0) every direction is the identity.
+    """
+
+    name: str
+    unit: str
+    nominal: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
 class Relation:
     """One metamorphic relation: its parameter, nominal value, range, maximum deviation (f_trans) and
     how it transforms a frame.
@@ -106,7 +138,9 @@ class Relation:
     transforms a checked RGB uint8 frame by a checked value. A geometric relation gives `matrix`
     instead, `matrix(value, width, height)` -> its 2x3 forward affine matrix: adjacent geometric
     relations then fuse into one warp (docs/method.md §8). `changes_at_nominal` marks a relation
-    whose nominal value still changes a frame (MR3: CLAHE at clip 1).
+    whose nominal value still changes a frame (MR3: CLAHE at clip 1). A relation with `extras`
+    (secondary parameters, e.g. MR10's angle) receives their values after its own:
+    `apply(frame, value, *extras)`.
     """
 
     number: int
@@ -119,10 +153,23 @@ class Relation:
     apply: Callable[[np.ndarray, float], np.ndarray] | None = field(default=None, compare=False, repr=False)
     matrix: Callable[[float, int, int], np.ndarray] | None = field(default=None, compare=False, repr=False)
     changes_at_nominal: bool = False
+    extras: tuple[Extra, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.apply is None) == (self.matrix is None):
             raise ValueError(f'{self.name} needs exactly one of apply and matrix')
+        if self.matrix is not None and self.extras:
+            raise ValueError(f'{self.name}: a geometric relation fuses by its one value and takes no extras')
+
+    @property
+    def extra_ids(self) -> tuple[str, ...]:
+        """How records, ranges and parameters name the extras, e.g. 'motion_blur_angle'."""
+        return tuple(f'{self.id}_{extra.name}' for extra in self.extras)
+
+    @property
+    def nominal_extras(self) -> tuple[float, ...]:
+        """The extras' nominal values (those of an inactive relation)."""
+        return tuple(extra.nominal for extra in self.extras)
 
     @property
     def name(self) -> str:
@@ -140,18 +187,28 @@ class Relation:
         Raises:
             ParameterError: when the value is not a finite number inside [low, high].
         """
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ParameterError(f'{self.name} {self.parameter} must be a number, got {value!r}') from None
-        if not math.isfinite(number) or not (
-            self.low - _RANGE_TOLERANCE <= number <= self.high + _RANGE_TOLERANCE
-        ):
-            raise ParameterError(
-                f'{self.name} {self.parameter} {value!r} is outside the allowed range '
-                f'[{self.low:g}, {self.high:g}]'
-            )
-        return min(max(number, self.low), self.high)
+        return _in_range(f'{self.name} {self.parameter}', value, self.low, self.high)
+
+    def check_extra(self, k: int, value: float) -> float:
+        """Return the value of the k-th extra as a float when it lies in that extra's range.
+
+        Raises:
+            ParameterError: when the value is not a finite number inside the extra's range.
+        """
+        extra = self.extras[k]
+        return _in_range(f'{self.name} {extra.name}', value, extra.low, extra.high)
+
+    def check_extras(self, values: Sequence[float]) -> tuple[float, ...]:
+        """The extras' values checked, the missing trailing ones at their nominal values.
+
+        Raises:
+            ParameterError: on more values than extras, or a value outside its extra's range.
+        """
+        if len(values) > len(self.extras):
+            raise ParameterError(f'{self.name} takes {len(self.extras)} extra values, got {len(values)}')
+        return (
+            tuple(self.check_extra(k, v) for k, v in enumerate(values)) + self.nominal_extras[len(values) :]
+        )
 
     def is_identity(self, value: float) -> bool:
         """Whether the relation leaves every frame unchanged at ``value``.
@@ -161,10 +218,10 @@ class Relation:
         """
         return not self.changes_at_nominal and value == self.nominal
 
-    def transform(self, frame: np.ndarray, value: float) -> np.ndarray:
-        """Apply the relation to a checked frame at a checked value (the frame itself at identity)."""
+    def transform(self, frame: np.ndarray, value: float, extras: Sequence[float] = ()) -> np.ndarray:
+        """Apply the relation to a checked frame at checked values (the frame itself at identity)."""
         if self.matrix is None:
-            return self.apply(frame, value)
+            return self.apply(frame, value, *extras)
         if self.is_identity(value):
             return frame
         height, width = frame.shape[:2]
@@ -183,7 +240,17 @@ PAPER_RELATIONS: tuple[Relation, ...] = (
 )
 # Opt-in relations beyond the paper (docs/method.md §12), numbered after its six.
 UNDERWATER_RELATIONS: tuple[Relation, ...] = tuple(
-    Relation(number, rid, name, nominal, low, high, deviation, apply=UNDERWATER_FUNCTIONS[rid])
+    Relation(
+        number,
+        rid,
+        name,
+        nominal,
+        low,
+        high,
+        deviation,
+        apply=UNDERWATER_FUNCTIONS[rid],
+        extras=tuple(Extra(*extra) for extra in UNDERWATER_EXTRAS.get(rid, ())),
+    )
     for number, (rid, (name, _, nominal, low, high, deviation)) in enumerate(
         UNDERWATER_PARAMETERS.items(), start=len(PAPER_RELATIONS) + 1
     )
@@ -241,13 +308,15 @@ def _flush(frame: np.ndarray, matrix: np.ndarray | None) -> np.ndarray:
     return _warp(frame, matrix)
 
 
-def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndarray:
+def apply_relation(frame: np.ndarray, relation_id: str, value: float, *extras: float) -> np.ndarray:
     """Apply one metamorphic relation to a frame.
 
     Args:
         frame: RGB uint8 array of shape (H, W, 3).
         relation_id: one of the ids in RELATIONS, e.g. 'rotation' or 'turbidity'.
         value: the relation's parameter, inside its range.
+        *extras: the relation's extras in order (e.g. MR10's angle), inside their ranges; those not
+            given are nominal.
 
     Returns:
         A new RGB uint8 array of the same shape (never the input array itself).
@@ -258,7 +327,7 @@ def apply_relation(frame: np.ndarray, relation_id: str, value: float) -> np.ndar
     """
     frame = check_frame(frame)
     relation = _relation(relation_id)
-    out = relation.transform(frame, relation.check_value(value))
+    out = relation.transform(frame, relation.check_value(value), relation.check_extras(extras))
     return out.copy() if out is frame else out
 
 
@@ -286,7 +355,9 @@ def apply_composition(frame: np.ndarray, composition: Composed, fuse: bool = Tru
     height, width = frame.shape[:2]
     out = frame
     pending = None  # geometric matrices accumulated while fusing, not yet applied
-    for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
+    for relation, active, value, extras in zip(
+        RELATIONS, composition.active, composition.values, composition.extras, strict=True
+    ):
         if not active:
             continue
         value = relation.check_value(value)
@@ -297,6 +368,6 @@ def apply_composition(frame: np.ndarray, composition: Composed, fuse: bool = Tru
             continue
         out = _flush(out, pending)
         pending = None
-        out = relation.transform(out, value)
+        out = relation.transform(out, value, relation.check_extras(extras))
     out = _flush(out, pending)
     return out.copy() if out is frame else out

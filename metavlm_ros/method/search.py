@@ -342,9 +342,9 @@ class RandSampling(Sampling):
     """The paper's Rand: order k uniform in 1..n, a uniformly random k-subset, uniform parameters.
 
     n is the number of relations the search space enables (6 by default), so every order gets
-    about 1/n of the budget and the identity is never drawn. Genotypes are ordinary 12-variable
-    genotypes (flags 1.0 / 0.0, parameters in the space's ranges): `decode` turns them into
-    compositions applied in the fixed relation order, exactly as for NSGA-II.
+    about 1/n of the budget and the identity is never drawn. Genotypes are ordinary genotypes of
+    the space (flags 1.0 / 0.0, parameters and extras uniform in the space's ranges): `decode` turns
+    them into compositions applied in the fixed relation order, exactly as for NSGA-II.
     """
 
     def __init__(self, space: SearchSpace):
@@ -364,8 +364,14 @@ def rand_genotypes(space: SearchSpace, n: int, rng: np.random.Generator) -> np.n
     rank = np.argsort(np.argsort(keys, axis=1), axis=1)
     low, high = np.asarray(space.low, float)[enabled], np.asarray(space.high, float)[enabled]
     genotypes = np.empty((n, space.n_var))
-    genotypes[:, 0::2] = rank < orders[:, None]
-    genotypes[:, 1::2] = low + (high - low) * rng.random((n, enabled.size))
+    m = 2 * enabled.size
+    genotypes[:, 0:m:2] = rank < orders[:, None]
+    genotypes[:, 1:m:2] = low + (high - low) * rng.random((n, enabled.size))
+    if m < space.n_var:
+        # The extras (MR10's angle), uniform in their ranges; drawn last, so a space without them
+        # draws exactly what it drew before there were any.
+        extra_low, extra_high = space.extra_bounds()
+        genotypes[:, m:] = extra_low + (extra_high - extra_low) * rng.random((n, space.n_var - m))
     return genotypes
 
 

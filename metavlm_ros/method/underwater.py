@@ -13,6 +13,7 @@ from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
 
 __all__ = [
+    'UNDERWATER_EXTRAS',
     'UNDERWATER_FUNCTIONS',
     'UNDERWATER_PARAMETERS',
     'colour_cast',
@@ -34,6 +35,14 @@ UNDERWATER_PARAMETERS: dict[str, tuple[str, str, float, float, float, float]] = 
     'marine_snow': ('density', 'particles per frame', 0.0, 0.0, 600.0, 600.0),
     'motion_blur': ('length', 'fraction of the width', 0.0, 0.0, 0.01, 0.01),
     'low_light': ('stops', 'EV below the exposure of the frame', 0.0, 0.0, 3.0, 3.0),
+}
+
+# Secondary parameters a search varies with a relation's own, (name, unit, nominal, low, high) each.
+# They are no part of f_trans: the blur's direction has no magnitude, and at length 0 every angle is
+# the identity. A blur along a and along a + 180 degrees is the same, so [-90, 90] holds every
+# direction of the camera's motion (0: sway or yaw, 90: heave or pitch).
+UNDERWATER_EXTRAS: dict[str, tuple[tuple[str, str, float, float, float], ...]] = {
+    'motion_blur': (('angle', 'degrees from the horizontal, counter-clockwise', 0.0, -90.0, 90.0),),
 }
 
 # Turbidity: beam attenuation of turbid coastal water by suspended particles, whose scattering is

@@ -129,8 +129,9 @@ def test_default_space_is_the_papers_six_and_the_genotype_grows_with_the_chosen_
     xl, xu = wider.bounds()
     assert (xl[12:].tolist(), xu[12:].tolist()) == ([0, 0, 0, 0], [1, 5, 1, 600])
     underwater = SearchSpace.from_options(enabled='underwater')
-    assert underwater.enabled_ids == RELATION_GROUPS['underwater'] and underwater.n_var == 10
-    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(RELATIONS) == 22
+    # A flag and a value per relation, then MR10's angle (docs/method.md §2).
+    assert underwater.enabled_ids == RELATION_GROUPS['underwater'] and underwater.n_var == 11
+    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(RELATIONS) + 1 == 23
 
 
 def test_opt_in_relations_decode_encode_and_label_after_the_papers_six():
@@ -191,3 +192,74 @@ def test_decode_is_vectorisable_by_rows(rng):
     compositions = [decode(row, space) for row in population]
     orders = [c.order for c in compositions]
     assert orders == (population[:, 0::2] > 0.5).sum(axis=1).tolist()
+
+
+def test_motion_blur_angle_is_a_gene_after_the_flags_and_values_and_round_trips():
+    space = SearchSpace.from_options(enabled=['rotation', 'motion_blur'])
+    # rotation flag, value, motion_blur flag, length, then its angle (docs/method.md §2).
+    assert space.n_var == 5
+    xl, xu = space.bounds()
+    assert (xl.tolist(), xu.tolist()) == ([0.0, -5.0, 0.0, 0.0, -90.0], [1.0, 5.0, 1.0, 0.01, 90.0])
+    composition = decode(np.array([1.0, 2.0, 1.0, 0.006, 35.0]), space)
+    assert composition.parameters == {'rotation': 2.0, 'motion_blur': 0.006, 'motion_blur_angle': 35.0}
+    assert str(composition) == '{1,10} (rotation=2, motion_blur=0.006, motion_blur_angle=35)'
+    assert encode(composition, space).tolist() == [1.0, 2.0, 1.0, 0.006, 35.0]
+    assert decode(encode(composition, space), space) == composition
+    assert Composition.from_parameters(composition.parameters) == composition
+    # Clipped into its range like a value.
+    assert decode(np.array([0.0, 0.0, 1.0, 0.006, 135.0]), space).parameters['motion_blur_angle'] == 90.0
+
+
+def test_the_angle_tells_compositions_apart_only_while_motion_blur_is_active():
+    space = SearchSpace.from_options(enabled=['rotation', 'motion_blur'])
+    at_35 = decode(np.array([1.0, 2.0, 1.0, 0.006, 35.0]), space)
+    at_80 = decode(np.array([1.0, 2.0, 1.0, 0.006, 80.0]), space)
+    assert at_35 != at_80 and at_35.key != at_80.key
+    # Inactive: nominal length and angle, so the two behave alike and compare equal.
+    off_35 = decode(np.array([1.0, 2.0, 0.0, 0.006, 35.0]), space)
+    off_80 = decode(np.array([1.0, 2.0, 0.0, 0.004, 80.0]), space)
+    assert off_35 == off_80 and off_35.key == off_80.key
+    assert off_35.extras == Composition.identity().extras
+    assert off_35.parameters == {'rotation': 2.0}
+
+
+def test_a_record_without_the_angle_reads_as_a_horizontal_blur_and_bad_angles_are_refused():
+    old = Composition.from_parameters({'motion_blur': 0.005})
+    assert old.parameters == {'motion_blur': 0.005, 'motion_blur_angle': 0.0}
+    with pytest.raises(ParameterError, match='motion_blur_angle is given without motion_blur'):
+        Composition.from_parameters({'rotation': 1.0, 'motion_blur_angle': 30.0})
+    with pytest.raises(
+        ParameterError, match=r'^MR10 motion_blur angle 95 is outside the allowed range \[-90, 90\]$'
+    ):
+        Composition.from_parameters({'motion_blur': 0.005, 'motion_blur_angle': 95})
+    with pytest.raises(ParameterError, match="MR10 motion_blur angle must be a number, got 'up'"):
+        Composition.from_parameters({'motion_blur': 0.005, 'motion_blur_angle': 'up'})
+
+
+def test_the_angle_range_narrows_like_any_range_and_a_bad_one_is_one_line():
+    heave = SearchSpace.from_options(enabled=['motion_blur'], ranges={'motion_blur_angle': (90, 90)})
+    assert heave.extra_bounds()[0].tolist() == [90.0] and heave.extra_bounds()[1].tolist() == [90.0]
+    assert decode(np.array([1.0, 0.005, -40.0]), heave).parameters['motion_blur_angle'] == 90.0
+    for bounds, message in [
+        ((-100, 0), r'MR10 motion_blur angle -100.0 is outside the allowed range \[-90, 90\]'),
+        ((30, 10), r'MR10 motion_blur angle range \(30, 10\) must be low <= high inside \[-90, 90\]'),
+        (('a', 'b'), r"MR10 motion_blur angle range must be numbers inside \[-90, 90\], got \('a', 'b'\)"),
+        (5, r'MR10 motion_blur angle range must be a pair \(low, high\), got 5'),
+    ]:
+        with pytest.raises(ParameterError, match=message) as refused:
+            SearchSpace.from_options(enabled=['motion_blur'], ranges={'motion_blur_angle': bounds})
+        assert '\n' not in str(refused.value)
+    with pytest.raises(ParameterError, match=r"unknown relation 'motion_blur_direction'.*motion_blur_angle"):
+        SearchSpace.from_options(ranges={'motion_blur_direction': (0, 1)})
+
+
+def test_the_stored_space_records_the_angle_range_only_where_motion_blur_is_searched():
+    def record(**options):
+        return SearchSpace.from_options(**options).as_record()
+
+    assert record(enabled=['motion_blur'])['extras'] == {'motion_blur_angle': [-90.0, 90.0]}
+    narrowed = record(enabled=['motion_blur'], ranges={'motion_blur_angle': (0, 45)})
+    assert narrowed['extras'] == {'motion_blur_angle': [0.0, 45.0]}
+    # Without motion blur the record is what it was before the angle was searched.
+    assert 'extras' not in record(enabled=['paper', 'turbidity', 'low_light'])
+    assert 'extras' not in record(enabled=['paper'], ranges={'motion_blur_angle': (0, 45)})

@@ -109,3 +109,14 @@ def test_the_method_modules_import_neither_torch_nor_rclpy():
     )
     result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == '[]'
+
+
+def test_f_trans_counts_the_blur_length_and_not_its_angle():
+    # A direction has no magnitude (docs/method.md §12): every angle costs what the length costs.
+    costs = [
+        f_trans(Composition.from_parameters({'motion_blur': 0.005, 'motion_blur_angle': angle}))
+        for angle in (-90.0, -30.0, 0.0, 45.0, 90.0)
+    ]
+    assert costs == [f_trans(Composition.from_parameters({'motion_blur': 0.005}))] * 5
+    assert costs[0] == pytest.approx(0.5)
+    assert f_trans(Composition.from_parameters({'motion_blur': 0.0, 'motion_blur_angle': 60.0})) == 0.0

@@ -301,6 +301,7 @@ def test_a_geometric_relation_added_to_the_registry_fuses_with_its_neighbours(mo
 
     composition = Pair()
     composition.active, composition.values = active, values
+    composition.extras = tuple(r.nominal_extras for r in module.RELATIONS)
     fused = module.apply_composition(frame, composition, fuse=True)
     one_warp = module._warp(
         frame, module._then(module.relation_matrix('translation', 0.03, 96, 64), flip_matrix(0.05, 96, 64))
@@ -310,3 +311,24 @@ def test_a_geometric_relation_added_to_the_registry_fuses_with_its_neighbours(mo
         module.apply_relation(frame, 'translation', 0.03), 'diagonal_shift', 0.05
     )
     assert np.array_equal(module.apply_composition(frame, composition, fuse=False), stepwise)
+
+
+def test_the_searched_angle_reaches_the_motion_blur():
+    """Vertical stripes are left as they are by a vertical blur (heave) and smeared by a horizontal one."""
+    from metavlm_ros.method.encoding import SearchSpace, decode
+
+    stripes = np.zeros((48, 800, 3), np.uint8)
+    stripes[:, ::8] = 255
+    space = SearchSpace.from_options(enabled=['motion_blur'])
+    vertical = decode(np.array([1.0, 0.01, 90.0]), space)  # 8 px at 800 wide
+    horizontal = decode(np.array([1.0, 0.01, 0.0]), space)
+    assert np.array_equal(apply_composition(stripes, vertical), stripes)
+    assert np.abs(apply_composition(stripes, horizontal).astype(int) - stripes).mean() > 50
+    assert np.array_equal(apply_relation(stripes, 'motion_blur', 0.01, 90.0), stripes)
+    assert np.array_equal(
+        apply_relation(stripes, 'motion_blur', 0.01), apply_composition(stripes, horizontal)
+    )
+    with pytest.raises(ParameterError, match=r'MR10 motion_blur angle 91.0 is outside'):
+        apply_relation(stripes, 'motion_blur', 0.01, 91.0)
+    with pytest.raises(ParameterError, match='MR10 motion_blur takes 1 extra values, got 2'):
+        apply_relation(stripes, 'motion_blur', 0.01, 0.0, 1.0)

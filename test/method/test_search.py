@@ -483,3 +483,46 @@ def test_an_interrupted_generation_is_dropped_and_the_search_finished(algorithm,
     (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
     assert summary['stopped'] is True and summary['evaluations'] == 20
     assert len(read_jsonl(tmp_path / 'out' / 'pareto.jsonl')) == len(result.pareto) > 0
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_a_seeded_search_with_motion_blur_varies_its_angle_and_reproduces(algorithm, tmp_path, frame):
+    space = SearchSpace.from_options(enabled=['rotation', 'motion_blur'])
+    config = SearchConfig(algorithm=algorithm, population=10, evaluations=60, seed=5, space=space)
+    store = ResultsStore(tmp_path / 'r')
+    result = run_search(frame, ImageStatsBackend(), config, store=store)
+    blurred = [ev for ev in result.evaluations if ev.composition.active[9]]  # MR10
+    angles = [ev.composition.parameters['motion_blur_angle'] for ev in blurred]
+    assert len(blurred) >= 10 and len(set(angles)) >= 10
+    assert min(angles) < -30 and max(angles) > 30  # both ways over [-90, 90]
+    for ev in result.evaluations:
+        assert ev.genotype.shape == (5,) and decode(ev.genotype, space) == ev.composition
+    stored = read_jsonl(store.directory / 'evaluations.jsonl')
+    assert [
+        r['parameters'].get('motion_blur_angle') for r in stored if 'motion_blur' in r['parameters']
+    ] == angles
+    again = run_search(frame, ImageStatsBackend(), config)
+    assert np.array_equal(
+        np.array([ev.genotype for ev in result.evaluations]),
+        np.array([ev.genotype for ev in again.evaluations]),
+    )
+    other = SearchConfig(algorithm=algorithm, population=10, evaluations=60, seed=6, space=space)
+    assert [ev.composition for ev in run_search(frame, ImageStatsBackend(), other).evaluations] != [
+        ev.composition for ev in result.evaluations
+    ]
+
+
+@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
+def test_a_fixed_angle_range_holds_every_blur_of_the_search_and_is_its_identity(algorithm, frame):
+    heave = SearchSpace.from_options(
+        enabled=['motion_blur', 'turbidity'], ranges={'motion_blur_angle': (90, 90)}
+    )
+    config = SearchConfig(algorithm=algorithm, population=10, evaluations=40, seed=2, space=heave)
+    result = run_search(frame, ImageStatsBackend(), config)
+    angles = {ev.composition.parameters.get('motion_blur_angle') for ev in result.evaluations}
+    assert angles - {None} == {90.0}
+    roaming = SearchSpace.from_options(enabled=['motion_blur', 'turbidity'])
+    assert config.identity()['relations']['extras'] == {'motion_blur_angle': [90.0, 90.0]}
+    assert SearchConfig(space=roaming).identity()['relations']['extras'] == {
+        'motion_blur_angle': [-90.0, 90.0]
+    }
