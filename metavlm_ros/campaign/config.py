@@ -146,9 +146,17 @@ class CampaignConfig:
         return values
 
     def identity(self) -> dict:
-        """The configuration that decides the cells' results: to_dict() without the report's baseline."""
+        """The configuration that decides the cells' results: to_dict() without the report's baseline.
+
+        With a relation that has extras (MR10's angle), their ranges as searched are added under
+        `extras`, defaults included: campaigns that search other angles never mix, and those
+        without such a relation keep the identity they had.
+        """
         values = self.to_dict()
         values.pop('baseline', None)
+        extras = _search_space(self.relations).as_record().get('extras')
+        if extras:
+            values['extras'] = extras
         return values
 
     def fingerprint(self) -> str:

@@ -97,7 +97,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action='append',
         default=[],
         metavar='ID=LOW:HIGH',
-        help='narrow a relation parameter range, e.g. rotation=-2:2 (repeatable)',
+        help='narrow a relation parameter range, e.g. rotation=-2:2 or motion_blur_angle=90:90 (repeatable)',
     )
     group.add_argument(
         '--thresholds', nargs='+', type=float, default=None, metavar='TH', help='confidence thresholds'

@@ -78,6 +78,21 @@ def _range_parameter(relation_id: str) -> str:
     return f'ranges.{relation_id}'
 
 
+# Every range the tester takes, (id, what, low, high): each relation's parameter, then its extras'
+# (`ranges.motion_blur_angle`), which SearchSpace.from_options narrows alike.
+_RANGES: tuple[tuple[str, str, float, float], ...] = tuple(
+    entry
+    for r in RELATIONS
+    for entry in (
+        (r.id, f'MR{r.number} {r.parameter}', r.low, r.high),
+        *(
+            (extra_id, f'MR{r.number} {e.name} ({e.unit})', e.low, e.high)
+            for extra_id, e in zip(r.extra_ids, r.extras, strict=True)
+        ),
+    )
+)
+
+
 _UNIT = 0.999999
 
 
@@ -100,13 +115,13 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
     ),
     *(
         ParameterSpec(
-            _range_parameter(r.id),
-            [float(r.low), float(r.high)],
-            f'[low, high] of MR{r.number} {r.parameter}, inside [{r.low:g}, {r.high:g}]',
-            low=r.low,
-            high=r.high,
+            _range_parameter(rid),
+            [float(low), float(high)],
+            f'[low, high] of {what}, inside [{low:g}, {high:g}]',
+            low=low,
+            high=high,
         )
-        for r in RELATIONS
+        for rid, what, low, high in _RANGES
     ),
     ParameterSpec(
         'thresholds', list(DEFAULT_THRESHOLDS), 'confidence change thresholds (Eq. 5)', low=1e-9, high=_UNIT
@@ -198,16 +213,16 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
     """
     values = {**PARAMETER_DEFAULTS, **values}  # the table's defaults, the one place they are written
     ranges = {}
-    for relation in RELATIONS:
-        name = _range_parameter(relation.id)
+    for rid, *_ in _RANGES:
+        name = _range_parameter(rid)
         bounds = list(values[name])
         if len(bounds) != 2:
             raise ParameterError(f'{name} must be [low, high], got {bounds}')
         try:
-            SearchSpace.from_options(None, {relation.id: bounds})
+            SearchSpace.from_options(None, {rid: bounds})
         except ParameterError as exc:
             raise ParameterError(f'{name}: {exc}') from None
-        ranges[relation.id] = (float(bounds[0]), float(bounds[1]))
+        ranges[rid] = (float(bounds[0]), float(bounds[1]))
     relations = list(values['relations'])
     try:
         space = SearchSpace.from_options(relations, ranges)

@@ -402,3 +402,33 @@ def test_the_example_campaigns_are_valid(name):
     if name.startswith('underwater'):
         assert config.relations == {'enabled': ['turbidity', 'marine_snow']}
         assert config.algorithms == ('nsga2', 'smsemoa', 'random') and config.baseline == 'random'
+
+
+def test_the_blur_angle_range_narrows_every_cell_and_is_part_of_the_campaign_identity(
+    tmp_path, image_dir, tiny_clip_dir
+):
+    def config(**ranges):
+        relations = {'enabled': ['motion_blur'], **({'ranges': ranges} if ranges else {})}
+        return small_config(
+            image_dir, tiny_clip_dir, runs=1, algorithms=['random'], evaluations=6, relations=relations
+        )
+
+    heave, roaming = config(motion_blur_angle=[90, 90]), config()
+    assert heave.identity()['extras'] == {'motion_blur_angle': [90.0, 90.0]}
+    assert roaming.identity()['extras'] == {'motion_blur_angle': [-90.0, 90.0]}
+    assert heave.fingerprint() != roaming.fingerprint()
+    # A campaign without motion blur keeps the identity it had.
+    plain = small_config(image_dir, tiny_clip_dir, relations={'enabled': ['paper', 'turbidity']})
+    assert 'extras' not in plain.identity()
+    run_campaign(heave, tmp_path / 'out', progress=False, threads=1)
+    records = [
+        json.loads(line)
+        for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl')
+        for line in path.read_text().splitlines()
+    ]
+    assert len(records) == 2 * 6 and all(r['parameters']['motion_blur_angle'] == 90.0 for r in records)
+    with pytest.raises(
+        ParameterError, match=r'MR10 motion_blur angle -100.0 is outside the allowed range'
+    ) as bad:
+        config(motion_blur_angle=[-100, 0])
+    assert '\n' not in str(bad.value)

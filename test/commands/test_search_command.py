@@ -77,6 +77,8 @@ def test_existing_results_are_kept_unless_resume_or_overwrite(tmp_path, image_pa
         (['--evaluations', '0'], 'evaluations'),
         (['--population', '-3'], 'population'),
         (['--range', 'rotation=-9:9'], 'rotation'),
+        (['--range', 'motion_blur_angle=-95:0'], 'MR10 motion_blur angle -95.0 is outside'),
+        (['--range', 'motion_blur_angle=up:down'], 'motion_blur_angle=up:down'),
         (['--relations', 'blur'], 'blur'),
         (['--algorithm', 'annealing'], 'algorithm'),
         (['--working-size', 'half'], 'working size'),
@@ -260,6 +262,20 @@ def test_resume_continues_only_the_same_search(tmp_path, image_path, tiny_clip_d
     assert err.startswith('metavlm: error:') and '\n' not in err
     assert 'holds another search' in err and named in err
     assert _snapshot(out) == before
+
+
+def test_searches_of_another_blur_angle_range_are_another_search(tmp_path, image_path, tiny_clip_dir, capsys):
+    out = tmp_path / 'res'
+    blur = [str(image_path), *SMALL, '--out', str(out), '--relations', 'motion_blur']
+    assert search([*blur, '--range', 'motion_blur_angle=90:90'], tiny_clip_dir) == 0
+    angles = {r['parameters'].get('motion_blur_angle') for r in read_jsonl(out / 'evaluations.jsonl')}
+    assert angles - {None} == {90.0}
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert search([*blur, '--resume'], tiny_clip_dir) == 2
+    err = capsys.readouterr().err.strip()
+    assert 'holds another search' in err and 'settings.relations.extras.motion_blur_angle' in err
+    assert '\n' not in err and _snapshot(out) == before
 
 
 def test_resume_refuses_other_weights_or_another_frame_under_the_same_names(

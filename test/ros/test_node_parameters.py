@@ -60,6 +60,7 @@ TESTER_WRONG = {
     'ranges.turbidity': [[-1.0, 2.0]],
     'ranges.marine_snow': [[0.0, 700.0]],
     'ranges.motion_blur': [[0.0, 0.5]],
+    'ranges.motion_blur_angle': [[-91.0, 0.0], [30.0, 10.0], [0.0]],
     'ranges.low_light': [[2.0, 1.0]],
     'relations': [['teleport'], []],
     'report_threshold': [0.02],

@@ -291,6 +291,34 @@ def test_run_time_changes_are_validated_with_a_reason(graph):
     assert '\n' not in unknown.reason
 
 
+def test_the_angle_range_parameter_fixes_or_frees_the_blur_direction_of_the_searches(graph):
+    g = graph(relations=['motion_blur'], **{'ranges.motion_blur_angle': [90.0, 90.0]})
+    assert g.tester.settings.search.space.extra_bounds()[0].tolist() == [90.0]
+    g.camera.publish(make_frame(160, 120, seed=5))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    records = read_jsonl(g.results / 'evaluations.jsonl')
+    blurred = [r['parameters'] for r in records if r['order'] > 0]
+    assert blurred and {p['motion_blur_angle'] for p in blurred} == {90.0}
+    assert read_identity(g.results)['settings']['relations']['extras'] == {'motion_blur_angle': [90.0, 90.0]}
+    # Out of range: one line naming the parameter; another range: another identity, refused here.
+    wrong = g.tester.set_parameters([Parameter('ranges.motion_blur_angle', value=[-95.0, 0.0])])[0]
+    assert not wrong.successful
+    assert wrong.reason == (
+        'ranges.motion_blur_angle: MR10 motion_blur angle -95.0 is outside the allowed range [-90, 90]'
+    )
+    free = g.tester.set_parameters([Parameter('ranges.motion_blur_angle', value=[-90.0, 90.0])])[0]
+    assert (
+        not free.successful
+        and 'settings.relations.extras.motion_blur_angle: [90.0, 90.0] there' in free.reason
+    )
+    elsewhere = [
+        Parameter('results_dir', value=str(g.results) + '-free'),
+        Parameter('ranges.motion_blur_angle', value=[-90.0, 90.0]),
+    ]
+    assert g.tester.set_parameters_atomically(elsewhere).successful
+    assert g.tester.settings.search.space.extra_bounds()[1].tolist() == [90.0]
+
+
 def test_a_new_transport_size_applies_to_the_next_search(graph):
     g = graph(transport_size=64)
     g.camera.publish(make_frame(160, 120, seed=1))
@@ -493,6 +521,12 @@ def test_settings_combine_generations_population_and_ranges():
     assert settings_from_parameters({'working_size': 512}).search.working_size == 512
     with pytest.raises(ParameterError, match='class_prompts has 1 entries for 4 classes'):
         settings_from_parameters({'class_prompts': ['a fish']})
+    heave = settings_from_parameters({'relations': ['motion_blur'], 'ranges.motion_blur_angle': [90.0, 90.0]})
+    assert heave.search.space.extra_low[9] == heave.search.space.extra_high[9] == (90.0,)
+    with pytest.raises(
+        ParameterError, match=r'^ranges.motion_blur_angle must be \[low, high\], got \[1.0\]$'
+    ):
+        settings_from_parameters({'ranges.motion_blur_angle': [1.0]})
 
 
 def test_coerce_turns_integers_into_floats_only_for_double_parameters():
@@ -523,6 +557,9 @@ def test_violation_status_levels_and_values():
         kv['source/animal'] == '2.0' and kv['followup/animal'] == '0.0' and kv['followup/vegetation'] == '1.0'
     )
     assert kv['source_stamp'] == '42'
+    blur = Composition.from_parameters({'motion_blur': 0.008, 'motion_blur_angle': -35.0})
+    status = violation_status(Evaluation(0, 0, np.zeros(3), blur, 0.8, 1.0, followup, {}, {}), source, 42)
+    assert values_of(status)['motion_blur'] == '0.008' and values_of(status)['motion_blur_angle'] == '-35.0'
 
 
 def test_violation_image_layout_and_labels():
