@@ -18,7 +18,8 @@ def f_trans(composition: Composition) -> float:
     """Eq. 1: the summed normalised deviation of the active relations from their nominal values.
 
     Each active relation adds |theta - nominal| / max_deviation, so f_trans lies in [0, 6]; MR3 at
-    clip limit 1.0 is active yet adds 0.
+    clip limit 1.0 is active yet adds 0. A relation's extras (MR10's blur angle) add nothing: a
+    direction has no magnitude, and at length 0 every angle is the identity (docs/method.md §12).
     """
     return float(
         sum(
