@@ -4,9 +4,10 @@ Run from the repository root: ``python bench/relations.py [--repeats 15] [--thre
 
 Every relation is applied alone to the same synthetic frame (bench/transforms.py's), at a value
 inside its range and away from its nominal value (the paper's six at the values bench/transforms.py
-uses, the underwater relations at the middle of their ranges). Sizes: 1920x1080 and the default
-working size of a 224-pixel model (448x252). Repetitions interleave the eleven relations, rotated so
-none always runs first; min / median / max are printed. OpenCV runs with --threads threads.
+uses, the underwater relations at the middle of their ranges; motion blur also at other lengths
+and angles, whose kernels differ). Sizes: 1920x1080 and the default working size of a 224-pixel
+model (448x252). Repetitions interleave all of them, rotated so none always runs first; min /
+median / max are printed. OpenCV runs with --threads threads.
 
 Caches: marine snow keeps its particle table and low light its noise field per frame size (both
 depend only on the size); the warm-up call builds them, and their one-off cost is printed apart.
@@ -48,6 +49,9 @@ def _middle(relation: str) -> float:
 
 
 MIDDLE = {relation: _middle(relation) for relation in UNDERWATER}
+# The blur's searched angle changes its kernel's shape (a row or a column at 0 and 90 degrees, a
+# square at 45): (length, angle) pairs timed beside the horizontal blur of the middle length.
+BLUR_VARIANTS = ((0.005, 45.0), (0.005, 90.0), (0.01, 0.0), (0.01, 45.0))
 
 
 def bench_size(width: int, height: int, repeats: int, checks: Checks) -> None:
@@ -62,6 +66,14 @@ def bench_size(width: int, height: int, repeats: int, checks: Checks) -> None:
         f'{relation} {_middle(relation):g}': (lambda f=function, v=MIDDLE[relation]: f(frame, v))
         for relation, function in UNDERWATER.items()
     }
+    added.update(
+        {
+            f'motion_blur {length:g} at {angle:g} deg': (
+                lambda n=length, a=angle: underwater.motion_blur(frame, n, a)
+            )
+            for length, angle in BLUR_VARIANTS
+        }
+    )
 
     underwater._snow_particles.cache_clear()
     underwater._sensor_noise.cache_clear()
