@@ -150,7 +150,7 @@ class Relation:
     low: float
     high: float
     max_deviation: float
-    apply: Callable[[np.ndarray, float], np.ndarray] | None = field(default=None, compare=False, repr=False)
+    apply: Callable[..., np.ndarray] | None = field(default=None, compare=False, repr=False)
     matrix: Callable[[float, int, int], np.ndarray] | None = field(default=None, compare=False, repr=False)
     changes_at_nominal: bool = False
     extras: tuple[Extra, ...] = ()
