@@ -141,6 +141,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         'instead of the ground-truth captions (on those frames and on their transformed copies)',
     )
     parser.add_argument(
+        '--blip-teacher-votes',
+        type=int,
+        default=defaults.blip_teacher_votes,
+        help='with --blip-teacher-answers: the target is the answer the starting BLIP gives most often '
+        "over each frame and this many transformed copies of it (default 0: the frame's own answer)",
+    )
+    parser.add_argument(
         '--robustness-frames',
         type=int,
         default=defaults.robustness_frames,
@@ -188,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         clip_consistency_weight=args.clip_consistency_weight,
         clip_distill_weight=args.clip_distill_weight,
         blip_teacher_answers=args.blip_teacher_answers,
+        blip_teacher_votes=args.blip_teacher_votes,
         robustness_frames=args.robustness_frames,
         robustness_evaluations=args.robustness_evaluations,
     ).validate()

@@ -127,6 +127,12 @@ class TrainingConfig:
             that frame and on its transformed copies alike: the target of a transformed frame is
             what the model answered on the original (the metamorphic relation itself), one it can
             meet, where the ground truth is met on about half the frames.
+        blip_teacher_votes: with blip_teacher_answers: the starting BLIP also answers this many
+            transformed copies of each training frame (the augmentation's own compositions and
+            magnitude), and the target is the counts it gives most often over the frame and its
+            copies (ties go to the frame's own answer): the answer of the frame's neighbourhood, so
+            a frame whose own answer sits on a decision boundary no longer teaches that boundary
+            (0: the frame's own answer).
     """
 
     seed: int = 0
@@ -163,6 +169,7 @@ class TrainingConfig:
     clip_consistency_pairs: float = 0.25
     clip_distill_weight: float = 0.0
     blip_teacher_answers: bool = False
+    blip_teacher_votes: int = 0
     threads: int = 2
     workers: int = 2
     log_every: int = 50
@@ -221,6 +228,12 @@ class TrainingConfig:
             raise ParameterError('clip_distill_weight needs init_from (the CLIP it distils from)')
         if self.blip_teacher_answers and self.init_from is None:
             raise ParameterError('blip_teacher_answers needs init_from (the BLIP whose answers it learns)')
+        if not isinstance(self.blip_teacher_votes, int) or self.blip_teacher_votes < 0:
+            raise ParameterError(
+                f'blip_teacher_votes must be zero or a positive integer, got {self.blip_teacher_votes!r}'
+            )
+        if self.blip_teacher_votes and not self.blip_teacher_answers:
+            raise ParameterError('blip_teacher_votes needs blip_teacher_answers (the answers it votes on)')
         if not self.clip_band_weight >= 0:
             raise ParameterError(f'clip_band_weight must be zero or positive, got {self.clip_band_weight!r}')
         low, high = self.gain_range
@@ -1032,6 +1045,41 @@ def _train_clip(
     return curve
 
 
+def _neighbourhood_answers(
+    teacher: Any, train: SceneSet, answers: list[str], config: TrainingConfig
+) -> tuple[list[str], float]:
+    """For each training frame, the teacher's most frequent answer over the frame and
+    `config.blip_teacher_votes` transformed copies of it (compositions drawn as the augmentation
+    draws them, seeded by `config.seed`); answers vote by their parsed counts, ties go to the
+    frame's own answer. Returns the answers and the fraction of frames whose answer changed.
+    """
+    from collections import Counter
+
+    from metavlm_ros.method.relations import apply_composition
+    from metavlm_ros.models.counts import parse_counts
+
+    if train.mid is None:
+        raise ParameterError('blip_teacher_votes needs the training frames at the augmentation size')
+    rng = np.random.default_rng(config.seed + 2)
+    chosen, changed = [], 0
+    for i, own in enumerate(answers):
+        copies = [
+            apply_composition(train.mid[i], _augmentation(rng, config.augment_magnitude))
+            for _ in range(config.blip_teacher_votes)
+        ]
+        texts = [own, *blip_answers(teacher, copies, batch_size=64)]
+        keys = [tuple(sorted(parse_counts(text).items())) for text in texts]
+        votes = Counter(keys)
+        best = max(votes.values())
+        if votes[keys[0]] == best:
+            chosen.append(own)
+            continue
+        winner = next(key for key in keys if votes[key] == best)
+        chosen.append(texts[keys.index(winner)])
+        changed += 1
+    return chosen, changed / max(1, len(answers))
+
+
 def _train_blip(
     train: SceneSet,
     config: TrainingConfig,
@@ -1096,6 +1144,12 @@ def _train_blip(
         # The starting BLIP through the normal backend, on the frames as the model sees them.
         teacher = create_backend('blip', str(start), device='cpu')
         captions = blip_answers(teacher, list(train.small), batch_size=64)
+        if config.blip_teacher_votes:
+            captions, changed = _neighbourhood_answers(teacher, train, captions, config)
+            log(
+                f'blip targets: the most frequent answer over each frame and {config.blip_teacher_votes} '
+                f"transformed copies differs from the frame's own on {changed:.1%} of the frames"
+            )
         same = np.mean([a == b for a, b in zip(captions, train.captions, strict=True)])
         log(f'blip learns the answers of {start} ({same:.1%} of them are the ground-truth caption)')
     rows, label_rows = [], []
@@ -1414,6 +1468,11 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
                 "\n- Taught that BLIP's own answers on the untransformed training frames instead of the "
                 'ground-truth captions, on the frames and their transformed copies.'
             )
+            if config.get('blip_teacher_votes'):
+                start += (
+                    f' Each target is the answer it gave most often over the frame and '
+                    f'{config["blip_teacher_votes"]} transformed copies of it.'
+                )
     elif result.get('vision_from') == 'demo-clip of this run':
         start = '\n- Vision tower started from the demo CLIP trained in the same run.'
     elif result.get('vision_from'):

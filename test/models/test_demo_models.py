@@ -183,6 +183,10 @@ def test_training_config_rejects_bad_values():
         TrainingConfig(clip_distill_weight=-1.0).validate()
     with pytest.raises(ParameterError, match='blip_teacher_answers needs init_from'):
         TrainingConfig(blip_teacher_answers=True).validate()
+    with pytest.raises(ParameterError, match='blip_teacher_votes must be'):
+        TrainingConfig(blip_teacher_votes=-1).validate()
+    with pytest.raises(ParameterError, match='blip_teacher_votes needs blip_teacher_answers'):
+        TrainingConfig(blip_teacher_votes=4).validate()
 
 
 def _truth_with_a_speck():
@@ -364,6 +368,35 @@ def test_a_blip_fine_tune_can_learn_its_starting_models_answers(tmp_path):
     assert float(said[0].group(2)) == pytest.approx(
         100 * np.mean([a == b for a, b in zip(answers, train.captions, strict=True)]), abs=0.05
     )
+
+
+class _AnswersByBrightness:
+    """A count-type teacher whose answer depends only on a frame's mean brightness."""
+
+    def predict(self, frames):
+        from metavlm_ros.method.prediction import Prediction
+
+        return [
+            Prediction('count', {}, 'Animals: 2 fish' if f.mean() > 100 else 'Animals: None') for f in frames
+        ]
+
+
+def test_neighbourhood_answers_take_the_majority_of_the_transformed_copies():
+    from metavlm_ros.models.training import SceneSet, _neighbourhood_answers
+
+    # Every transformed copy of a bright frame stays bright (small compositions of the relations),
+    # so its copies answer '2 fish'; a frame whose own answer disagrees is outvoted by its copies,
+    # and one whose own answer agrees keeps it. With one copy a disagreement is a tie: own answer.
+    mid = np.full((3, 36, 64, 3), 200, np.uint8)
+    mid[2] = 20
+    train = SceneSet([], np.zeros((3, 8, 8, 3), np.uint8), np.zeros((3, 4), int), ['', '', ''], mid=mid)
+    own = ['Animals: None', 'Animals: 2 fish', 'Animals: 1 crab']
+    config = TrainingConfig(augment_magnitude=0.3, blip_teacher_votes=5)
+    answers, changed = _neighbourhood_answers(_AnswersByBrightness(), train, own, config)
+    assert answers == ['Animals: 2 fish', 'Animals: 2 fish', 'Animals: None']
+    assert changed == pytest.approx(2 / 3)
+    config = TrainingConfig(augment_magnitude=0.3, blip_teacher_votes=1)
+    assert _neighbourhood_answers(_AnswersByBrightness(), train, own, config) == (own, 0.0)
 
 
 def test_training_twice_with_one_seed_gives_the_same_weights(tmp_path):
