@@ -483,17 +483,21 @@ def test_a_transformed_training_frame_moves_its_maps_with_it():
 
 def test_demo_blip_is_steadier_under_small_changes_than_under_large_ones(blip, heldout):
     # Rand on the 20 held-out frames of the robustness figures, 90 evaluations each. The shipped BLIP
-    # was fine-tuned on its predecessor's own answers with the relations as augmentation (issue 15);
-    # here it violates at order 1 in 43.4 % of evaluations and at orders 1-3 in 53.1 % (its
-    # predecessor: 46.7 % and 58.2 %), more at orders 5-6. Order 1 is the issue's target (<= 45 %);
-    # its other BLIP target, a median smallest violating f_trans >= 0.3, is not reached (docs/demo.md).
-    # Four frames were too few: per frame the rate moves by tens of percent between models.
+    # was fine-tuned on the answers its predecessor gives most often around each training frame, with
+    # the relations as augmentation (issue 15, docs/demo.md); here it violates at order 1 in 26.5 % of
+    # evaluations and at orders 1-3 in 41.3 %, more at orders 5-6, and the median over frames of its
+    # smallest violating f_trans is 0.37. The BLIP before it: 43.4 %, 53.1 % and 0.22. At the issue's
+    # 300 evaluations per frame (more draws find smaller violations) that median is 0.17 (before:
+    # 0.09), short of the issue's 0.3 (docs/demo.md). Four frames were too few: per frame the rate
+    # moves by tens of percent between models.
     from metavlm_ros.models.training import robustness, robustness_frames
 
-    rates = robustness(blip, robustness_frames(heldout, 20), evaluations=90)['rate']['count']
-    assert rates[1] <= 0.45, rates
-    assert np.mean([rates[o] for o in (1, 2, 3)]) <= 0.55, rates
+    figures = robustness(blip, robustness_frames(heldout, 20), evaluations=90)
+    rates = figures['rate']['count']
+    assert rates[1] <= 0.35, rates
+    assert np.mean([rates[o] for o in (1, 2, 3)]) <= 0.50, rates
     assert np.mean([rates[5], rates[6]]) > np.mean([rates[1], rates[2]]), rates
+    assert figures['median_smallest']['count'] >= 0.3, figures['smallest']
 
 
 def test_demo_clip_shrugs_off_small_changes_at_th_5_percent_but_not_at_1_percent(clip, heldout):
