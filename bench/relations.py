@@ -18,12 +18,10 @@ byte for byte at its nominal value.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from metavlm_ros.method import underwater
@@ -31,7 +29,7 @@ from metavlm_ros.method.relations import RELATION_BY_ID, apply_relation
 from metavlm_ros.method.underwater import UNDERWATER_PARAMETERS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import Checks, fmt, interleaved, spread  # noqa: E402
+from timing import Checks, fmt, interleaved, per_size_main, spread  # noqa: E402
 from transforms import PARAMETERS, synthetic_frame  # noqa: E402
 
 UNDERWATER = {
@@ -113,18 +111,7 @@ def bench_size(width: int, height: int, repeats: int, checks: Checks) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Print ms per frame of each relation alone at each size, and the checks."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--sizes', nargs='+', default=['1920x1080', '448x252'], metavar='WxH')
-    parser.add_argument('--repeats', type=int, default=15)
-    parser.add_argument('--threads', type=int, default=1, help='OpenCV threads (default 1)')
-    args = parser.parse_args(argv)
-    cv2.setNumThreads(args.threads)
-    print(f'OpenCV threads {cv2.getNumThreads()}')
-    checks = Checks()
-    for size in args.sizes:
-        width, height = (int(v) for v in size.lower().split('x'))
-        bench_size(width, height, args.repeats, checks)
-    return checks.exit_code()
+    return per_size_main(__doc__.splitlines()[0], bench_size, argv)
 
 
 if __name__ == '__main__':

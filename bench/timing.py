@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -54,3 +55,31 @@ class Checks:
             print(f'{len(self.failed)} check(s) failed: ' + '; '.join(self.failed))
             return 1
         return 0
+
+
+def per_size_main(
+    description: str,
+    bench_size: Callable[[int, int, int, Checks], None],
+    argv: list[str] | None = None,
+    banner: str = '',
+    threads_help: str = 'OpenCV threads (default 1)',
+) -> int:
+    """The command line of a bench measured per frame size: --sizes WxH..., --repeats, --threads.
+
+    Sets OpenCV's threads, prints `banner` and the thread count, calls `bench_size(width, height,
+    repeats, checks)` for every size and returns the exit code of the checks.
+    """
+    import cv2
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument('--sizes', nargs='+', default=['1920x1080', '448x252'], metavar='WxH')
+    parser.add_argument('--repeats', type=int, default=15)
+    parser.add_argument('--threads', type=int, default=1, help=threads_help)
+    args = parser.parse_args(argv)
+    cv2.setNumThreads(args.threads)
+    print(f'{banner}{"; " if banner else ""}OpenCV threads {cv2.getNumThreads()}')
+    checks = Checks()
+    for size in args.sizes:
+        width, height = (int(v) for v in size.lower().split('x'))
+        bench_size(width, height, args.repeats, checks)
+    return checks.exit_code()

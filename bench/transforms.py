@@ -15,7 +15,6 @@ differ only by interpolation and rounding there; a wrong convention costs tens o
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.relations import CLAHE_TILES, apply_composition, apply_relation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import Checks, fmt, interleaved, spread  # noqa: E402
+from timing import Checks, fmt, interleaved, per_size_main, spread  # noqa: E402
 
 # Every relation active, none at its nominal value.
 PARAMETERS = {
@@ -173,18 +172,13 @@ def bench_size(width: int, height: int, repeats: int, checks: Checks) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Print ms per frame of each pipeline, fusion and library ratios, per-relation costs and checks."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--sizes', nargs='+', default=['1920x1080', '448x252'], metavar='WxH')
-    parser.add_argument('--repeats', type=int, default=15)
-    parser.add_argument('--threads', type=int, default=1, help='OpenCV threads (default 1, as PIL)')
-    args = parser.parse_args(argv)
-    cv2.setNumThreads(args.threads)
-    print(f'composition {Composition.from_parameters(PARAMETERS)}; OpenCV threads {cv2.getNumThreads()}')
-    checks = Checks()
-    for size in args.sizes:
-        width, height = (int(v) for v in size.lower().split('x'))
-        bench_size(width, height, args.repeats, checks)
-    return checks.exit_code()
+    return per_size_main(
+        __doc__.splitlines()[0],
+        bench_size,
+        argv,
+        banner=f'composition {Composition.from_parameters(PARAMETERS)}',
+        threads_help='OpenCV threads (default 1, as PIL)',
+    )
 
 
 if __name__ == '__main__':
