@@ -20,7 +20,7 @@ from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.results import EVALUATIONS, SUMMARY, read_jsonl
 from metavlm_ros.method.metrics import non_dominated
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
-from metavlm_ros.method.stats import compare
+from metavlm_ros.method.stats import compare, significant_a12
 
 __all__ = [
     'APPROACH',
@@ -433,6 +433,7 @@ def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[
     rows = []
     outcomes: dict[tuple[str, str], Any] = {}
     totals: dict[str, Counter] = {}
+    sizes: set[tuple[int, int]] = set()
     for model in results.models:
         tally = totals.setdefault(model, Counter())
         for image in results.images:
@@ -441,6 +442,7 @@ def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[
             if not ours or not theirs:
                 continue
             outcome = outcomes[model, image] = compare(ours, theirs, alpha=alpha)
+            sizes.add((len(ours), len(theirs)))
             better = {'first': a, 'second': b}.get(outcome.better, 'no significant difference')
             tally[{'first': 'wins', 'second': 'losses'}.get(outcome.better, 'ties')] += 1
             means = float(np.mean(ours)), float(np.mean(theirs))
@@ -468,7 +470,8 @@ def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[
         rows=rows,
         formats=['', '', 'd', 'd', '.4f', '.4f', 'p', '.3f', '', ''],
         note=f'Two-sided Mann-Whitney U, significant when p < {alpha:g}; A12 is {a} over {b}; '
-        f'magnitude {NOT_SIGNIFICANT} when the difference is not significant, as in the paper.',
+        f'magnitude {NOT_SIGNIFICANT} when the difference is not significant, as in the paper. '
+        + _detectable(sizes, alpha),
     )  # fmt: skip
     total_rows = [[m, t['wins'], t['losses'], t['ties']] for m, t in totals.items() if sum(t.values())]
     overall = Counter()
@@ -483,6 +486,19 @@ def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[
         formats=['', 'd', 'd', 'd'],
     )
     return [table, _table4(results, outcomes, alpha, pair), summary]
+
+
+def _detectable(sizes: set[tuple[int, int]], alpha: float) -> str:
+    """What the test can call significant with the numbers of runs compared (stats.significant_a12)."""
+    parts = []
+    for m, n in sorted(sizes):
+        needed = significant_a12(m, n, alpha)
+        if needed is None:
+            parts.append(f'with {m} runs against {n} no outcome reaches p < {alpha:g}')
+        else:
+            bounds = f'A12 >= {needed:.3f} or <= {1 - needed:.3f}'
+            parts.append(f'with {m} runs against {n}, p < {alpha:g} needs {bounds}')
+    return f'What the runs can show: {"; ".join(parts)}.'
 
 
 def _table4(

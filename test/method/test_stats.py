@@ -5,7 +5,7 @@ import math
 import pytest
 
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.method.stats import a12, a12_magnitude, compare, mann_whitney_p
+from metavlm_ros.method.stats import a12, a12_magnitude, compare, mann_whitney_p, significant_a12
 
 
 def test_mann_whitney_exact_p_values_by_hand():
@@ -115,3 +115,38 @@ def test_bad_samples_raise_parameter_error(a, b):
 def test_bad_alpha_raises_parameter_error():
     with pytest.raises(ParameterError, match='significance level'):
         compare([1.0], [2.0], alpha=1.5)
+
+
+def test_significant_a12_by_hand():
+    # 5 against 5: U = 23 of 25 has 4 of the 252 rank splits at least as extreme on each side
+    # (U = 25, 24, 23: 1 + 1 + 2 splits), p = 8/252 = 0.032; U = 22 adds 3 splits: p = 14/252 = 0.056.
+    assert significant_a12(5, 5) == pytest.approx(23 / 25)
+    ours, theirs = [5, 6, 7, 3.5, 2.5], [0, 1, 2, 3, 4]  # above 5, 5, 5, 4 and 3 of theirs: U = 22
+    assert a12(ours, theirs) == pytest.approx(22 / 25)
+    assert mann_whitney_p(ours, theirs) == pytest.approx(14 / 252)
+    assert mann_whitney_p([5, 6, 7, 4.5, 2.5], theirs) == pytest.approx(8 / 252)  # U = 23
+    # 4 against 4: only full separation (p = 2/70) is significant; 15 of 16 gives 4/70.
+    assert significant_a12(4, 4) == 1.0
+    # 3 against 3 cannot reach 0.05 at all (the most extreme split has p = 2/20).
+    assert significant_a12(3, 3) is None
+    assert significant_a12(3, 3, alpha=0.2) == 1.0
+
+
+@pytest.mark.parametrize('m, n', [(5, 5), (4, 6), (7, 3), (10, 10), (12, 9)])
+def test_significant_a12_agrees_with_the_test_on_random_samples(rng, m, n):
+    # Whatever the samples, the test is significant exactly when A12 reaches the bound either way.
+    needed = significant_a12(m, n)
+    for _ in range(300):
+        ours, theirs = rng.normal(rng.uniform(-2, 2), 1, m), rng.normal(0, 1, n)
+        effect = a12(ours, theirs)
+        significant = mann_whitney_p(ours, theirs) < 0.05
+        reaches = needed is not None and (effect >= needed - 1e-12 or effect <= 1 - needed + 1e-12)
+        assert significant == reaches, (effect, needed)
+
+
+@pytest.mark.parametrize(
+    'm, n, alpha', [(0, 5, 0.05), (5, -1, 0.05), (2.5, 5, 0.05), (True, 5, 0.05), (5, 5, 1.0)]
+)
+def test_significant_a12_rejects_bad_arguments(m, n, alpha):
+    with pytest.raises(ParameterError):
+        significant_a12(m, n, alpha)
