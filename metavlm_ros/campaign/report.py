@@ -498,7 +498,7 @@ def _detectable(sizes: set[tuple[int, int]], alpha: float) -> str:
         else:
             bounds = f'A12 >= {needed:.3f} or <= {1 - needed:.3f}'
             parts.append(f'with {m} runs against {n}, p < {alpha:g} needs {bounds}')
-    return f'What the runs can show: {"; ".join(parts)}.'
+    return f'What the runs can show (hypervolumes without ties): {"; ".join(parts)}.'
 
 
 def _table4(

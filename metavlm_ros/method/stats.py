@@ -96,7 +96,9 @@ def significant_a12(m: int, n: int, alpha: float = 0.05) -> float | None:
     asking `mann_whitney_p` of samples built for each U in turn; by symmetry 1 minus it is the
     largest A12 significant the other way. With 5 runs against 5 it is 0.92 (p 0.032; 0.88 gives
     0.056): a frame where one approach wins 22 of the 25 pairs of runs is not significant. None
-    when no outcome of that many runs can reach p < alpha (2 runs against 2).
+    when no outcome of that many runs can reach p < alpha (2 runs against 2). Tied values change
+    the test (scipy then uses the normal approximation with a tie correction) and can make a
+    smaller A12 significant: 5 equal values against 4 lower and 1 equal, A12 0.9, give p 0.02.
 
     Raises:
         ParameterError: when m or n is not a positive integer or alpha is not in (0, 1).
