@@ -1071,12 +1071,10 @@ def _neighbourhood_answers(
         keys = [tuple(sorted(parse_counts(text).items())) for text in texts]
         votes = Counter(keys)
         best = max(votes.values())
-        if votes[keys[0]] == best:
-            chosen.append(own)
-            continue
-        winner = next(key for key in keys if votes[key] == best)
-        chosen.append(texts[keys.index(winner)])
-        changed += 1
+        # The first answer with the most votes: the frame's own (index 0) whenever it is among them.
+        winner = next(j for j, key in enumerate(keys) if votes[key] == best)
+        chosen.append(texts[winner])
+        changed += winner > 0
     return chosen, changed / max(1, len(answers))
 
 
