@@ -128,6 +128,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='weight of the CLIP loss that keeps the scores of transformed copies of frames unchanged',
     )
     parser.add_argument(
+        '--blip-consistency-weight',
+        type=float,
+        default=defaults.blip_consistency_weight,
+        help='weight of the BLIP loss that keeps the answer probabilities of transformed copies of '
+        'frames unchanged',
+    )
+    parser.add_argument(
         '--clip-distill-weight',
         type=float,
         default=defaults.clip_distill_weight,
@@ -193,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
         augment=args.augment,
         augment_magnitude=args.augment_magnitude,
         clip_consistency_weight=args.clip_consistency_weight,
+        blip_consistency_weight=args.blip_consistency_weight,
         clip_distill_weight=args.clip_distill_weight,
         blip_teacher_answers=args.blip_teacher_answers,
         blip_teacher_votes=args.blip_teacher_votes,

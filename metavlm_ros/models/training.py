@@ -133,6 +133,11 @@ class TrainingConfig:
             copies (ties go to the frame's own answer): the answer of the frame's neighbourhood, so
             a frame whose own answer sits on a decision boundary no longer teaches that boundary
             (0: the frame's own answer).
+        blip_consistency_weight / blip_consistency_pairs: this fraction of each BLIP batch repeats
+            other frames of the batch, transformed by the relations; the symmetric Kullback-Leibler
+            divergence of the two copies' next-token distributions over the answer (teacher-forced
+            on the same target), at this weight, teaches the answer's probabilities, not only its
+            most likely tokens, not to move (0: off).
     """
 
     seed: int = 0
@@ -170,6 +175,8 @@ class TrainingConfig:
     clip_distill_weight: float = 0.0
     blip_teacher_answers: bool = False
     blip_teacher_votes: int = 0
+    blip_consistency_weight: float = 0.0
+    blip_consistency_pairs: float = 0.25
     threads: int = 2
     workers: int = 2
     log_every: int = 50
@@ -220,6 +227,12 @@ class TrainingConfig:
             raise ParameterError(
                 'clip_consistency_pairs must lie in [0, 1) and clip_consistency_weight be zero or positive'
             )
+        if not 0 <= self.blip_consistency_pairs < 1 or not self.blip_consistency_weight >= 0:
+            raise ParameterError(
+                'blip_consistency_pairs must lie in [0, 1) and blip_consistency_weight be zero or positive'
+            )
+        if self.blip_consistency_weight and not self.augment:
+            raise ParameterError('blip_consistency_weight needs augment (the transformed copies it compares)')
         if not self.clip_distill_weight >= 0:
             raise ParameterError(
                 f'clip_distill_weight must be zero or positive, got {self.clip_distill_weight!r}'
@@ -1078,6 +1091,21 @@ def _neighbourhood_answers(
     return chosen, changed / max(1, len(answers))
 
 
+def _answer_divergence(logits: Any, labels: Any, pairs: int) -> Any:
+    """Mean symmetric Kullback-Leibler divergence between the next-token distributions of the last
+    `pairs` rows of a batch and the first `pairs` rows (the same frames and target, one copy
+    transformed), over the positions that predict an answer token (label not -100).
+    """
+    from torch.nn import functional
+
+    # Position t predicts token t + 1, as the model's own loss shifts them.
+    mask = (labels[:pairs, 1:] != -100).float()
+    first = functional.log_softmax(logits[:pairs, :-1], dim=-1)
+    second = functional.log_softmax(logits[-pairs:, :-1], dim=-1)
+    per_position = ((first.exp() - second.exp()) * (first - second)).sum(dim=-1)
+    return (per_position * mask).sum() / mask.sum().clamp(min=1.0)
+
+
 def _train_blip(
     train: SceneSet,
     config: TrainingConfig,
@@ -1175,15 +1203,19 @@ def _train_blip(
     ]
     optimiser = torch.optim.AdamW(groups, lr=config.blip_lr, weight_decay=0.05)
     rng = np.random.default_rng(config.seed + 1)
+    pairs = round(config.batch_size * config.blip_consistency_pairs) if config.blip_consistency_weight else 0
     curve: list[float] = []
     running = []
     model.train()
     for step in range(config.blip_steps):
         for group in optimiser.param_groups:
             group['lr'] = group['scale'] * _schedule(step, config.blip_steps, config.blip_lr)
-        idx = rng.choice(len(train.small), config.batch_size, replace=False)
+        idx = rng.choice(len(train.small), config.batch_size - pairs, replace=False)
+        # The last `pairs` frames repeat the first ones, transformed: their answers should not move.
+        idx = np.concatenate([idx, idx[:pairs]])
+        always = np.arange(len(idx)) >= len(idx) - pairs
         width = int(attention[idx].sum(dim=1).max())
-        small, density, coverage, flip = _batch(train, idx, rng, config)
+        small, density, coverage, flip = _batch(train, idx, rng, config, always if pairs else None)
         pixels = _pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
         output = model(
             pixel_values=pixels,
@@ -1196,6 +1228,10 @@ def _train_blip(
         )
         dense = _dense_loss(dense_head, output.image_embeds[:, 1:], density, coverage, flip, config)
         loss = output.loss + counting + dense
+        consistency = torch.zeros(())
+        if pairs:
+            consistency = _answer_divergence(output.logits, labels[idx, :width], pairs)
+            loss = loss + config.blip_consistency_weight * consistency
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -1205,7 +1241,8 @@ def _train_blip(
             curve.append(float(np.mean(running)))
             log(
                 f'blip step {step + 1}/{config.blip_steps} loss {curve[-1]:.4f} '
-                f'(aux counting {counting.item():.3f}, dense {dense.item():.3f})'
+                f'(aux counting {counting.item():.3f}, dense {dense.item():.3f}, '
+                f'consistency {consistency.item():.2e})'
             )
             running = []
     model.eval()
@@ -1506,6 +1543,13 @@ def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Pat
             f'{config["augment_magnitude"]:.0%} of its '
             'maximum deviation (black borders included).'
         )
+        if name == 'blip' and config.get('blip_consistency_weight'):
+            augment += (
+                f'\n- Consistency: {config["blip_consistency_pairs"]:.0%} of each batch repeats frames of '
+                "the batch, transformed; the symmetric KL divergence of the two copies' next-token "
+                f'distributions over the answer, weight {config["blip_consistency_weight"]:g}, keeps '
+                'the answer from moving.'
+            )
         if name == 'clip':
             augment += (
                 f'\n- Cosines calibrated to {config["clip_cosine_centre"]} +- {config["clip_cosine_band"]} '

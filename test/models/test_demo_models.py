@@ -187,6 +187,12 @@ def test_training_config_rejects_bad_values():
         TrainingConfig(blip_teacher_votes=-1).validate()
     with pytest.raises(ParameterError, match='blip_teacher_votes needs blip_teacher_answers'):
         TrainingConfig(blip_teacher_votes=4).validate()
+    with pytest.raises(ParameterError, match='blip_consistency_pairs must lie'):
+        TrainingConfig(blip_consistency_weight=1.0, blip_consistency_pairs=1.0).validate()
+    with pytest.raises(ParameterError, match='blip_consistency_weight be zero or positive'):
+        TrainingConfig(blip_consistency_weight=-1.0).validate()
+    with pytest.raises(ParameterError, match='blip_consistency_weight needs augment'):
+        TrainingConfig(blip_consistency_weight=1.0, augment=0.0).validate()
 
 
 def _truth_with_a_speck():
@@ -357,8 +363,11 @@ def test_a_blip_fine_tune_can_learn_its_starting_models_answers(tmp_path):
 
     train_demo_models(tmp_path / 'a', _toy_config(), log=lambda line: None)
     lines = []
-    tuned = _toy_config(init_from=str(tmp_path / 'a'), blip_teacher_answers=True)
+    tuned = _toy_config(init_from=str(tmp_path / 'a'), blip_teacher_answers=True, blip_consistency_weight=1.0)
     train_demo_models(tmp_path / 'b', tuned, log=lines.append)
+    # The consistency loss ran on the repeated, transformed frames (a quarter of 4: one pair).
+    steps = [float(m.group(1)) for line in lines if (m := re.search(r'blip step .* consistency (\S+)\)', line))]
+    assert steps and all(value >= 0 for value in steps) and max(steps) > 0, lines
     said = [m for line in lines if (m := re.match(r'blip learns the answers of (.+) \((.+)% of them', line))]
     assert len(said) == 1 and said[0].group(1) == str(tmp_path / 'a' / 'demo-blip')
     # The targets are the starting BLIP's answers through the normal backend on the training frames.
@@ -368,6 +377,29 @@ def test_a_blip_fine_tune_can_learn_its_starting_models_answers(tmp_path):
     assert float(said[0].group(2)) == pytest.approx(
         100 * np.mean([a == b for a, b in zip(answers, train.captions, strict=True)]), abs=0.05
     )
+
+
+def test_answer_divergence_is_the_symmetric_kl_of_the_answer_positions_only():
+    import torch
+
+    from metavlm_ros.models.training import _answer_divergence
+
+    # Two frames, each once more transformed (rows 2 and 3 repeat rows 0 and 1); three positions,
+    # two tokens. Position t predicts token t + 1: labels -100 at 0-1 (prompt) and 2 (answer) leave
+    # only position 1 (which predicts label 2... -100) out; labels [-100, -100, 5] make position 1
+    # the only one that counts.
+    labels = torch.tensor([[-100, -100, 5]] * 4)
+    p, q = torch.tensor([0.8, 0.2]), torch.tensor([0.5, 0.5])
+    logits = torch.zeros(4, 3, 2)
+    logits[0, 1], logits[2, 1] = p.log(), q.log()  # frame 0: its copy moved
+    logits[1, 1], logits[3, 1] = p.log(), p.log()  # frame 1: its copy did not
+    logits[2, 0] = torch.tensor([5.0, -5.0])  # a prompt position: ignored
+    by_hand = float(((p - q) * (p.log() - q.log())).sum())  # KL(p||q) + KL(q||p)
+    assert float(_answer_divergence(logits, labels, 2)) == pytest.approx(by_hand / 2)
+    # Symmetric: swapping which copy is transformed gives the same value.
+    swapped = logits[[2, 3, 0, 1]]
+    assert float(_answer_divergence(swapped, labels, 2)) == pytest.approx(by_hand / 2)
+    assert float(_answer_divergence(logits[[1, 1, 1, 1]], labels, 2)) == 0.0
 
 
 class _AnswersByBrightness:
@@ -482,21 +514,18 @@ def test_a_transformed_training_frame_moves_its_maps_with_it():
 
 
 def test_demo_blip_is_steadier_under_small_changes_than_under_large_ones(blip, heldout):
-    # Rand on the 20 held-out frames of the robustness figures, 90 evaluations each. The shipped BLIP
-    # was fine-tuned on the answers its predecessor gives most often around each training frame, with
-    # the relations as augmentation (issue 15, docs/demo.md); here it violates at order 1 in 26.5 % of
-    # evaluations and at orders 1-3 in 41.3 %, more at orders 5-6, and the median over frames of its
-    # smallest violating f_trans is 0.37. The BLIP before it: 43.4 %, 53.1 % and 0.22. At the issue's
-    # 300 evaluations per frame (more draws find smaller violations) that median is 0.17 (before:
-    # 0.09), short of the issue's 0.3 (docs/demo.md). Four frames were too few: per frame the rate
-    # moves by tens of percent between models.
+    # The issue's own measure: Rand on the 20 held-out frames of the robustness figures, 300
+    # evaluations each (order uniform in 1..6). The shipped BLIP was fine-tuned with a consistency
+    # loss between transformed copies of its training frames (issue 15, docs/demo.md); it changes a
+    # count at order 1 in 16.3 % of evaluations, rising to 45.7 % at order 6, and the median over
+    # frames of its smallest violating f_trans is 0.47. The BLIP before it (run J): 30.1 %, 71.4 %
+    # and 0.17; issue 15 asks for at most 45 % at order 1, a rise with order and a median >= 0.3.
     from metavlm_ros.models.training import robustness, robustness_frames
 
-    figures = robustness(blip, robustness_frames(heldout, 20), evaluations=90)
+    figures = robustness(blip, robustness_frames(heldout, 20), evaluations=300)
     rates = figures['rate']['count']
-    assert rates[1] <= 0.35, rates
-    assert np.mean([rates[o] for o in (1, 2, 3)]) <= 0.50, rates
-    assert np.mean([rates[5], rates[6]]) > np.mean([rates[1], rates[2]]), rates
+    assert rates[1] <= 0.25, rates
+    assert np.mean([rates[5], rates[6]]) > np.mean([rates[1], rates[2]]) + 0.1, rates
     assert figures['median_smallest']['count'] >= 0.3, figures['smallest']
 
 
