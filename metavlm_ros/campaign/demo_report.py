@@ -249,7 +249,7 @@ def pareto_plot(
         ax.set_xlabel('f_trans (size of the transformation, minimised)')
         ax.set_ylabel('f_pred (change of the answer, maximised)')
         ax.grid(alpha=0.3)
-        ax.legend(loc='upper left', fontsize=8)
+        ax.legend(loc='center right', fontsize=8)
     figure.savefig(path, dpi=dpi)
     return path
 
