@@ -366,7 +366,8 @@ def test_a_blip_fine_tune_can_learn_its_starting_models_answers(tmp_path):
     tuned = _toy_config(init_from=str(tmp_path / 'a'), blip_teacher_answers=True, blip_consistency_weight=1.0)
     train_demo_models(tmp_path / 'b', tuned, log=lines.append)
     # The consistency loss ran on the repeated, transformed frames (a quarter of 4: one pair).
-    steps = [float(m.group(1)) for line in lines if (m := re.search(r'blip step .* consistency (\S+)\)', line))]
+    logged = [re.search(r'blip step .* consistency (\S+)\)', line) for line in lines]
+    steps = [float(m.group(1)) for m in logged if m]
     assert steps and all(value >= 0 for value in steps) and max(steps) > 0, lines
     said = [m for line in lines if (m := re.match(r'blip learns the answers of (.+) \((.+)% of them', line))]
     assert len(said) == 1 and said[0].group(1) == str(tmp_path / 'a' / 'demo-blip')
