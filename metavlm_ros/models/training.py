@@ -774,6 +774,19 @@ def _geometry(composition: Any, width: int, height: int) -> np.ndarray | None:
     return matrix
 
 
+def _paired_indices(
+    rng: np.random.Generator, n: int, batch_size: int, pairs: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A batch of `batch_size` frame indices whose last `pairs` repeat the first ones, and the mask
+    of those repeats (to be transformed, for a consistency loss; None when `pairs` is 0).
+    """
+    idx = rng.choice(n, batch_size - pairs, replace=False)
+    if not pairs:
+        return idx, None
+    idx = np.concatenate([idx, idx[:pairs]])
+    return idx, np.arange(batch_size) >= batch_size - pairs
+
+
 def _batch(
     train: SceneSet,
     idx: np.ndarray,
@@ -988,11 +1001,8 @@ def _train_clip(
     for step in range(config.clip_steps):
         for group in optimiser.param_groups:
             group['lr'] = _schedule(step, config.clip_steps, config.clip_lr)
-        idx = rng.choice(len(train.small), config.batch_size - pairs, replace=False)
-        # The last `pairs` frames repeat the first ones, transformed: their scores should not move.
-        idx = np.concatenate([idx, idx[:pairs]])
-        always = np.arange(len(idx)) >= len(idx) - pairs
-        small, density, coverage, flip = _batch(train, idx, rng, config, always if pairs else None)
+        idx, always = _paired_indices(rng, len(train.small), config.batch_size, pairs)
+        small, density, coverage, flip = _batch(train, idx, rng, config, always)
         pixels = _pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
         vision = model.vision_model(pixel_values=pixels)
         image = functional.normalize(model.visual_projection(vision.pooler_output))
@@ -1210,12 +1220,9 @@ def _train_blip(
     for step in range(config.blip_steps):
         for group in optimiser.param_groups:
             group['lr'] = group['scale'] * _schedule(step, config.blip_steps, config.blip_lr)
-        idx = rng.choice(len(train.small), config.batch_size - pairs, replace=False)
-        # The last `pairs` frames repeat the first ones, transformed: their answers should not move.
-        idx = np.concatenate([idx, idx[:pairs]])
-        always = np.arange(len(idx)) >= len(idx) - pairs
+        idx, always = _paired_indices(rng, len(train.small), config.batch_size, pairs)
         width = int(attention[idx].sum(dim=1).max())
-        small, density, coverage, flip = _batch(train, idx, rng, config, always if pairs else None)
+        small, density, coverage, flip = _batch(train, idx, rng, config, always)
         pixels = _pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
         output = model(
             pixel_values=pixels,

@@ -380,6 +380,17 @@ def test_a_blip_fine_tune_can_learn_its_starting_models_answers(tmp_path):
     )
 
 
+def test_paired_indices_repeat_the_first_frames_at_the_end_and_mark_them():
+    from metavlm_ros.models.training import _paired_indices
+
+    idx, always = _paired_indices(np.random.default_rng(0), 100, 8, 2)
+    assert len(idx) == 8 and len(set(idx[:6].tolist())) == 6
+    assert idx[6:].tolist() == idx[:2].tolist()
+    assert always.tolist() == [False] * 6 + [True] * 2
+    idx, always = _paired_indices(np.random.default_rng(0), 100, 8, 0)
+    assert len(set(idx.tolist())) == 8 and always is None
+
+
 def test_answer_divergence_is_the_symmetric_kl_of_the_answer_positions_only():
     import torch
 
