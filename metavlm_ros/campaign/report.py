@@ -470,7 +470,7 @@ def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[
         rows=rows,
         formats=['', '', 'd', 'd', '.4f', '.4f', 'p', '.3f', '', ''],
         note=f'Two-sided Mann-Whitney U, significant when p < {alpha:g}; A12 is {a} over {b}; '
-        f'magnitude {NOT_SIGNIFICANT} when the difference is not significant, as in the paper. '
+        f'magnitude {NOT_SIGNIFICANT} when the difference is not significant, as in the paper.'
         + _detectable(sizes, alpha),
     )  # fmt: skip
     total_rows = [[m, t['wins'], t['losses'], t['ties']] for m, t in totals.items() if sum(t.values())]
@@ -489,7 +489,10 @@ def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[
 
 
 def _detectable(sizes: set[tuple[int, int]], alpha: float) -> str:
-    """What the test can call significant with the numbers of runs compared (stats.significant_a12)."""
+    """What the test can call significant with the numbers of runs compared (stats.significant_a12),
+    as a sentence led by a space; '' when nothing was compared."""
+    if not sizes:
+        return ''
     parts = []
     for m, n in sorted(sizes):
         needed = significant_a12(m, n, alpha)
@@ -498,7 +501,7 @@ def _detectable(sizes: set[tuple[int, int]], alpha: float) -> str:
         else:
             bounds = f'A12 >= {needed:.3f} or <= {1 - needed:.3f}'
             parts.append(f'with {m} runs against {n}, p < {alpha:g} needs {bounds}')
-    return f'What the runs can show (hypervolumes without ties): {"; ".join(parts)}.'
+    return f' What the runs can show (hypervolumes without ties): {"; ".join(parts)}.'
 
 
 def _table4(

@@ -89,6 +89,11 @@ def a12_magnitude(value: float) -> str:
     return 'large'
 
 
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 < float(alpha) < 1.0:
+        raise ParameterError(f'the significance level must lie in (0, 1), got {alpha!r}')
+
+
 def significant_a12(m: int, n: int, alpha: float = 0.05) -> float | None:
     """The smallest A12 (>= 0.5) at which `mann_whitney_p` can call m runs against n significant.
 
@@ -103,8 +108,7 @@ def significant_a12(m: int, n: int, alpha: float = 0.05) -> float | None:
     Raises:
         ParameterError: when m or n is not a positive integer or alpha is not in (0, 1).
     """
-    if not 0.0 < float(alpha) < 1.0:
-        raise ParameterError(f'the significance level must lie in (0, 1), got {alpha!r}')
+    _check_alpha(alpha)
     for name, size in (('m', m), ('n', n)):
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise ParameterError(f'{name} must be a positive number of runs, got {size!r}')
@@ -146,8 +150,7 @@ def compare(
     Raises:
         ParameterError: when a sample is empty or not finite, or alpha is not in (0, 1).
     """
-    if not 0.0 < float(alpha) < 1.0:
-        raise ParameterError(f'the significance level must lie in (0, 1), got {alpha!r}')
+    _check_alpha(alpha)
     p = mann_whitney_p(a, b)
     effect = a12(a, b)
     significant = p < alpha

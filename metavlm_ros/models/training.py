@@ -223,16 +223,20 @@ class TrainingConfig:
         for name in ('clip_presence_scale', 'clip_cosine_band'):
             if not getattr(self, name) > 0:
                 raise ParameterError(f'{name} must be positive, got {getattr(self, name)!r}')
-        if not 0 <= self.clip_consistency_pairs < 1 or not self.clip_consistency_weight >= 0:
-            raise ParameterError(
-                'clip_consistency_pairs must lie in [0, 1) and clip_consistency_weight be zero or positive'
+        for model in ('clip', 'blip'):
+            pairs, weight = (
+                getattr(self, f'{model}_consistency_pairs'),
+                getattr(self, f'{model}_consistency_weight'),
             )
-        if not 0 <= self.blip_consistency_pairs < 1 or not self.blip_consistency_weight >= 0:
-            raise ParameterError(
-                'blip_consistency_pairs must lie in [0, 1) and blip_consistency_weight be zero or positive'
-            )
-        if self.blip_consistency_weight and not self.augment:
-            raise ParameterError('blip_consistency_weight needs augment (the transformed copies it compares)')
+            if not 0 <= pairs < 1 or not weight >= 0:
+                raise ParameterError(
+                    f'{model}_consistency_pairs must lie in [0, 1) and {model}_consistency_weight be zero '
+                    'or positive'
+                )
+            if weight and not self.augment:
+                raise ParameterError(
+                    f'{model}_consistency_weight needs augment (the transformed copies it compares)'
+                )
         if not self.clip_distill_weight >= 0:
             raise ParameterError(
                 f'clip_distill_weight must be zero or positive, got {self.clip_distill_weight!r}'

@@ -53,6 +53,13 @@ def test_rq1_per_image_comparison(report):
     # With 4 runs against 4 only full separation (p = 2/70) is significant; 15 of 16 pairs gives
     # p = 4/70: the note says so, so a reader does not take 0.94 for a result the runs could show.
     assert 'with 4 runs against 4, p < 0.05 needs A12 >= 1.000 or <= 0.000' in table.note
+    assert table.note.count('What the runs can show') == 1 and '  ' not in table.note
+
+
+def test_rq1_note_says_nothing_of_detectable_effects_when_nothing_was_compared():
+    from metavlm_ros.campaign.report import _detectable
+
+    assert _detectable(set(), 0.05) == ''
 
 
 def test_table4_view_one_row_per_image_models_side_by_side(report):

@@ -193,6 +193,8 @@ def test_training_config_rejects_bad_values():
         TrainingConfig(blip_consistency_weight=-1.0).validate()
     with pytest.raises(ParameterError, match='blip_consistency_weight needs augment'):
         TrainingConfig(blip_consistency_weight=1.0, augment=0.0).validate()
+    with pytest.raises(ParameterError, match='clip_consistency_weight needs augment'):
+        TrainingConfig(clip_consistency_weight=1.0, augment=0.0).validate()
 
 
 def _truth_with_a_speck():
