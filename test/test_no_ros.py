@@ -33,7 +33,7 @@ sys.meta_path.insert(0, NoRos())
 names = []
 for sub in {ROS_FREE!r}:
     package = importlib.import_module('metavlm_ros.' + sub)
-    names += sorted(m.name for m in pkgutil.iter_modules(package.__path__, package.__name__ + '.'))
+    names += sorted(m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + '.'))
 for name in names:
     importlib.import_module(name)
 loaded = sorted(m for m in sys.modules if m.split('.')[0] in {ROS_PACKAGES!r})
@@ -42,7 +42,13 @@ print(len(names), loaded)
 
 
 def ros_free_sources() -> list[Path]:
-    return sorted(p for sub in ROS_FREE for p in (PACKAGE / sub).glob('*.py') if p.name != '__init__.py')
+    """Every module of the ROS-free subpackages, nested packages (models/backends/) included."""
+    return sorted(
+        p
+        for sub in ROS_FREE
+        for p in (PACKAGE / sub).rglob('*.py')
+        if p.name != '__init__.py' or p.parent != PACKAGE / sub
+    )
 
 
 def test_every_subpackage_but_ros_and_commands_is_listed():

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,20 +53,7 @@ _FRAME_KEYS = {'sources', 'topic', 'every', 'start', 'end', 'max_frames', 'size'
 _GENERATE_KEYS = {'count', 'size', 'seed'}
 
 
-_MODEL_KEYS = {
-    'name',
-    'backend',
-    'model',
-    'classes',
-    'class_prompts',
-    'prompts',
-    'prompt',
-    'confidence',
-    'device',
-    'dtype',
-    'batch_size',
-    'vocabularies',
-}
+_MODEL_KEYS = {'name', 'backend', 'model'}  # and the options the backend declares (models/registry.py)
 
 
 _RELATION_KEYS = {'enabled', 'ranges'}
@@ -88,25 +75,18 @@ class FrameSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model under test, with everything `create_backend` needs."""
+    """One model under test: its name in the campaign, backend, model and the backend's options, every
+    default filled in (create_backend's keywords; models/registry.py)."""
 
     name: str
     backend: str
     model: str
-    classes: tuple[str, ...] | None = None
-    class_prompts: dict | None = None
-    prompts: str = 'default'
-    prompt: str | None = None
-    confidence: str = 'cosine'
-    device: str = 'auto'
-    dtype: str = 'auto'
-    batch_size: int = 32
-    vocabularies: dict | None = None
+    options: dict = field(default_factory=dict)
 
     @property
     def needs_gpu(self) -> bool:
         """Whether cells of this model must run on a worker that offers a GPU."""
-        return self.device.startswith('cuda')
+        return str(self.options.get('device') or 'auto').startswith('cuda')
 
     def key(self) -> str:
         """A stable text key: equal keys build identical backends."""
@@ -473,7 +453,7 @@ def _parse_models(raw: Any, base_dir: Path, problems: _Problems) -> list[ModelSp
     if not isinstance(raw, list) or not raw:
         problems.add('models', f'must be a non-empty list, got {raw!r}')
         return []
-    from metavlm_ros.models.vlm import BACKENDS  # the backend registry
+    from metavlm_ros.models.registry import BACKENDS, all_options, given_options, resolve_options
 
     models: list[ModelSpec] = []
     names: set[str] = set()
@@ -482,58 +462,24 @@ def _parse_models(raw: Any, base_dir: Path, problems: _Problems) -> list[ModelSp
         if not isinstance(item, Mapping):
             problems.add(where, f'must be a mapping with backend and model, got {item!r}')
             continue
-        problems.unknown_keys(where, item, _MODEL_KEYS)
         backend = problems.string(f'{where}.backend', item.get('backend'), required=True)
-        if backend is not None and backend not in BACKENDS:
-            choices = ', '.join(BACKENDS)
-            problems.add(f'{where}.backend', f'unknown backend "{backend}" (choose from {choices})')
+        options: dict[str, Any] = {}
+        if backend not in BACKENDS:
+            if backend is not None:
+                choices = ', '.join(BACKENDS)
+                problems.add(f'{where}.backend', f'unknown backend "{backend}" (choose from {choices})')
+            problems.unknown_keys(where, item, _MODEL_KEYS | set(all_options()))
+        else:
+            declared = {option.name for option in BACKENDS[backend].all_options()}
+            problems.unknown_keys(where, item, _MODEL_KEYS | declared)
+            given = {key: value for key, value in item.items() if key in declared}
+            try:
+                options = resolve_options(backend, given_options(backend, given))
+            except ParameterError as exc:
+                problems.add(where, str(exc))
         model = problems.string(f'{where}.model', item.get('model'), required=True)
         if model is not None:
             model = _resolve_model(model, backend, base_dir, f'{where}.model', problems)
-        classes = item.get('classes')
-        if classes is not None:
-            if (
-                not isinstance(classes, list)
-                or not classes
-                or any(not isinstance(c, str) or not c for c in classes)
-                or len(set(classes)) != len(classes)
-            ):
-                problems.add(f'{where}.classes', f'must be a list of distinct class names, got {classes!r}')
-                classes = None
-            else:
-                classes = tuple(classes)
-        class_prompts = item.get('class_prompts')
-        if class_prompts is not None:
-            known = set(classes or ('animal', 'vegetation', 'object', 'trash'))
-            if not isinstance(class_prompts, Mapping):
-                problems.add(f'{where}.class_prompts', f'must map class -> prompt, got {class_prompts!r}')
-                class_prompts = None
-            else:
-                for key, text in class_prompts.items():
-                    if key not in known:
-                        problems.add(f'{where}.class_prompts.{key}', 'is not one of the classes')
-                    elif not isinstance(text, str) or not text:
-                        message = f'must be a non-empty string, got {text!r}'
-                        problems.add(f'{where}.class_prompts.{key}', message)
-                class_prompts = dict(class_prompts)
-        vocabularies = item.get('vocabularies')
-        if vocabularies is not None and not isinstance(vocabularies, Mapping):
-            problems.add(f'{where}.vocabularies', f'must map class -> list of words, got {vocabularies!r}')
-            vocabularies = None
-        prompt = problems.string(f'{where}.prompt', item.get('prompt'))
-        from metavlm_ros.models.vlm import PROMPT_PRESETS
-
-        prompts = item.get('prompts', 'default')
-        if prompts not in PROMPT_PRESETS:
-            problems.add(f'{where}.prompts', f'must be one of {", ".join(PROMPT_PRESETS)}, got {prompts!r}')
-        elif prompts != 'default' and backend != 'clip':
-            problems.add(f'{where}.prompts', 'prompt presets are for clip models (count models take prompt)')
-        confidence = item.get('confidence', 'cosine')
-        if confidence not in ('cosine', 'softmax'):
-            problems.add(f'{where}.confidence', f'must be cosine or softmax, got {confidence!r}')
-        device = problems.string(f'{where}.device', item.get('device')) or 'auto'
-        dtype = problems.string(f'{where}.dtype', item.get('dtype')) or 'auto'
-        batch_size = problems.integer(f'{where}.batch_size', item.get('batch_size'), 1, 32)
         name = problems.string(f'{where}.name', item.get('name'))
         if name is None:
             name = f'{backend}:{Path(model or "model").name}'
@@ -542,22 +488,7 @@ def _parse_models(raw: Any, base_dir: Path, problems: _Problems) -> list[ModelSp
                 problems.add(f'{where}.name', f'"{name}" is used by another model')
             name = f'{name}#{i}'
         names.add(name)
-        models.append(
-            ModelSpec(
-                name=name,
-                backend=backend or '',
-                model=model or '',
-                classes=classes,
-                class_prompts=class_prompts,
-                prompts=str(prompts),
-                prompt=prompt,
-                confidence=str(confidence),
-                device=device,
-                dtype=dtype,
-                batch_size=batch_size,
-                vocabularies=dict(vocabularies) if vocabularies else None,
-            )
-        )
+        models.append(ModelSpec(name=name, backend=backend or '', model=model or '', options=options))
     return models
 
 
@@ -573,7 +504,7 @@ def _resolve_model(model: str, backend: str | None, base_dir: Path, where: str, 
     elif path.is_absolute() or model.startswith(('.', '~')):
         problems.add(where, f'no such model directory: {candidate}')
         return model
-    if backend in BACKENDS:
+    if backend in BACKENDS and BACKENDS[backend].local_model:
         try:
             resolve_model(backend, model)
         except ModelError as exc:

@@ -64,19 +64,7 @@ def _backend_for(key: str):
     from metavlm_ros.models.vlm import create_backend
 
     spec = ModelSpec(**json.loads(key))
-    return create_backend(
-        spec.backend,
-        spec.model,
-        classes=spec.classes,
-        class_prompts=spec.class_prompts,
-        prompts=spec.prompts,
-        prompt=spec.prompt,
-        device=spec.device,
-        dtype=spec.dtype,
-        confidence=spec.confidence,
-        batch_size=spec.batch_size,
-        vocabularies=spec.vocabularies,
-    )
+    return create_backend(spec.backend, spec.model, **spec.options)
 
 
 def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:

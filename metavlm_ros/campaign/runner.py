@@ -75,16 +75,17 @@ class CampaignRun:
 
 
 def model_identity(spec: ModelSpec) -> dict:
-    """The model's id, its directory on this machine and a hash of its safetensors weights."""
-    from metavlm_ros.models.vlm import resolve_model, weights_hash
+    """The model's name, id, directory on this machine (None for a served one), the sha256 of its weights,
+    its options and what its backend adds (models/vlm.py model_identity)."""
+    from metavlm_ros.models.registry import BACKENDS
+    from metavlm_ros.models.vlm import model_identity as identity_of
+    from metavlm_ros.models.vlm import resolve_model
 
-    directory = resolve_model(spec.backend, spec.model)
+    local = BACKENDS[spec.backend].local_model
     return {
         'name': spec.name,
-        'backend': spec.backend,
-        'model': spec.model,
-        'directory': directory,
-        'weights_sha256': weights_hash(directory, length=64) or None,
+        'directory': resolve_model(spec.backend, spec.model) if local else None,
+        **identity_of(spec.backend, spec.model, spec.options),
     }
 
 

@@ -194,6 +194,7 @@ def run_demo(
     from metavlm_ros.common.results import read_jsonl
     from metavlm_ros.method.encoding import Composition
     from metavlm_ros.method.relations import apply_composition
+    from metavlm_ros.models.registry import backend_class
     from metavlm_ros.ros.launcher import run_nodes
 
     started = time.monotonic()
@@ -221,7 +222,7 @@ def run_demo(
         records = (
             read_jsonl(results / 'evaluations.jsonl') if (results / 'evaluations.jsonl').is_file() else []
         )
-        kind = 'count' if backend == 'blip' else 'confidence'
+        kind = backend_class(backend).kinds[0]  # the demo models give one kind each
         notes = [
             f'{summary["searches"]} search(es), {summary["evaluations"]} evaluations '
             f'({summary["failed"]} failed), {summary["frames_dropped"]} frame(s) dropped while searching, '

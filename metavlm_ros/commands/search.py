@@ -7,46 +7,37 @@ import sys
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method import defaults
-from metavlm_ros.models.vlm import BACKENDS, DEFAULT_BATCH_SIZE
+from metavlm_ros.models.registry import BACKENDS, all_options, options_for
 
 HELP = 'search frames offline for the smallest transformations that change the model'
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that choose and configure a VLM backend (shared by the commands that load one)."""
+    """The options that choose and configure a VLM backend: --backend, --model and every backend's own
+    options, as the backends declare them (models/registry.py)."""
     group = parser.add_argument_group('model')
     group.add_argument('--backend', default='clip', help=f'{", ".join(BACKENDS)} (default: clip)')
     group.add_argument(
-        '--model', default='demo', help="Hugging Face id or local directory; 'demo' = the embedded demo model"
+        '--model',
+        default='demo',
+        help="Hugging Face id or local directory; 'demo' = the embedded demo model; a served backend: "
+        "the server's model id",
     )
-    group.add_argument('--device', default='auto', help='auto (cuda when present), cpu, cuda, cuda:N')
-    group.add_argument('--dtype', default='auto', help='auto, float32, float16 or bfloat16')
-    group.add_argument(
-        '--confidence', default='cosine', choices=('cosine', 'softmax'), help='CLIP confidence'
-    )
-    group.add_argument(
-        '--classes', nargs='+', default=None, metavar='CLASS', help='class ids (default: 4 classes)'
-    )
-    group.add_argument(
-        '--class-prompts', nargs='+', default=None, metavar='PROMPT', help='one CLIP prompt per class'
-    )
-    group.add_argument('--prompt', default=None, help='the question for count-type models (default: Table 1)')
-    group.add_argument(
-        '--vocabulary',
-        action='append',
-        default=[],
-        metavar='CLASS=WORD,WORD',
-        help='words that count for a class in count-model answers (repeatable), e.g. trash=bottle,can',
-    )
-    group.add_argument(
-        '--max-new-tokens', type=int, default=40, help='longest count-model answer (default: 40)'
-    )
-    group.add_argument(
-        '--batch-size',
-        type=int,
-        default=DEFAULT_BATCH_SIZE,
-        help=f'frames per model call (default: {DEFAULT_BATCH_SIZE})',
-    )
+    for option in all_options().values():
+        takers = options_for(option.name)
+        text = option.help + ('' if len(takers) == len(BACKENDS) else f' [{", ".join(takers)}]')
+        if option.default is not None:
+            text += f' (default: {option.default})'
+        # Every default is None here: an option given for a backend that does not take it is refused.
+        if option.type is list:
+            group.add_argument(option.cli_flag, nargs='+', default=None, metavar='VALUE', help=text)
+        elif option.type is dict:
+            group.add_argument(option.cli_flag, action='append', default=None, metavar='KEY=VALUE', help=text)
+        else:
+            group.add_argument(
+                option.cli_flag, dest=option.name, type=option.type, choices=option.choices, default=None,
+                help=text,
+            )  # fmt: skip
 
 
 def add_frame_arguments(parser: argparse.ArgumentParser) -> None:
@@ -134,55 +125,36 @@ def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
     return ranges
 
 
+def model_options(args: argparse.Namespace) -> dict:
+    """The options the model flags give for the chosen backend (refusing those it does not take)."""
+    from metavlm_ros.models.registry import given_options
+
+    values = {}
+    for name, option in all_options().items():
+        value = getattr(args, name, None)
+        values[name] = option.from_items(value) if option.type is dict and value is not None else value
+    return given_options(args.backend, values)
+
+
 def create_backend_from_args(args: argparse.Namespace):
     """Build the VLM backend the model options describe."""
     from metavlm_ros.models.vlm import create_backend
 
-    if args.batch_size < 1:
-        raise ParameterError(f'--batch-size must be positive, got {args.batch_size}')
-    vocabularies = {}
-    for item in args.vocabulary:
-        name, _, words = item.partition('=')
-        if not name.strip() or not words.strip():
-            raise ParameterError(f'--vocabulary {item!r}: expected CLASS=WORD,WORD, e.g. trash=bottle,can')
-        vocabularies[name.strip()] = [w.strip() for w in words.split(',') if w.strip()]
-    return create_backend(
-        args.backend,
-        args.model,
-        classes=args.classes,
-        class_prompts=args.class_prompts,
-        prompt=args.prompt,
-        device=args.device,
-        dtype=args.dtype,
-        confidence=args.confidence,
-        batch_size=args.batch_size,
-        vocabularies=vocabularies or None,
-        max_new_tokens=args.max_new_tokens,
-    )
+    return create_backend(args.backend, args.model, **model_options(args))
 
 
 # Free space a search needs at least: its evaluation records take about 1 KiB each.
 RECORD_BYTES = 1024
 
 
-def search_identity(args: argparse.Namespace, config, model_dir: str) -> dict:
-    """What identifies the searches of one `metavlm search` (search.json): settings, model, weights."""
-    from metavlm_ros.models.vlm import weights_hash
+def search_identity(args: argparse.Namespace, config) -> dict:
+    """What identifies the searches of one `metavlm search` (search.json): settings and the model under
+    test (backend, options, weights, what the backend adds), read before the model loads."""
+    from metavlm_ros.models.vlm import model_identity
 
     return {
         'settings': config.identity(),
-        'model': {
-            'backend': args.backend,
-            'model': args.model,
-            'weights_sha256': weights_hash(model_dir, length=64) or None,
-            'classes': args.classes,
-            'class_prompts': args.class_prompts,
-            'prompt': args.prompt,
-            'vocabulary': sorted(args.vocabulary),
-            'confidence': args.confidence,
-            'max_new_tokens': args.max_new_tokens,
-            'dtype': args.dtype,
-        },
+        'model': model_identity(args.backend, args.model, model_options(args)),
     }
 
 
@@ -195,7 +167,6 @@ def run(args: argparse.Namespace) -> int:
     from metavlm_ros.method.encoding import SearchSpace
     from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
     from metavlm_ros.method.search import SearchConfig, run_search, summarise_orders
-    from metavlm_ros.models.vlm import resolve_model
 
     # Everything a user can get wrong is checked before the model loads or a file is touched:
     # settings, frames (bags whole, for damage), model files, the results directory and its disk.
@@ -208,8 +179,6 @@ def run(args: argparse.Namespace) -> int:
         thresholds=tuple(args.thresholds) if args.thresholds else DEFAULT_THRESHOLDS,
         working_size=args.working_size,
     ).validate()
-    if args.batch_size < 1:
-        raise ParameterError(f'--batch-size must be positive, got {args.batch_size}')
     verify_sources(args.frames)
     frames = iter_frames(
         args.frames,
@@ -222,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     first = next(frames, None)
     if first is None:
         raise ParameterError('no frames selected from ' + ', '.join(args.frames))
-    identity = search_identity(args, config, resolve_model(args.backend, args.model))
+    identity = search_identity(args, config)
     options = {'overwrite': args.overwrite, 'resume': args.resume, 'identity': identity}
     check_results_dir(args.out, refuse_existing=True, need_bytes=config.evaluations * RECORD_BYTES, **options)
     backend = create_backend_from_args(args)

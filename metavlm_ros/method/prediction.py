@@ -20,12 +20,15 @@ class Prediction:
     Attributes:
         kind: 'count' (BLIP family, Eqs. 2, 4, 7) or 'confidence' (CLIP family, Eqs. 3, 5, 8).
         values: per class, a count (a float holding an int) or a confidence.
-        text: the generated answer of a count-type model; '' for CLIP.
+        text: the generated answer of a generative model; '' for a contrastive one.
+        error: why the answer could not be read (a parse failure: an evaluation that failed, with
+            no values), '' when it was read.
     """
 
     kind: str
     values: dict[str, float] = field(default_factory=dict)
     text: str = ''
+    error: str = ''
 
 
 class VLMBackend:
@@ -35,7 +38,7 @@ class VLMBackend:
         kind: 'count' or 'confidence'.
         classes: class ids every Prediction carries, in order.
         model_id: the model as the user named it (Hugging Face id, directory or 'demo').
-        name: the backend name ('clip', 'blip', 'instructblip', or another implementation's).
+        name: the backend's registered name (models/registry.py).
     """
 
     kind: str = ''

@@ -201,7 +201,8 @@ class _Judge:
             cached = comp.key not in fresh or comp.key not in pending
             pending.pop(comp.key, None)
             followup = self.source if comp.order == 0 else fresh.get(comp.key, self.cache.get(comp.key))
-            failed = followup is None
+            # A parse failure (an answer that does not read as counts) is a failed evaluation, never zero.
+            failed = followup is None or bool(followup.error)
             if failed or comp.order == 0:
                 # Order 0 is the identity and never a violation (docs/method.md §2).
                 flags = self._no_violation()
@@ -298,6 +299,9 @@ def run_search(
         source = backend.predict([frame])[0]
         if source is None:
             raise ModelError('the model gave no prediction for the source frame')
+    if source.error:
+        # Without the source's answer there is nothing to compare follow-ups with.
+        raise ModelError(f'the source frame cannot be searched: {source.error} (answer {source.text!r})')
     judge = _Judge(frame, backend, source, config)
     result = SearchResult(
         image=image_id,
@@ -527,13 +531,15 @@ def evaluation_record(ev: Evaluation, result: SearchResult, extra: dict | None =
         'f_pred': ev.f_pred,
         'kind': result.source.kind,
         'source': result.source.values,
-        'followup': None if ev.followup is None else ev.followup.values,
+        'followup': None if ev.followup is None or ev.followup.error else ev.followup.values,
         'source_text': result.source.text,
         'followup_text': None if ev.followup is None else ev.followup.text,
         'violation': ev.violation,
         'strength': ev.strength,
         'cached': ev.cached,
         'failed': ev.failed,
+        # Only a parse failure has it: records of searches without one stay as they were.
+        **({'parse_error': ev.followup.error} if ev.followup is not None and ev.followup.error else {}),
     }
 
 
@@ -542,6 +548,12 @@ def _relations_field(result: SearchResult) -> dict:
     byte for byte what it was before there were other relations (readers take absence as the six)."""
     relations = list(result.relations)
     return {} if relations == list(DEFAULT_RELATIONS) else {'relations': relations}
+
+
+def _parse_failures_field(result: SearchResult) -> dict:
+    """`parse_failures` (failed evaluations whose answer did not parse) when there were any; absent is 0."""
+    count = sum(ev.followup is not None and bool(ev.followup.error) for ev in result.evaluations)
+    return {'parse_failures': count} if count else {}
 
 
 def summary_record(result: SearchResult, backend: Any = None, extra: dict | None = None) -> dict:
@@ -562,6 +574,7 @@ def summary_record(result: SearchResult, backend: Any = None, extra: dict | None
         **_relations_field(result),
         'evaluations': len(result.evaluations),
         'failed': sum(ev.failed for ev in result.evaluations),
+        **_parse_failures_field(result),
         'model_calls': result.model_calls,
         'frames_judged': result.frames_judged,
         'hypervolume': result.hypervolume,

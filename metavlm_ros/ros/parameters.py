@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +22,13 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.method.prediction import CLASSES
-from metavlm_ros.models.vlm import BACKENDS, DEFAULT_BATCH_SIZE, DTYPES, MAX_BATCH_SIZE
+from metavlm_ros.models.options import DTYPES, Option, device_name, distinct_classes
+from metavlm_ros.models.registry import BACKENDS, all_options, given_options, options_for
 
 __all__ = [
     'DTYPES',
     'MODEL_PARAMETERS',
+    'model_options',
     'Check',
     'ParameterRules',
     'ParameterSpec',
@@ -41,8 +41,6 @@ __all__ = [
 
 # A check returns None when the value is acceptable, else the reason it is not.
 Check = Callable[[Any], str | None]
-
-_DEVICE = re.compile(r'auto|cpu|cuda(:\d+)?')
 
 _TYPES = {
     bool: ParameterType.PARAMETER_BOOL,
@@ -122,28 +120,6 @@ def in_range(low: float, high: float) -> Check:
     return check
 
 
-def distinct_classes(classes: Any) -> str | None:
-    """A check of `classes`: at least one, non-empty, distinct, none named like a message field."""
-    names = list(classes)
-    if not names:
-        return 'at least one class is needed'
-    if len(set(names)) != len(names) or not all(names):
-        return f'class names must be non-empty and distinct, got {names}'
-    reserved = [name for name in names if name in ('kind', 'latency_ms')]
-    if reserved:
-        return f'{reserved[0]!r} is reserved in prediction messages'
-    return None
-
-
-def device_name(value: Any) -> str | None:
-    """A check of `device`: 'auto', 'cpu', 'cuda' or 'cuda:N' (whether CUDA is there shows at configure)."""
-    return (
-        None
-        if _DEVICE.fullmatch(str(value))
-        else f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}"
-    )
-
-
 @dataclass(frozen=True)
 class ParameterSpec:
     """One node parameter: name, default (which fixes its type), meaning and limits."""
@@ -160,31 +136,72 @@ class ParameterSpec:
     array_type: Parameter.Type | None = None
 
 
-#: The model parameters, the same in both nodes (the tester's apply to its inprocess endpoint).
+def _model_parameter(option: Option) -> ParameterSpec:
+    """A backend option as a node parameter: lists and KEY=VALUE mappings are string arrays; an option
+    without a default is '' or [] (the backend's own default)."""
+    takers = options_for(option.name)
+    description = option.help + ('' if len(takers) == len(BACKENDS) else f' [{", ".join(takers)}]')
+    if option.type in (list, dict):
+        default, array_type = list(option.default or ()), Parameter.Type.STRING_ARRAY
+    else:
+        default, array_type = ('' if option.default is None else option.default), None
+    check = option.check if option.type is not dict else _items(option)
+    return ParameterSpec(
+        option.parameter_name,
+        default,
+        description,
+        read_only=not option.dynamic,
+        low=option.low,
+        high=option.high,
+        choices=option.choices,
+        check=(lambda value, c=check: None if value in ('', []) else c(value)) if check else None,
+        array_type=array_type,
+    )
+
+
+def _items(option: Option) -> Check:
+    def check(value: Any) -> str | None:
+        try:
+            option.from_items(value)
+        except ParameterError as exc:
+            return str(exc)
+        return None
+
+    return check
+
+
+#: The model parameters, the same in both nodes (the tester's apply to its inprocess endpoint): the
+#: backend, the model and every backend's options, as the backends declare them.
 MODEL_PARAMETERS: tuple[ParameterSpec, ...] = (
-    ParameterSpec('backend', 'clip', 'VLM family', True, choices=tuple(BACKENDS)),
-    ParameterSpec('model', 'demo', "Hugging Face id in the local cache, a directory, or 'demo'", True),
-    ParameterSpec('device', 'auto', "torch device: 'auto', 'cpu', 'cuda', 'cuda:N'", True, check=device_name),
-    ParameterSpec('dtype', 'auto', 'torch dtype', True, choices=DTYPES),
-    ParameterSpec('prompt', '', 'count-type models: the question; empty for the Table 1 prompt', True),
-    ParameterSpec('classes', list(CLASSES), 'classes judged, in order', True, check=distinct_classes),
+    ParameterSpec('backend', 'clip', 'VLM backend', True, choices=tuple(BACKENDS)),
     ParameterSpec(
-        'class_prompts',
-        [],
-        "CLIP: one text prompt per class, in the order of classes; '' or none for the default",
+        'model',
+        'demo',
+        "Hugging Face id in the local cache, a directory, 'demo', or a served model's id",
         True,
-        array_type=Parameter.Type.STRING_ARRAY,
     ),
-    ParameterSpec(
-        'confidence',
-        'cosine',
-        'CLIP confidence: cosine (the paper) or softmax',
-        True,
-        choices=('cosine', 'softmax'),
-    ),
-    # One batch holds a whole generation of the default population (30): one model call each.
-    ParameterSpec('max_batch', DEFAULT_BATCH_SIZE, 'most frames per model call', low=1, high=MAX_BATCH_SIZE),
+    *(_model_parameter(option) for option in all_options().values()),
 )
+
+
+def model_options(values: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(backend, model, options) from node parameter values: the chosen backend's options, KEY=VALUE
+    arrays read as mappings; a value set for an option the backend does not take is refused.
+
+    Raises:
+        ParameterError: one line naming the parameter.
+    """
+    backend = values['backend']
+    options: dict[str, Any] = {}
+    for name, option in all_options().items():
+        value = values.get(option.parameter_name)
+        if option.type is dict and value:
+            value = option.from_items(value)
+        options[name] = value
+    try:
+        return backend, values['model'], given_options(backend, options)
+    except ParameterError as exc:
+        raise ParameterError(f'parameter {exc}') from None
 
 
 class ParameterRules:

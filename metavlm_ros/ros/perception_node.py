@@ -14,13 +14,14 @@ from rclpy.clock import Clock, ClockType
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
-from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.process import finish
 from metavlm_ros.method.prediction import VLMBackend
+from metavlm_ros.models.registry import resolve_options
 from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
 from metavlm_ros.ros.managed import ManagedNode, run_managed
-from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterRules, ParameterSpec
+from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterRules, ParameterSpec, model_options
 from metavlm_ros.ros.probe_client import PROBE_QOS, LatencyStats
 
 __all__ = ['PARAMETERS', 'PROBE_QOS', 'RESULT_QOS', 'PerceptionNode', 'main']
@@ -218,13 +219,12 @@ class PerceptionNode(ManagedNode):
         )
         self._max_batch = values['max_batch']
         self._batch_wait_s = values['batch_wait_ms'] / 1000.0
-        prompts = rules.value('class_prompts')
-        classes = rules.value('classes')
-        if any(prompts) and len(prompts) != len(classes):
-            raise ParameterError(
-                f'parameter class_prompts: {len(prompts)} prompts for {len(classes)} classes; '
-                'give one per class'
-            )
+        # A model option the backend does not take, or refuses, fails here (one line), before any load.
+        backend, _, options = model_options(self._parameter_values())
+        resolve_options(backend, options)
+
+    def _parameter_values(self) -> dict[str, Any]:
+        return {spec.name: self._rules.value(spec.name) for spec in PARAMETERS}
 
     def _set_max_batch(self, value: int) -> None:
         with self._cond:
@@ -237,18 +237,8 @@ class PerceptionNode(ManagedNode):
             self._cond.notify_all()
 
     def _create_backend(self) -> VLMBackend:
-        value = self._rules.value
-        return create_backend(
-            value('backend'),
-            value('model'),
-            classes=list(value('classes')),
-            class_prompts=list(value('class_prompts')),
-            prompt=value('prompt') or None,
-            device=value('device'),
-            dtype=value('dtype'),
-            confidence=value('confidence'),
-            batch_size=self._max_batch,
-        )
+        backend, model, options = model_options(self._parameter_values())
+        return create_backend(backend, model, **{**options, 'batch_size': self._max_batch})
 
     # -- callbacks: store and notify only ---------------------------------------------------------
 

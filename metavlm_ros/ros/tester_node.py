@@ -388,7 +388,7 @@ class TesterNode(ManagedNode):
             self.probe = RosProbeBackend(
                 self,
                 timeout_s=settings.probe_timeout_s,
-                classes=settings.model['classes'],
+                classes=settings.model['resolved']['classes'],
                 callback_group=MutuallyExclusiveCallbackGroup(),
             )
             inner: VLMBackend = self.probe
@@ -397,8 +397,8 @@ class TesterNode(ManagedNode):
             if self._given_backend is not None:
                 inner = self._given_backend
             else:
-                options = dict(settings.model)
-                inner = create_backend(options.pop('backend'), options.pop('model'), **options)
+                model = settings.model
+                inner = create_backend(model['backend'], model['model'], **model['options'])
         return TransportSizeBackend(inner, settings.transport_size)
 
     @property

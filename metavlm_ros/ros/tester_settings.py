@@ -25,7 +25,8 @@ from metavlm_ros.method.search import (
     Evaluation,
     SearchConfig,
 )
-from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterSpec
+from metavlm_ros.models.registry import backend_class, resolve_options
+from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterSpec, model_options
 
 __all__ = [
     'ENDPOINTS',
@@ -266,23 +267,10 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
     results_dir = str(values['results_dir'])
     if not results_dir.strip():
         raise ParameterError('results_dir must not be empty')
-    classes = tuple(values['classes'])
-    class_prompts = tuple(values['class_prompts'])
-    if class_prompts and len(class_prompts) != len(classes):
-        raise ParameterError(
-            f'class_prompts has {len(class_prompts)} entries for {len(classes)} classes (one per class)'
-        )
-    model = {
-        'backend': str(values['backend']),
-        'model': str(values['model']),
-        'device': str(values['device']),
-        'dtype': str(values['dtype']),
-        'prompt': str(values['prompt']) or None,
-        'classes': classes,
-        'class_prompts': class_prompts,
-        'confidence': str(values['confidence']),
-        'batch_size': int(values['max_batch']),
-    }
+    backend, model_name, options = model_options(values)
+    resolved = resolve_options(backend, options)
+    # The model's options, resolved; `options` holds what the parameters gave (create_backend's input).
+    model = {'backend': backend, 'model': model_name, 'options': options, 'resolved': resolved}
     return TesterSettings(
         search=config,
         endpoint=endpoint,
@@ -316,19 +304,12 @@ def tester_identity(
     part: dict[str, Any] = {
         'endpoint': settings.endpoint,
         'model': model_id,
-        'classes': list(model['classes']),
+        'classes': list(model['resolved']['classes']),
     }
     if settings.endpoint == 'inprocess':
-        part.update(
-            {
-                'backend': model['backend'],
-                'weights_sha256': weights,
-                'class_prompts': list(model['class_prompts']),
-                'prompt': model['prompt'],
-                'confidence': model['confidence'],
-                'dtype': model['dtype'],
-            }
-        )
+        cls = backend_class(model['backend'])
+        identity = {o.name: model['resolved'][o.name] for o in cls.all_options() if o.identity}
+        part.update({'backend': model['backend'], 'weights_sha256': weights, 'options': identity})
     return {
         'settings': {
             **settings.search.identity(),

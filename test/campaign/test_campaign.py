@@ -254,9 +254,9 @@ def test_existing_dask_cluster_and_gpu_resource(tmp_path, image_dir, tiny_clip_d
     from metavlm_ros.campaign.config import ModelSpec
     from metavlm_ros.campaign.executors import _offers_gpu, task_resources
 
-    assert task_resources(ModelSpec('m', 'clip', 'x', device='cuda:1'), gpu_offered=True) == {'GPU': 1}
-    assert task_resources(ModelSpec('m', 'clip', 'x', device='cpu'), gpu_offered=True) is None
-    assert task_resources(ModelSpec('m', 'clip', 'x', device='cuda'), gpu_offered=False) is None
+    assert task_resources(ModelSpec('m', 'clip', 'x', {'device': 'cuda:1'}), gpu_offered=True) == {'GPU': 1}
+    assert task_resources(ModelSpec('m', 'clip', 'x', {'device': 'cpu'}), gpu_offered=True) is None
+    assert task_resources(ModelSpec('m', 'clip', 'x', {'device': 'cuda'}), gpu_offered=False) is None
     assert _offers_gpu({'workers': {'a': {'resources': {}}, 'b': {'resources': {'GPU': 1}}}})
     assert not _offers_gpu({'workers': {'a': {'resources': {'GPU': 0}}}})
 
@@ -382,13 +382,13 @@ def test_models_take_the_paper_prompt_preset(image_dir, tiny_clip_dir):
         tiny_clip_dir,
         models=[{'backend': 'clip', 'model': str(tiny_clip_dir), 'prompts': 'paper'}],
     )
-    assert config.models[0].prompts == 'paper'
-    assert small_config(image_dir, tiny_clip_dir).models[0].prompts == 'default'
+    assert config.models[0].options['prompts'] == 'paper'
+    assert small_config(image_dir, tiny_clip_dir).models[0].options['prompts'] == 'default'
     from metavlm_ros.campaign.executors import _backend_for
     from metavlm_ros.models.vlm import PAPER_CLASS_PROMPTS
 
     assert _backend_for(config.models[0].key()).class_prompts == PAPER_CLASS_PROMPTS
-    with pytest.raises(ParameterError, match=r"models\[0\]\.prompts: must be one of default, paper, got 'x'"):
+    with pytest.raises(ParameterError, match=r"models\[0\]: prompts: 'x' is not one of default, paper"):
         small_config(
             image_dir,
             tiny_clip_dir,

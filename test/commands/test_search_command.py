@@ -247,9 +247,9 @@ def test_overwrite_checks_everything_before_it_replaces_anything(
         (['--thresholds', '0.02'], 'settings.thresholds'),
         (['--working-size', '32'], 'settings.working_size'),
         (['--backend', 'blip'], 'model.backend'),
-        (['--classes', 'animal', 'trash'], 'model.classes'),
-        (['--confidence', 'softmax'], 'model.confidence'),
-        (['--dtype', 'float32'], 'model.dtype'),
+        (['--classes', 'animal', 'trash'], 'model.options.classes'),
+        (['--confidence', 'softmax'], 'model.options.confidence'),
+        (['--dtype', 'float32'], 'model.options.dtype'),
     ],
 )
 def test_resume_continues_only_the_same_search(tmp_path, image_path, tiny_clip_dir, capsys, change, named):

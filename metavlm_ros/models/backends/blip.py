@@ -1,0 +1,181 @@
+"""BLIP and InstructBLIP: the Table 1 question, greedy answers parsed into per-class counts (Eq. 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.prediction import Prediction
+from metavlm_ros.models.counts import parse_counts
+from metavlm_ros.models.hf import HFBackend
+from metavlm_ros.models.questions import COUNT_OPTIONS, TABLE1_PROMPT, count_prediction
+from metavlm_ros.models.registry import register
+
+__all__ = ['BlipBackend', 'CountBackend', 'InstructBlipBackend']
+
+
+class CountBackend(HFBackend):
+    """Generative VLMs asked the Table 1 prompt; the greedy answer is parsed into per-class counts."""
+
+    kinds = ('count',)
+    options = COUNT_OPTIONS
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        prompt: str | None,
+        max_new_tokens: int,
+        vocabularies: Mapping[str, Sequence[str]] | None,
+        **common: Any,
+    ) -> None:
+        prompt = TABLE1_PROMPT if prompt is None else prompt
+        if not prompt.strip():
+            raise ParameterError('prompt must not be empty')
+        self.prompt = prompt
+        self.max_new_tokens = max_new_tokens
+        self.vocabularies = dict(vocabularies) if vocabularies else None
+        # Validates the vocabularies against the classes before the (slow) model load.
+        parse_counts('', common['classes'], self.vocabularies)
+        super().__init__(model, **common)
+
+    def _answer_ids(self, inputs: dict[str, Any], output: Any) -> Any:
+        """The generated tokens that are the answer, without any echoed prompt."""
+        return output
+
+    def _prepare(self) -> None:
+        from PIL import Image
+
+        # The prompt's tokens do not depend on the frame: tokenised once, repeated for every batch.
+        side = self.input_size or 32
+        inputs = self._inputs(images=[Image.new('RGB', (side, side))], text=[self.prompt])
+        inputs.pop('pixel_values')
+        self._text = inputs
+
+    def _predict_batch(self, images: dict[str, Any]) -> list[Prediction]:
+        n = images['pixel_values'].shape[0]
+        inputs = {k: v.repeat(n, *[1] * (v.dim() - 1)) for k, v in self._text.items()}
+        inputs.update(images)
+        output = self.model.generate(
+            **inputs, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1
+        )
+        texts = self.processor.batch_decode(self._answer_ids(inputs, output), skip_special_tokens=True)
+        return [count_prediction(text, self.classes, 'text', self.vocabularies) for text in texts]
+
+
+@register
+class BlipBackend(CountBackend):
+    """BLIP captioning (prompt-conditioned) or, when the checkpoint says so, BLIP question answering."""
+
+    name = 'blip'
+
+    def _processor_class(self, transformers: Any) -> Any:
+        return transformers.BlipProcessor
+
+    def _model_class(self, transformers: Any) -> Any:
+        config = transformers.AutoConfig.from_pretrained(self.model_path, local_files_only=True)
+        if 'BlipForQuestionAnswering' in (config.architectures or ()):
+            return transformers.BlipForQuestionAnswering
+        return transformers.BlipForConditionalGeneration
+
+    def _answer_ids(self, inputs: dict[str, Any], output: Any) -> Any:
+        # The captioner continues the prompt: its output repeats the prompt less the final [SEP].
+        if self.model.__class__.__name__ == 'BlipForConditionalGeneration':
+            return output[:, inputs['input_ids'].shape[1] - 1 :]
+        return output
+
+    @classmethod
+    def build_tiny(cls, directory: Path, **variant: Any) -> None:
+        from transformers import BlipConfig, BlipForConditionalGeneration, BlipProcessor
+
+        from metavlm_ros.models import tiny
+
+        tokenizer = tiny.bert_tokenizer()
+        config = BlipConfig(
+            text_config=tiny.blip_text(
+                tokenizer, **tiny.text_shape(), encoder_hidden_size=tiny.HIDDEN, max_position_embeddings=512
+            ),
+            vision_config=tiny.vision_shape(),
+            projection_dim=16,
+        )
+        BlipForConditionalGeneration(config).save_pretrained(directory, safe_serialization=True)
+        BlipProcessor(image_processor=tiny.blip_image_processor(), tokenizer=tokenizer).save_pretrained(
+            directory
+        )
+
+    @classmethod
+    def build_base(cls, directory: Path) -> None:
+        """Salesforce/blip-image-captioning-base's shape (ViT-B/16 at 384 px, BERT-base decoder)."""
+        from transformers import BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
+
+        from metavlm_ros.models import tiny
+
+        tokenizer = tiny.bert_tokenizer()
+        # BlipConfig's defaults are BLIP base's: ViT-B/16 at 384 px, BERT-base text decoder.
+        model = BlipForConditionalGeneration(
+            BlipConfig(text_config=tiny.blip_text(tokenizer, vocab_size=30524))
+        )
+        model.save_pretrained(directory, safe_serialization=True)
+        BlipProcessor(image_processor=BlipImageProcessor(), tokenizer=tokenizer).save_pretrained(directory)
+
+
+@register
+class InstructBlipBackend(CountBackend):
+    """InstructBLIP: the Q-Former and the language model both see the prompt."""
+
+    name = 'instructblip'
+    # A 7B-class language model (Vicuna) would need ~30 GB in float32 on a GPU.
+    half_on_gpu = True
+
+    def _processor_class(self, transformers: Any) -> Any:
+        return transformers.InstructBlipProcessor
+
+    def _model_class(self, transformers: Any) -> Any:
+        return transformers.InstructBlipForConditionalGeneration
+
+    def _answer_ids(self, inputs: dict[str, Any], output: Any) -> Any:
+        # A decoder-only language model (Vicuna) echoes its input ids; an encoder-decoder (Flan-T5) does not.
+        if self.model.config.text_config.is_encoder_decoder:
+            return output
+        return output[:, inputs['input_ids'].shape[1] :]
+
+    @classmethod
+    def build_tiny(cls, directory: Path, *, language_model: str = 'llama', **variant: Any) -> None:
+        """A tiny InstructBLIP whose language model is decoder-only like Vicuna ('llama') or an
+        encoder-decoder like Flan-T5 ('t5')."""
+        from transformers import (
+            InstructBlipConfig,
+            InstructBlipForConditionalGeneration,
+            InstructBlipProcessor,
+        )
+
+        from metavlm_ros.models import tiny
+
+        if language_model not in ('llama', 't5'):
+            raise ParameterError(f"language_model must be 'llama' or 't5', got {language_model!r}")
+        num_query_tokens = 4
+        processor = InstructBlipProcessor(
+            image_processor=tiny.blip_image_processor(),
+            tokenizer=tiny.t5_tokenizer() if language_model == 't5' else tiny.llama_tokenizer(),
+            qformer_tokenizer=tiny.bert_tokenizer(),
+            num_query_tokens=num_query_tokens,
+        )
+        tokenizer, qformer_tokenizer = processor.tokenizer, processor.qformer_tokenizer
+        qformer = {
+            'vocab_size': len(qformer_tokenizer),
+            **tiny.text_shape(),
+            'encoder_hidden_size': tiny.HIDDEN,
+            'max_position_embeddings': 512,
+            'pad_token_id': qformer_tokenizer.pad_token_id,
+        }
+        config = InstructBlipConfig(
+            vision_config=tiny.vision_shape(),
+            qformer_config=qformer,
+            text_config=tiny.language_model(language_model, tokenizer),
+            num_query_tokens=num_query_tokens,
+            image_token_index=tokenizer.convert_tokens_to_ids('<image>'),
+        )
+        InstructBlipForConditionalGeneration(config).save_pretrained(directory, safe_serialization=True)
+        processor.save_pretrained(directory)
