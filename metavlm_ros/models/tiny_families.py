@@ -513,7 +513,15 @@ def _gemma3() -> tuple[Any, Any, Any]:
         eoi_token_index=ids('<end_of_image>'),
         image_token_index=ids('<image_soft_token>'),
     )
-    return Gemma3ForConditionalGeneration(config), processor, tokenizer
+    import torch
+
+    model = Gemma3ForConditionalGeneration(config)
+    # transformers initialises Gemma 3's image projection to zeros (it is learnt from there), which
+    # would make a random model blind to its image; a random projection lets the frame count.
+    torch.nn.init.normal_(
+        model.model.multi_modal_projector.mm_input_projection_weight, std=config.initializer_range
+    )
+    return model, processor, tokenizer
 
 
 #: Families whose processor holds a video processor: transformers (5.24) cannot build or load their
