@@ -257,6 +257,18 @@ def _siglip_vision(**extra: Any) -> dict:
     }
 
 
+def _video_processor(family: str, **settings: Any) -> Any:
+    """The family's video processor (needs torchvision); the processor class refuses to be built
+    without one, though only images pass through it here."""
+    if family == 'qwen2_vl':
+        from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor as cls
+    else:
+        from transformers.models.llava_onevision.video_processing_llava_onevision import (
+            LlavaOnevisionVideoProcessor as cls,
+        )
+    return cls(**settings)
+
+
 def _qwen2_vl() -> tuple[Any, Any, Any]:
     from transformers import Qwen2Tokenizer, Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -279,7 +291,12 @@ def _qwen2_vl() -> tuple[Any, Any, Any]:
         min_pixels=16 * 16, max_pixels=48 * 48, patch_size=patch, merge_size=merge, temporal_patch_size=2
     )
     processor = Qwen2VLProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, chat_template=_QWEN2_VL_TEMPLATE
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=_video_processor(
+            'qwen2_vl', patch_size=patch, merge_size=merge, temporal_patch_size=2
+        ),
+        chat_template=_QWEN2_VL_TEMPLATE,
     )
     ids = tokenizer.convert_tokens_to_ids
     head_dim = _HIDDEN // _HEADS
@@ -463,6 +480,7 @@ def _llava_onevision() -> tuple[Any, Any, Any]:
     processor = LlavaOnevisionProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
+        video_processor=_video_processor('llava_onevision', size={'height': _SIDE, 'width': _SIDE}),
         num_image_tokens=(_SIDE // _PATCH) ** 2,
         vision_feature_select_strategy='full',
         vision_aspect_ratio='anyres_max_9',
