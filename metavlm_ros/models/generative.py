@@ -323,8 +323,11 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in dict(value.items()).items() if v is not None}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, (bool, int, float, str)) or value is None:
+    if isinstance(value, bool) or value is None:
         return value
+    for kind in (int, float, str):  # IntEnum resampling filters become plain ints
+        if isinstance(value, kind):
+            return kind(value)
     if hasattr(value, 'value'):  # enums (PIL resampling filters)
         return _plain(value.value)
     return str(value)
@@ -341,6 +344,10 @@ def _input_side(processor: Any) -> int:
     """
     ip = getattr(processor, 'image_processor', processor)
     max_pixels = getattr(ip, 'max_pixels', None)
+    if not max_pixels and getattr(ip, 'merge_size', None):
+        # transformers 5 keeps Qwen2-VL's pixel budget as size = {shortest_edge: min_pixels,
+        # longest_edge: max_pixels}: areas, not sides.
+        max_pixels = dict(getattr(ip, 'size', None) or {}).get('longest_edge')
     if max_pixels:
         factor = int(getattr(ip, 'patch_size', 14) or 14) * int(getattr(ip, 'merge_size', 2) or 2)
         return int(math.isqrt(int(max_pixels)) // factor * factor)
