@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -157,6 +159,9 @@ class ChatModel:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.to(device).eval()
         self.input_side = _input_side(self.processor)
+        # Only the last position's logits are needed for a yes/no answer; the whole sequence's would
+        # be rows x tokens x vocabulary floats (GBs for SmolVLM's split images).
+        self._last_logits_only = 'logits_to_keep' in inspect.signature(self.model.forward).parameters
         self._answer_ids: dict[str, list[int]] | None = None
 
     # -- prompts and inputs ----------------------------------------------------------------------
@@ -182,9 +187,16 @@ class ChatModel:
         bos = self.tokenizer.bos_token
         # A template that writes <bos> itself (Gemma 3) must not get a second one from the tokenizer.
         special = not (bos and prompts and prompts[0].startswith(bos))
-        inputs = self.processor(
-            images=images, text=list(prompts), padding=True, return_tensors='pt', add_special_tokens=special
-        )
+        with warnings.catch_warnings():
+            # PaliGemmaProcessor builds training labels with np.array(tensor), which NumPy 2 warns about.
+            warnings.filterwarnings('ignore', message='__array__ implementation', category=DeprecationWarning)
+            inputs = self.processor(
+                images=images,
+                text=list(prompts),
+                padding=True,
+                return_tensors='pt',
+                add_special_tokens=special,
+            )
         inputs.pop('labels', None)  # PaliGemma's processor adds training labels; inference needs none
         moved = {}
         for key, value in inputs.items():
@@ -253,7 +265,8 @@ class ChatModel:
             if self._encoder_decoder:
                 start = self.model.generation_config.decoder_start_token_id
                 inputs['decoder_input_ids'] = torch.full((len(pairs), 1), start, device=self.device)
-            logits = self.model(**inputs).logits[:, -1, :].float()
+            keep = {'logits_to_keep': 1} if self._last_logits_only else {}
+            logits = self.model(**inputs, **keep).logits[:, -1, :].float()
             logp = torch.log_softmax(logits, dim=-1)
             yes = torch.logsumexp(logp[:, ids['yes']], dim=-1)
             no = torch.logsumexp(logp[:, ids['no']], dim=-1)
