@@ -83,7 +83,7 @@ class ChatModel:
     processor's documented layout, and identity() says 'paligemma-prefix' as its prompt format.
 
     Attributes:
-        architecture: the checkpoint's architecture class name (config.architectures[0]).
+        architecture: the model class that runs ('Idefics3ForConditionalGeneration', ...).
         model_type: config.model_type ('qwen2_vl', 'idefics3', ...).
         input_side: the longer side, in pixels, the processor brings an image to (see `_input_side`).
         processor: the Hugging Face processor.
@@ -117,10 +117,9 @@ class ChatModel:
         try:
             config = transformers.AutoConfig.from_pretrained(self.model_dir, **offline)
             architectures = list(getattr(config, 'architectures', None) or [])
-            known = set(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values())
-            if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES or not (
-                set(architectures) & known
-            ):
+            # AutoModelForImageTextToText picks its class by model_type; one outside its mapping
+            # (CLIP, a text-only LM) cannot be asked a question about an image.
+            if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
                 name = architectures[0] if architectures else config.model_type
                 raise ModelError(
                     f'{self.model_dir}: {name} is not an image-text-to-text model; the vlm backend needs '
@@ -138,7 +137,7 @@ class ChatModel:
             transformers.logging.set_verbosity(verbosity)
             if bars:
                 transformers.logging.enable_progress_bar()
-        self.architecture = architectures[0]
+        self.architecture = type(self.model).__name__  # the class that runs, whatever the config lists
         self.model_type = str(config.model_type)
         self.tokenizer = getattr(self.processor, 'tokenizer', None)
         if self.tokenizer is None:
@@ -194,6 +193,7 @@ class ChatModel:
                 images=images,
                 text=list(prompts),
                 padding=True,
+                padding_side=self.tokenizer.padding_side,  # explicit: a processor may keep its saved side
                 return_tensors='pt',
                 add_special_tokens=special,
             )
