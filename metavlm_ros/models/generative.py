@@ -1,0 +1,378 @@
+"""Any image-text-to-text checkpoint with a chat template: batched greedy answers and yes/no probabilities."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metavlm_ros.common.errors import ModelError
+from metavlm_ros.common.images import check_frame
+
+__all__ = ['ANSWER_WORDS', 'PIXEL_SETTINGS', 'ChatModel']
+
+#: The spellings of each answer word counted for it when they are one token ('yes', 'Yes', ' yes'...).
+ANSWER_WORDS: dict[str, tuple[str, ...]] = {
+    'yes': ('yes', 'Yes', 'YES', ' yes', ' Yes', ' YES'),
+    'no': ('no', 'No', 'NO', ' no', ' No', ' NO'),
+}
+
+#: Image-processor settings that change the pixels or the image tokens a model sees; identity()
+#: records those a processor has.
+PIXEL_SETTINGS = (
+    'do_resize',
+    'size',
+    'resample',
+    'do_center_crop',
+    'crop_size',
+    'do_rescale',
+    'rescale_factor',
+    'do_normalize',
+    'image_mean',
+    'image_std',
+    'do_convert_rgb',
+    'do_pad',
+    'min_pixels',
+    'max_pixels',
+    'patch_size',
+    'merge_size',
+    'temporal_patch_size',
+    'do_image_splitting',
+    'max_image_size',
+    'image_grid_pinpoints',
+    'max_num_patches',
+    'do_pan_and_scan',
+)
+
+#: Processor attributes that set how many image tokens stand for an image.
+_TOKEN_SETTINGS = (
+    'image_seq_len',
+    'image_seq_length',
+    'num_image_tokens',
+    'num_additional_image_tokens',
+    'vision_feature_select_strategy',
+    'vision_aspect_ratio',
+    'patch_size',
+)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class ChatModel:
+    """An `AutoModelForImageTextToText` checkpoint asked one question per frame through its chat template.
+
+    Loads offline (local files, safetensors, no remote code). Every call is one padded batch, padded
+    on the left for decoder-only models so that the last position of every row is where the answer
+    starts; the processor's own image handling is used unchanged (Qwen2-VL's dynamic resolution and
+    image_grid_thw, Idefics3's image splitting and pixel_attention_mask, Gemma 3's token_type_ids).
+
+    PaliGemma has no chat turns: its prompt is a prefix (image tokens, <bos>, the task text, '\\n')
+    that PaliGemmaProcessor assembles itself from text holding '<image>' tokens. A PaliGemma
+    checkpoint with a chat template renders the question through it (the processor still adds the
+    <bos> and '\\n'); one without (as Google's releases) is given '<image>' + question, the
+    processor's documented layout, and identity() says 'paligemma-prefix' as its prompt format.
+
+    Attributes:
+        architecture: the model class that runs ('Idefics3ForConditionalGeneration', ...).
+        model_type: config.model_type ('qwen2_vl', 'idefics3', ...).
+        input_side: the longer side, in pixels, the processor brings an image to (see `_input_side`).
+        processor: the Hugging Face processor.
+        model: the Hugging Face model, in eval mode on the given device and dtype.
+    """
+
+    def __init__(self, model_dir: str | Path, *, device: Any, dtype: Any) -> None:
+        """Load processor and model from a local directory.
+
+        Args:
+            model_dir: a local saved-model directory (config.json, safetensors weights, processor files).
+            device: torch.device to run on.
+            dtype: torch.dtype of the weights.
+
+        Raises:
+            ModelError: the checkpoint cannot be loaded, is not image-text-to-text, or its processor has
+                no chat template (PaliGemma excepted, see the class docstring).
+        """
+        os.environ.setdefault('HF_HUB_OFFLINE', '1')  # nothing here may reach the network
+        import transformers
+        from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+        self.model_dir = str(model_dir)
+        self.device = device
+        self.dtype = dtype
+        offline = {'local_files_only': True, 'trust_remote_code': False}
+        verbosity = transformers.logging.get_verbosity()
+        bars = transformers.logging.is_progress_bar_enabled()
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+        try:
+            config = transformers.AutoConfig.from_pretrained(self.model_dir, **offline)
+            architectures = list(getattr(config, 'architectures', None) or [])
+            # AutoModelForImageTextToText picks its class by model_type; one outside its mapping
+            # (CLIP, a text-only LM) cannot be asked a question about an image.
+            if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+                name = architectures[0] if architectures else config.model_type
+                raise ModelError(
+                    f'{self.model_dir}: {name} is not an image-text-to-text model; the vlm backend needs '
+                    'a checkpoint AutoModelForImageTextToText loads (a chat VLM such as SmolVLM or Qwen2-VL)'
+                )
+            self.processor = transformers.AutoProcessor.from_pretrained(self.model_dir, **offline)
+            self.model = transformers.AutoModelForImageTextToText.from_pretrained(
+                self.model_dir, use_safetensors=True, dtype=dtype, **offline
+            )
+        except (OSError, ImportError, ValueError, KeyError, TypeError, RuntimeError, AttributeError) as exc:
+            raise ModelError(
+                f'cannot load image-text-to-text model from {self.model_dir}: {_first_line(exc)}'
+            ) from None
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+            if bars:
+                transformers.logging.enable_progress_bar()
+        self.architecture = type(self.model).__name__  # the class that runs, whatever the config lists
+        self.model_type = str(config.model_type)
+        self.tokenizer = getattr(self.processor, 'tokenizer', None)
+        if self.tokenizer is None:
+            raise ModelError(f'{self.model_dir}: the processor has no tokenizer')
+        template = getattr(self.processor, 'chat_template', None) or None
+        self._prefix_only = template is None and type(self.processor).__name__ == 'PaliGemmaProcessor'
+        if template is None and not self._prefix_only:
+            raise ModelError(
+                f'{self.model_dir}: the processor has no chat template, so a question cannot be put as a '
+                'chat message; add chat_template.jinja to the model directory'
+            )
+        self.chat_template = template if isinstance(template, str) else repr(template)
+        self._encoder_decoder = bool(getattr(self.model.config, 'is_encoder_decoder', False))
+        # Left padding puts every row's last prompt token at the last position: the first answer token
+        # is predicted there, for generate() and for one prefill alike.
+        self.tokenizer.padding_side = 'right' if self._encoder_decoder else 'left'
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model.to(device).eval()
+        self.input_side = _input_side(self.processor)
+        # Only the last position's logits are needed for a yes/no answer; the whole sequence's would
+        # be rows x tokens x vocabulary floats (GBs for SmolVLM's split images).
+        self._last_logits_only = 'logits_to_keep' in inspect.signature(self.model.forward).parameters
+        self._answer_ids: dict[str, list[int]] | None = None
+
+    # -- prompts and inputs ----------------------------------------------------------------------
+    def _prompt(self, question: str) -> str:
+        """The question as the model's prompt text: one user turn holding the image, then the
+        generation prompt."""
+        if self._prefix_only:
+            return '<image>' + question
+        messages = [{'role': 'user', 'content': [{'type': 'image'}, {'type': 'text', 'text': question}]}]
+        try:
+            return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as exc:  # noqa: BLE001 -- jinja raises several types; all mean a bad template
+            raise ModelError(
+                f'{self.model_dir}: the chat template fails on a question: {_first_line(exc)}'
+            ) from None
+
+    def _inputs(self, frames: Sequence[np.ndarray], prompts: Sequence[str]) -> dict[str, Any]:
+        """One padded batch: row i is prompts[i] about frames[i], through the processor, on the device."""
+        import torch
+        from PIL import Image
+
+        images = [[Image.fromarray(check_frame(f, what=f'frame {i}'))] for i, f in enumerate(frames)]
+        bos = self.tokenizer.bos_token
+        # A template that writes <bos> itself (Gemma 3) must not get a second one from the tokenizer.
+        special = not (bos and prompts and prompts[0].startswith(bos))
+        with warnings.catch_warnings():
+            # PaliGemmaProcessor builds training labels with np.array(tensor), which NumPy 2 warns about.
+            warnings.filterwarnings('ignore', message='__array__ implementation', category=DeprecationWarning)
+            inputs = self.processor(
+                images=images,
+                text=list(prompts),
+                padding=True,
+                padding_side=self.tokenizer.padding_side,  # explicit: a processor may keep its saved side
+                return_tensors='pt',
+                add_special_tokens=special,
+            )
+        inputs.pop('labels', None)  # PaliGemma's processor adds training labels; inference needs none
+        moved = {}
+        for key, value in inputs.items():
+            if isinstance(value, torch.Tensor):
+                # Pixels take the model's dtype; ids, masks and grids keep their integer types.
+                value = (
+                    value.to(self.device, self.dtype) if value.is_floating_point() else value.to(self.device)
+                )
+            moved[key] = value
+        return moved
+
+    # -- predictions -----------------------------------------------------------------------------
+    def generate(self, frames: Sequence[np.ndarray], question: str, max_new_tokens: int) -> list[str]:
+        """Greedy answers to one question about each frame, in one padded batch.
+
+        Args:
+            frames: RGB uint8 frames of shape (H, W, 3); sizes may differ.
+            question: the user's question (the image precedes it in the user turn).
+            max_new_tokens: the most tokens an answer may have.
+
+        Returns:
+            One answer per frame: the generated tokens only, special tokens skipped, stripped.
+        """
+        import torch
+
+        if not frames:
+            return []
+        inputs = self._inputs(frames, [self._prompt(question)] * len(frames))
+        with torch.inference_mode():
+            output = self.model.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        # Decoder-only models return the prompt followed by the answer; encoder-decoders the answer.
+        answers = output if self._encoder_decoder else output[:, inputs['input_ids'].shape[1] :]
+        return [text.strip() for text in self.tokenizer.batch_decode(answers, skip_special_tokens=True)]
+
+    def yes_probability(self, frames: Sequence[np.ndarray], questions: Sequence[str]) -> np.ndarray:
+        """P(yes) / (P(yes) + P(no)) of the first answer token, for every frame and question.
+
+        One prefill (a forward pass, no generation) per (frame, question), all in one padded batch;
+        the probabilities of a word's single-token spellings (answer_tokens) are summed.
+
+        Args:
+            frames: RGB uint8 frames of shape (H, W, 3).
+            questions: yes/no questions, each put to every frame.
+
+        Returns:
+            float64 array of shape (len(frames), len(questions)), values in [0, 1].
+
+        Raises:
+            ModelError: 'yes' or 'no' is not a single token in this tokenizer.
+        """
+        import torch
+
+        ids = self.answer_tokens()
+        if not frames or not questions:
+            return np.zeros((len(frames), len(questions)))
+        prompts = [self._prompt(q) for q in questions]
+        pairs = [(frame, prompt) for frame in frames for prompt in prompts]
+        inputs = self._inputs([f for f, _ in pairs], [p for _, p in pairs])
+        with torch.inference_mode():
+            if self._encoder_decoder:
+                start = self.model.generation_config.decoder_start_token_id
+                inputs['decoder_input_ids'] = torch.full((len(pairs), 1), start, device=self.device)
+            keep = {'logits_to_keep': 1} if self._last_logits_only else {}
+            logits = self.model(**inputs, **keep).logits[:, -1, :].float()
+            logp = torch.log_softmax(logits, dim=-1)
+            yes = torch.logsumexp(logp[:, ids['yes']], dim=-1)
+            no = torch.logsumexp(logp[:, ids['no']], dim=-1)
+            # P(yes) / (P(yes) + P(no)) = sigmoid(log P(yes) - log P(no)), stable when both are tiny.
+            probability = torch.sigmoid(yes - no)
+        return probability.cpu().double().numpy().reshape(len(frames), len(questions))
+
+    def answer_tokens(self) -> dict[str, list[int]]:
+        """The token ids counted as 'yes' and as 'no': their spellings that are one token each.
+
+        Raises:
+            ModelError: no spelling of 'yes' (or of 'no') is a single token in this tokenizer.
+        """
+        if self._answer_ids is None:
+            found: dict[str, list[int]] = {}
+            unknown = self.tokenizer.unk_token_id
+            for word, spellings in ANSWER_WORDS.items():
+                ids = set()
+                for spelling in spellings:
+                    encoded = self.tokenizer.encode(spelling, add_special_tokens=False)
+                    if len(encoded) == 1 and encoded[0] != unknown:
+                        ids.add(encoded[0])
+                if not ids:
+                    raise ModelError(
+                        f'{self.model_dir}: {word!r} is not a single token in this tokenizer in any of '
+                        f'{", ".join(map(repr, spellings))}; the yes/no confidence needs one token per answer'
+                    )
+                found[word] = sorted(ids)
+            if set(found['yes']) & set(found['no']):
+                raise ModelError(f'{self.model_dir}: the tokenizer gives "yes" and "no" a common token')
+            self._answer_ids = found
+        return {word: list(ids) for word, ids in self._answer_ids.items()}
+
+    def identity(self) -> dict:
+        """What fixes this model's answers besides its weights: architecture, processor and prompt.
+
+        Returns:
+            A JSON-serialisable dict: architecture, model_type, processor (class name),
+            image_processor (class name), image_settings (the pixel-changing settings), token_settings
+            (how many tokens an image becomes), prompt_format ('chat_template' or
+            'paligemma-prefix'), chat_template_sha256, input_side.
+        """
+        image_processor = getattr(self.processor, 'image_processor', None)
+        settings = image_processor.to_dict() if image_processor is not None else {}
+        return {
+            'architecture': self.architecture,
+            'model_type': self.model_type,
+            'processor': type(self.processor).__name__,
+            'image_processor': type(image_processor).__name__,
+            'image_settings': {k: _plain(settings[k]) for k in PIXEL_SETTINGS if settings.get(k) is not None},
+            'token_settings': {
+                k: _plain(getattr(self.processor, k))
+                for k in _TOKEN_SETTINGS
+                if getattr(self.processor, k, None) is not None
+            },
+            'prompt_format': 'paligemma-prefix' if self._prefix_only else 'chat_template',
+            'chat_template_sha256': hashlib.sha256(self.chat_template.encode()).hexdigest()
+            if not self._prefix_only
+            else '',
+            'input_side': self.input_side,
+        }
+
+
+def _plain(value: Any) -> Any:
+    """A setting as JSON-able plain data (SizeDicts, enums and tuples become dicts, ints and lists)."""
+    if isinstance(value, dict) or hasattr(value, 'items'):
+        return {str(k): _plain(v) for k, v in dict(value.items()).items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (int, float, str):  # IntEnum resampling filters become plain ints
+        if isinstance(value, kind):
+            return kind(value)
+    if hasattr(value, 'value'):  # enums (PIL resampling filters)
+        return _plain(value.value)
+    return str(value)
+
+
+def _input_side(processor: Any) -> int:
+    """The longer side, in pixels, the processor brings an image to, from its own size rules.
+
+    Qwen2-VL (dynamic resolution): the side of a square image of at most max_pixels whose side is a
+    multiple of patch_size * merge_size. Idefics3 / SmolVLM (image splitting): size['longest_edge'],
+    the frame's resized longer side before it is cut into tiles. LLaVA-OneVision (AnyRes): the
+    largest grid pinpoint. Fixed-size processors (PaliGemma, LLaVA, Gemma 3): the crop or resize
+    size. 0 when the processor states none of these.
+    """
+    ip = getattr(processor, 'image_processor', processor)
+    max_pixels = getattr(ip, 'max_pixels', None)
+    if not max_pixels and getattr(ip, 'merge_size', None):
+        # transformers 5 keeps Qwen2-VL's pixel budget as size = {shortest_edge: min_pixels,
+        # longest_edge: max_pixels}: areas, not sides.
+        max_pixels = dict(getattr(ip, 'size', None) or {}).get('longest_edge')
+    if max_pixels:
+        factor = int(getattr(ip, 'patch_size', 14) or 14) * int(getattr(ip, 'merge_size', 2) or 2)
+        return int(math.isqrt(int(max_pixels)) // factor * factor)
+    pinpoints = getattr(ip, 'image_grid_pinpoints', None)
+    if pinpoints:
+        return int(max(max(p) for p in pinpoints))
+    sizes = [dict(getattr(ip, name, None) or {}) for name in ('crop_size', 'size')]
+    if not getattr(ip, 'do_center_crop', False):
+        sizes = sizes[1:]
+    for size in sizes:
+        side = size.get('longest_edge') or max(size.get('height') or 0, size.get('width') or 0)
+        side = side or size.get('shortest_edge')
+        if side:
+            return int(side)
+    return 0

@@ -1,0 +1,114 @@
+"""Tiny VLM, SigLIP and SmolVLM-shaped builders: saved directories load through transformers' Auto classes."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.models.tiny_families import (
+    FAMILIES,
+    REQUIRED_WORDS,
+    VIDEO_FAMILIES,
+    build_base_vlm,
+    build_tiny_siglip,
+    build_tiny_vlm,
+)
+from metavlm_ros.models.vlm import DEFAULT_CLASS_PROMPTS, weights_hash
+from test.conftest import make_frame
+
+NEEDS_TORCHVISION = pytest.mark.skipif(
+    importlib.util.find_spec('torchvision') is None,
+    reason='transformers builds this processor with a video processor: needs torchvision',
+)
+PARAMS = [pytest.param(f, marks=NEEDS_TORCHVISION) if f in VIDEO_FAMILIES else f for f in FAMILIES]
+PROCESSORS = {
+    'qwen2_vl': 'Qwen2VLProcessor',
+    'idefics3': 'Idefics3Processor',
+    'paligemma': 'PaliGemmaProcessor',
+    'llava': 'LlavaProcessor',
+    'llava_onevision': 'LlavaOnevisionProcessor',
+    'gemma3': 'Gemma3Processor',
+}
+OFFLINE = {'local_files_only': True, 'trust_remote_code': False}
+
+
+@pytest.mark.parametrize('family', PARAMS)
+def test_a_family_loads_with_the_auto_classes(family, tmp_path):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    directory = build_tiny_vlm(family, tmp_path / family)
+    processor = AutoProcessor.from_pretrained(directory, **OFFLINE)
+    model = AutoModelForImageTextToText.from_pretrained(directory, use_safetensors=True, **OFFLINE)
+    assert type(processor).__name__ == PROCESSORS[family]
+    assert model.config.model_type == family
+    assert (
+        sum(p.numel() for p in model.parameters()) < 200_000
+    )  # tiny: builds and loads in well under a second
+    assert processor.chat_template
+    tokenizer = processor.tokenizer
+    for word in REQUIRED_WORDS:
+        assert len(tokenizer.encode(word, add_special_tokens=False)) == 1, word
+    for word in ('yes', 'no', 'Yes', 'No', *CLASSES):
+        assert len(tokenizer.encode(' ' + word, add_special_tokens=False)) == 1, word
+    assert len(tokenizer) <= model.config.get_text_config().vocab_size
+
+
+def test_the_same_seed_gives_the_same_weights(tmp_path):
+    first = weights_hash(build_tiny_vlm('idefics3', tmp_path / 'a', seed=3))
+    assert weights_hash(build_tiny_vlm('idefics3', tmp_path / 'b', seed=3)) == first
+    assert weights_hash(build_tiny_vlm('idefics3', tmp_path / 'c', seed=4)) != first
+
+
+def test_an_unknown_family_is_refused(tmp_path):
+    with pytest.raises(ParameterError, match="unknown tiny VLM family 'florence2'"):
+        build_tiny_vlm('florence2', tmp_path)
+
+
+@pytest.mark.parametrize(('version', 'model_class'), [(1, 'SiglipModel'), (2, 'Siglip2Model')])
+def test_siglip_loads_and_scores_every_class_prompt(version, model_class, tmp_path):
+    from transformers import AutoModel, AutoProcessor
+
+    directory = build_tiny_siglip(tmp_path / 'siglip', version=version)
+    processor = AutoProcessor.from_pretrained(directory, **OFFLINE)
+    model = AutoModel.from_pretrained(directory, use_safetensors=True, **OFFLINE)
+    assert type(model).__name__ == model_class
+    prompts = list(DEFAULT_CLASS_PROMPTS.values())
+    # Frames of two aspect ratios: SigLIP 2 keeps each one's aspect (its spatial_shapes differ).
+    images = [Image.fromarray(make_frame(64, 40, seed=1)), Image.fromarray(make_frame(40, 64, seed=2))]
+    inputs = processor(text=prompts, images=images, padding='max_length', return_tensors='pt')
+    with torch.inference_mode():
+        logits = model(**inputs).logits_per_image
+    assert logits.shape == (2, len(prompts))
+    assert torch.isfinite(logits).all()
+    if version == 2:
+        shapes = inputs['spatial_shapes'].tolist()
+        assert shapes[0] != shapes[1]
+
+
+def test_siglip_version_is_checked(tmp_path):
+    with pytest.raises(ParameterError, match='SigLIP version must be 1 or 2'):
+        build_tiny_siglip(tmp_path, version=3)
+
+
+def test_the_base_model_has_smolvlm_256m_shape(tmp_path):
+    from transformers import AutoConfig, AutoProcessor
+
+    directory = build_base_vlm(tmp_path / 'base')
+    config = AutoConfig.from_pretrained(directory, **OFFLINE)
+    processor = AutoProcessor.from_pretrained(directory, **OFFLINE)
+    assert config.model_type == 'idefics3'
+    assert (config.vision_config.num_hidden_layers, config.vision_config.hidden_size) == (12, 768)
+    assert (config.text_config.num_hidden_layers, config.text_config.hidden_size) == (30, 576)
+    assert processor.image_seq_len == 64
+    # The parameter count from the saved tensors' shapes, without loading 1 GB of weights.
+    from safetensors import safe_open
+
+    count = 0
+    for path in directory.glob('*.safetensors'):
+        with safe_open(str(path), framework='np') as handle:
+            count += sum(int(np.prod(handle.get_slice(k).get_shape())) for k in handle.keys())
+    assert 250e6 < count < 262e6
