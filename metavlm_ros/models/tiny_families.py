@@ -11,7 +11,7 @@ from typing import Any
 
 from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.method.prediction import CLASSES
-from metavlm_ros.models.tiny import _corpus, _t5_tokenizer
+from metavlm_ros.models.tiny import corpus, t5_tokenizer
 
 __all__ = [
     'FAMILIES',
@@ -119,7 +119,7 @@ _GEMMA3_TEMPLATE = (
 # -- tokenizers ----------------------------------------------------------------------------------
 def _sentences() -> list[str]:
     """The count corpus of tiny.py plus yes/no questions, JSON answers and chat role words."""
-    sentences = list(_corpus())
+    sentences = list(corpus())
     sentences += [
         'yes no Yes No yes. no. Yes. No. Yes, No, yes, no,',
         'Answer yes or no. Answer: yes Answer: no',
@@ -636,7 +636,7 @@ def _siglip(version: int) -> tuple[Any, Any]:
         from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
         # SigLIP's own tokenizer is a SentencePiece Unigram model, as T5's; tiny.py builds that kind.
-        tokenizer = _t5_tokenizer()
+        tokenizer = t5_tokenizer()
         tokenizer.model_max_length = 64  # SigLIP's text tower is trained on 64 tokens, padded to it
         text = {
             **shape,
