@@ -62,6 +62,11 @@ class RawImage:
     data: bytes
 
 
+# The 8-bit level of every 16-bit value, by the rule of reduce_to_8bit: a table look-up is twice as
+# fast as the division on a camera frame.
+_LEVELS = ((np.arange(65536, dtype=np.uint32) + 128) // 257).astype(np.uint8)
+
+
 def reduce_to_8bit(array: np.ndarray) -> np.ndarray:
     """The one 16-bit to 8-bit rule: each value to the nearest 8-bit level, `(x + 128) // 257`.
 
@@ -77,7 +82,16 @@ def reduce_to_8bit(array: np.ndarray) -> np.ndarray:
     Returns:
         The uint8 array of the same shape.
     """
-    return ((array.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    return np.take(_LEVELS, array)
+
+
+# (BGR order, channels) -> OpenCV conversion to RGB; None: the image is RGB already.
+_TO_RGB = {
+    (True, 3): cv2.COLOR_BGR2RGB,
+    (True, 4): cv2.COLOR_BGRA2RGB,
+    (False, 3): None,
+    (False, 4): cv2.COLOR_RGBA2RGB,
+}
 
 
 def to_rgb8(image: np.ndarray, order: str = 'bgr') -> np.ndarray:
@@ -111,9 +125,9 @@ def to_rgb8(image: np.ndarray, order: str = 'bgr') -> np.ndarray:
     if image.ndim == 2:
         rgb = cv2.cvtColor(image, cv2.COLOR_GRAY2RGB)
     elif image.ndim == 3 and image.shape[2] in (3, 4):
-        rgb = image[:, :, :3]
-        if order == 'bgr':
-            rgb = rgb[:, :, ::-1]
+        # OpenCV swaps and drops channels many times faster than a reversed numpy view is copied.
+        code = _TO_RGB.get((order == 'bgr', image.shape[2]))
+        rgb = image if code is None else cv2.cvtColor(np.ascontiguousarray(image), code)
     else:
         raise InputError(f'unsupported image shape {tuple(image.shape)}')
     if rgb.shape[0] == 0 or rgb.shape[1] == 0:
@@ -126,7 +140,9 @@ def _owned(rgb: np.ndarray) -> np.ndarray:
     return rgb if rgb.flags.owndata else rgb.copy()
 
 
-def decode_raw(encoding: str, width: int, height: int, step: int, is_bigendian: Any, data: Any) -> np.ndarray:
+def decode_raw(
+    encoding: str, width: int, height: int, step: int, is_bigendian: bool | int, data: Any
+) -> np.ndarray:
     """Decode the fields of a sensor_msgs/Image to an RGB uint8 frame.
 
     Rows padded beyond the pixels (`step` larger than a row) are read without the padding.

@@ -14,6 +14,7 @@ from metavlm_ros.common.codec import (
     encode_compressed,
     encode_raw,
     reduce_to_8bit,
+    to_rgb8,
 )
 from metavlm_ros.common.errors import InputError
 
@@ -191,3 +192,11 @@ def test_bad_compressed_images_are_one_line_input_errors(fmt, data, reason):
     with pytest.raises(InputError, match=reason) as info:
         decode_compressed(fmt, data)
     assert '\n' not in str(info.value)
+
+
+def test_to_rgb8_takes_strided_views_in_either_order():
+    bgra = np.arange(4 * 6 * 4, dtype=np.uint8).reshape(4, 6, 4)
+    view = bgra[:, ::2]  # every other column: not contiguous
+    np.testing.assert_array_equal(to_rgb8(view, order='bgr'), view[..., 2::-1])
+    np.testing.assert_array_equal(to_rgb8(view, order='rgb'), view[..., :3])
+    assert to_rgb8(view).flags.c_contiguous
