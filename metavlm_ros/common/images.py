@@ -9,6 +9,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+# The frame conversions live with the codec (one 16-bit rule, one PNG encoder); named here too.
+from metavlm_ros.common.codec import encode_png, to_rgb8
 from metavlm_ros.common.errors import InputError, ParameterError
 
 __all__ = [
@@ -37,47 +39,6 @@ class Frame:
     id: str
     rgb: np.ndarray
     stamp_ns: int = 0
-
-
-def to_rgb8(image: np.ndarray, order: str = 'bgr') -> np.ndarray:
-    """Convert a decoded image of any common layout to RGB uint8, C-contiguous.
-
-    Grayscale becomes three equal channels. A 4-channel image loses its alpha channel (the colour
-    channels are kept as they are, not composited: a robot camera frame has no meaningful
-    transparency). 16-bit images are reduced to 8 bits by keeping the high byte (value >> 8);
-    float images in [0, 1] are scaled by 255.
-
-    Args:
-        image: A 2-D (H, W) or 3-D (H, W, C) array, C in {1, 3, 4}.
-        order: Channel order of a 3- or 4-channel input, 'bgr' (OpenCV) or 'rgb'.
-
-    Returns:
-        The RGB uint8 frame.
-
-    Raises:
-        InputError: The array has an unsupported shape or dtype.
-    """
-    if image.dtype == np.uint16:
-        image = (image >> 8).astype(np.uint8)
-    elif image.dtype in (np.float32, np.float64):
-        image = np.clip(np.rint(image * 255.0), 0, 255).astype(np.uint8)
-    elif image.dtype == np.int8 or image.dtype == np.int16:
-        raise InputError(f'unsupported signed pixel type {image.dtype}')
-    elif image.dtype != np.uint8:
-        raise InputError(f'unsupported pixel type {image.dtype}')
-    if image.ndim == 3 and image.shape[2] == 1:
-        image = image[:, :, 0]
-    if image.ndim == 2:
-        rgb = cv2.cvtColor(image, cv2.COLOR_GRAY2RGB)
-    elif image.ndim == 3 and image.shape[2] in (3, 4):
-        rgb = image[:, :, :3]
-        if order == 'bgr':
-            rgb = rgb[:, :, ::-1]
-    else:
-        raise InputError(f'unsupported image shape {tuple(image.shape)}')
-    if rgb.shape[0] == 0 or rgb.shape[1] == 0:
-        raise InputError('empty image')
-    return np.ascontiguousarray(rgb)
 
 
 def resize_longer_side(frame: np.ndarray, size: int | None) -> np.ndarray:
@@ -174,15 +135,3 @@ def check_frame(frame: Any, *, min_side: int = 1, what: str = 'a frame') -> np.n
             f'{what} is too small: {frame.shape[1]}x{frame.shape[0]} (at least {min_side}x{min_side})'
         )
     return np.ascontiguousarray(frame)
-
-
-def encode_png(rgb: np.ndarray) -> bytes:
-    """The one PNG encoder: an RGB uint8 frame as PNG bytes (callers write them as their files need).
-
-    Raises:
-        InputError: OpenCV could not encode the frame.
-    """
-    ok, data = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
-    if not ok:
-        raise InputError(f'a {rgb.shape[1]}x{rgb.shape[0]} frame could not be encoded as PNG')
-    return data.tobytes()

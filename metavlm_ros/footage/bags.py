@@ -15,11 +15,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
+from metavlm_ros.common.codec import (
+    JPEG_QUALITY,
+    decode_compressed,
+    decode_raw,
+    encode_compressed,
+    encode_raw,
+)
 from metavlm_ros.common.errors import BagError, InputError, ParameterError
-from metavlm_ros.common.images import Frame, to_rgb8
+from metavlm_ros.common.images import Frame
 from metavlm_ros.common.scratch import remove_stale, scratch_path
 from metavlm_ros.footage.truth import KINDS, GroundTruth
 from metavlm_ros.method.prediction import CLASSES
@@ -29,7 +35,6 @@ __all__ = [
     'COMPRESSED_TOPIC',
     'DEFAULT_START_NS',
     'GROUND_TRUTH_TOPIC',
-    'IMAGE_ENCODINGS',
     'IMAGE_TOPIC',
     'STORAGES',
     'bag_name',
@@ -65,16 +70,6 @@ BAG_VERSION = 8
 IMAGE_MSGTYPE = 'sensor_msgs/msg/Image'
 COMPRESSED_MSGTYPE = 'sensor_msgs/msg/CompressedImage'
 IMAGE_MSGTYPES = (IMAGE_MSGTYPE, COMPRESSED_MSGTYPE)
-# Encoding -> channel order of the decoded array (None: single channel).
-IMAGE_ENCODINGS = {
-    'rgb8': 'rgb',
-    'bgr8': 'bgr',
-    'rgba8': 'rgb',
-    'bgra8': 'bgr',
-    'mono8': None,
-    'mono16': None,
-}
-COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
 # metadata.yaml custom_data key: a digest of every message, which `verify_bag` recomputes (sqlite3
 # storage has no checksums of its own; mcap has its chunk CRCs too).
 DIGEST_KEY = 'metavlm_messages_sha256'
@@ -178,28 +173,28 @@ def _header(ns: int, frame_id: str) -> Any:
 
 
 def image_message(
-    rgb: np.ndarray, stamp_ns: int, *, compressed: bool = False, frame_id: str = 'camera', quality: int = 90
+    rgb: np.ndarray,
+    stamp_ns: int,
+    *,
+    compressed: bool = False,
+    frame_id: str = 'camera',
+    quality: int = JPEG_QUALITY,
 ) -> Any:
-    """An rgb8 sensor_msgs/Image, or a JPEG sensor_msgs/CompressedImage, of an RGB frame."""
+    """An rgb8 sensor_msgs/Image, or a JPEG sensor_msgs/CompressedImage, of an RGB frame (common/codec.py)."""
     types = bag_typestore().types
     header = _header(stamp_ns, frame_id)
     if compressed:
-        ok, buf = cv2.imencode(
-            '.jpg', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality]
-        )
-        if not ok:
-            raise InputError('frame could not be JPEG-encoded')
-        # The format string image_transport's compressed plugin writes and expects.
-        return types[COMPRESSED_MSGTYPE](header=header, format='rgb8; jpeg compressed bgr8', data=buf.ravel())
-    h, w = rgb.shape[:2]
+        fmt, data = encode_compressed(rgb, 'jpeg', quality)
+        return types[COMPRESSED_MSGTYPE](header=header, format=fmt, data=np.frombuffer(data, np.uint8))
+    raw = encode_raw(rgb)
     return types[IMAGE_MSGTYPE](
         header=header,
-        height=h,
-        width=w,
-        encoding='rgb8',
-        is_bigendian=0,
-        step=w * 3,
-        data=np.ascontiguousarray(rgb).reshape(-1),
+        height=raw.height,
+        width=raw.width,
+        encoding=raw.encoding,
+        is_bigendian=raw.is_bigendian,
+        step=raw.step,
+        data=np.frombuffer(raw.data, np.uint8),
     )
 
 
@@ -377,7 +372,7 @@ def write_bag(
     overwrite: bool = False,
     start_ns: int = DEFAULT_START_NS,
     frame_id: str = 'camera',
-    quality: int = 90,
+    quality: int = JPEG_QUALITY,
 ) -> Path:
     """Write frames (and their ground truth) as a ROS 2 bag: a directory, or one .mcap / .db3 file.
 
@@ -567,38 +562,15 @@ def list_image_topics(path: str | Path) -> list[str]:
 def decode_image(msg: Any, msgtype: str | None = None) -> np.ndarray:
     """Decode a sensor_msgs/Image or CompressedImage message (rosbags object) to RGB uint8.
 
-    Supported: Image encodings rgb8, bgr8, rgba8, bgra8, mono8, mono16; CompressedImage jpeg and png.
+    The nodes decode with the same codec (common/codec.py), so a bag gives the same pixels offline
+    and through them. Supported: Image encodings RAW_ENCODINGS, CompressedImage JPEG and PNG.
 
     Raises:
         InputError: Unsupported encoding or format, or data that does not decode.
     """
-    from rosbags.image import compressed_image_to_cvimage, image_to_cvimage
-
     if hasattr(msg, 'format'):
-        fmt = msg.format.lower()
-        if fmt and not any(name in fmt for name in COMPRESSED_FORMATS):
-            raise InputError(f'unsupported compressed image format {msg.format!r} (expected jpeg or png)')
-        try:
-            image = compressed_image_to_cvimage(msg)
-        except Exception:
-            image = None
-        if image is None:
-            raise InputError(f'compressed image ({msg.format or "no format"}) does not decode')
-        return to_rgb8(image, order='bgr')
-    encoding = msg.encoding.lower()
-    if encoding not in IMAGE_ENCODINGS:
-        raise InputError(
-            f'unsupported image encoding {msg.encoding!r} (supported: {", ".join(IMAGE_ENCODINGS)})'
-        )
-    try:
-        image = image_to_cvimage(msg)
-    except Exception as exc:
-        raise InputError(
-            f'{msg.encoding} image of {msg.width}x{msg.height} does not decode ({_one_line(exc)})'
-        ) from None
-    if msg.step and msg.step != msg.width * image.itemsize * (image.shape[2] if image.ndim == 3 else 1):
-        raise InputError(f'image rows padded to step {msg.step} are not supported')
-    return to_rgb8(image, order=IMAGE_ENCODINGS[encoding] or 'rgb')
+        return decode_compressed(msg.format, msg.data)
+    return decode_raw(msg.encoding, msg.width, msg.height, msg.step, msg.is_bigendian, msg.data)
 
 
 def _header_stamp(msg: Any) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import cv2
@@ -13,6 +12,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
+from metavlm_ros.common.codec import decode_compressed, decode_raw, encode_compressed, encode_raw
 from metavlm_ros.common.errors import InputError
 
 if TYPE_CHECKING:
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 __all__ = [
     'MAX_SIDE',
     'PREDICTION_STATUS',
-    'SUPPORTED_ENCODINGS',
     'array_to_prediction',
     'convert_image_msg',
     'error_to_array',
@@ -29,6 +28,7 @@ __all__ = [
     'latency_of',
     'prediction_to_array',
     'refusal_of',
+    'rgb_to_compressed_msg',
     'rgb_to_image_msg',
     'stamp_to_ns',
     'ns_to_stamp',
@@ -38,114 +38,20 @@ __all__ = [
 MAX_SIDE = 7680
 PREDICTION_STATUS = 'metavlm/prediction'
 
-# encoding -> (channels, numpy dtype, OpenCV code to RGB or None when already RGB)
-SUPPORTED_ENCODINGS: dict[str, tuple[int, str, int | None]] = {
-    'rgb8': (3, 'uint8', None),
-    'bgr8': (3, 'uint8', cv2.COLOR_BGR2RGB),
-    'rgba8': (4, 'uint8', cv2.COLOR_RGBA2RGB),
-    'bgra8': (4, 'uint8', cv2.COLOR_BGRA2RGB),
-    'mono8': (1, 'uint8', cv2.COLOR_GRAY2RGB),
-    'mono16': (1, 'uint16', cv2.COLOR_GRAY2RGB),
-    'rgb16': (3, 'uint16', None),
-    'bgr16': (3, 'uint16', cv2.COLOR_BGR2RGB),
-    'rgba16': (4, 'uint16', cv2.COLOR_RGBA2RGB),
-    'bgra16': (4, 'uint16', cv2.COLOR_BGRA2RGB),
-}
-
 _RESERVED_KEYS = ('latency_ms', 'kind')
-
-try:  # a real ROS distribution ships cv_bridge; the pip-only install decodes with rosbags-image
-    from cv_bridge import CvBridge
-
-    _BRIDGE: Any = CvBridge()
-except ImportError:
-    _BRIDGE = None
-    from rosbags.image import compressed_image_to_cvimage, image_to_cvimage
 
 
 def _is_compressed(msg: Any) -> bool:
     return hasattr(msg, 'format') and not hasattr(msg, 'encoding')
 
 
-def _decode_raw(msg: Any) -> np.ndarray:
-    """Decode a sensor_msgs/Image into an array in its own encoding, after checking its geometry."""
-    encoding = str(msg.encoding)
-    if encoding not in SUPPORTED_ENCODINGS:
-        known = ', '.join(SUPPORTED_ENCODINGS)
-        raise InputError(f'unsupported image encoding {encoding!r} (supported: {known})')
-    channels, dtype, _ = SUPPORTED_ENCODINGS[encoding]
-    width, height, step = int(msg.width), int(msg.height), int(msg.step)
-    if width <= 0 or height <= 0:
-        raise InputError(f'empty image ({width}x{height})')
-    row_bytes = width * channels * np.dtype(dtype).itemsize
-    if step < row_bytes:
-        raise InputError(
-            f'image step {step} is smaller than a {width}-pixel {encoding} row ({row_bytes} bytes)'
-        )
-    size = len(msg.data)
-    if step * height != size:
-        raise InputError(f'image data has {size} bytes but step*height is {step * height}')
-    if _BRIDGE is not None:
-        return np.asarray(_BRIDGE.imgmsg_to_cv2(msg, desired_encoding='passthrough'))
-    if step == row_bytes:
-        return np.asarray(image_to_cvimage(msg))  # rclpy's array.array data is read in place
-    # rosbags-image assumes rows without padding; drop the padding ourselves.
-    rows = np.frombuffer(msg.data, np.uint8).reshape(height, step)[:, :row_bytes]
-    compact = SimpleNamespace(
-        encoding=encoding,
-        width=width,
-        height=height,
-        is_bigendian=bool(msg.is_bigendian),
-        data=np.ascontiguousarray(rows).reshape(-1),
-    )
-    return np.asarray(image_to_cvimage(compact))
-
-
-def _decode_compressed(msg: Any) -> np.ndarray:
-    """Decode a sensor_msgs/CompressedImage into a BGR, BGRA or grey array."""
-    fmt = str(msg.format)
-    if 'compresseddepth' in fmt.lower():
-        raise InputError(f'compressed depth images are not camera frames (format {fmt!r})')
-    if len(msg.data) == 0:
-        raise InputError(f'empty compressed image (format {fmt!r})')
-    try:
-        if _BRIDGE is not None:
-            decoded = _BRIDGE.compressed_imgmsg_to_cv2(msg, desired_encoding='passthrough')
-        else:
-            decoded = compressed_image_to_cvimage(msg)
-    except (AssertionError, cv2.error, ValueError, TypeError) as exc:
-        raise InputError(f'corrupt or undecodable compressed image (format {fmt!r})') from exc
-    if decoded is None or np.asarray(decoded).size == 0:
-        raise InputError(f'corrupt or undecodable compressed image (format {fmt!r})')
-    return np.asarray(decoded)
-
-
-def _to_rgb8(array: np.ndarray, encoding: str) -> np.ndarray:
-    """Turn a decoded array of a supported encoding into RGB uint8."""
-    _, _, code = SUPPORTED_ENCODINGS[encoding]
-    if array.dtype == np.uint16:
-        # 65535 / 255 == 257: the full 16-bit range maps onto the full 8-bit range, rounded.
-        array = ((array.astype(np.uint32) + 128) // 257).astype(np.uint8)
-    if array.ndim == 3 and array.shape[2] == 1:
-        array = array[:, :, 0]
-    if code is not None:
-        array = cv2.cvtColor(array, code)
-    return np.ascontiguousarray(array, dtype=np.uint8)
-
-
-def _compressed_encoding(array: np.ndarray) -> str:
-    if array.ndim == 2 or array.shape[2] == 1:
-        return 'mono16' if array.dtype == np.uint16 else 'mono8'
-    suffix = '16' if array.dtype == np.uint16 else '8'
-    return ('bgra' if array.shape[2] == 4 else 'bgr') + suffix
-
-
 def convert_image_msg(msg: Image | CompressedImage, max_side: int = MAX_SIDE) -> tuple[np.ndarray, bool]:
     """Convert a camera message to an RGB frame and say whether it had to be reduced.
 
     Args:
-        msg: a sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8, mono16 and their 16-bit colour
-            variants) or a sensor_msgs/CompressedImage (JPEG, PNG).
+        msg: a sensor_msgs/Image (an encoding of common/codec.py's RAW_ENCODINGS: rgb8, bgr8,
+            rgba8, bgra8, mono8, mono16 and the 16-bit colour ones) or a sensor_msgs/CompressedImage
+            (JPEG, PNG).
         max_side: frames whose longer side exceeds this are resized (area interpolation) to it.
 
     Returns:
@@ -155,19 +61,17 @@ def convert_image_msg(msg: Image | CompressedImage, max_side: int = MAX_SIDE) ->
     Raises:
         InputError: unknown encoding, empty image, inconsistent step/size, corrupt compressed data.
     """
+    # The codec bags are read with offline (footage/bags.py): the same pixels both ways.
     if _is_compressed(msg):
-        decoded = _decode_compressed(msg)
-        rgb = _to_rgb8(decoded, _compressed_encoding(decoded))
+        rgb = decode_compressed(msg.format, msg.data)
     else:
-        rgb = _to_rgb8(_decode_raw(msg), str(msg.encoding))
+        rgb = decode_raw(msg.encoding, msg.width, msg.height, msg.step, msg.is_bigendian, msg.data)
     height, width = rgb.shape[:2]
     longer = max(height, width)
     if max_side and longer > max_side:
         scale = max_side / longer
         size = (max(1, round(width * scale)), max(1, round(height * scale)))
         return np.ascontiguousarray(cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)), True
-    if not rgb.flags.owndata:
-        rgb = rgb.copy()  # never hand out a view of the message buffer
     return rgb, False
 
 
@@ -215,19 +119,37 @@ def rgb_to_image_msg(rgb: np.ndarray, header_or_stamp: Header | Time | int, fram
     Raises:
         InputError: the array is not a non-empty (H, W, 3) uint8 frame.
     """
-    array = np.asarray(rgb)
-    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3 or array.size == 0:
-        raise InputError(f'expected an RGB uint8 frame of shape (H, W, 3), got {array.dtype} {array.shape}')
-    height, width = array.shape[:2]
+    raw = encode_raw(rgb)
     msg = Image(
         header=_header(header_or_stamp, frame_id),
-        height=height,
-        width=width,
-        encoding='rgb8',
-        is_bigendian=0,
-        step=width * 3,
+        height=raw.height,
+        width=raw.width,
+        encoding=raw.encoding,
+        is_bigendian=raw.is_bigendian,
+        step=raw.step,
     )
-    msg.data = np.ascontiguousarray(array).tobytes()
+    msg.data = raw.data
+    return msg
+
+
+def rgb_to_compressed_msg(
+    rgb: np.ndarray, header_or_stamp: Header | Time | int, frame_id: str = ''
+) -> CompressedImage:
+    """Build a JPEG sensor_msgs/CompressedImage from an RGB frame, as a bag's compressed topic holds it.
+
+    The quality and format are common/codec.py's JPEG_QUALITY and JPEG_FORMAT (image_transport's).
+
+    Args:
+        rgb: (H, W, 3) uint8 frame in RGB order.
+        header_or_stamp: a Header (stamp and frame_id copied), a Time, or integer nanoseconds.
+        frame_id: overrides the header's frame_id when not empty.
+
+    Raises:
+        InputError: the array is not a non-empty (H, W, 3) uint8 frame.
+    """
+    fmt, data = encode_compressed(rgb)
+    msg = CompressedImage(header=_header(header_or_stamp, frame_id), format=fmt)
+    msg.data = data
     return msg
 
 

@@ -392,22 +392,11 @@ def _run_in_context(nodes, footage, source, duration, dds_transport, say, should
 
 
 def _camera_message(rgb: Any, stamp_ns: int, compressed: bool) -> Any:
-    """A camera message for a frame: raw rgb8, or JPEG like a compressed image transport."""
-    from metavlm_ros.ros.conversions import ns_to_stamp, rgb_to_image_msg
+    """A camera message for a frame: raw rgb8, or JPEG as a bag's compressed topic holds it."""
+    from metavlm_ros.ros.conversions import rgb_to_compressed_msg, rgb_to_image_msg
 
-    if not compressed:
-        return rgb_to_image_msg(rgb, stamp_ns, frame_id='camera')
-    import cv2
-    from sensor_msgs.msg import CompressedImage
-
-    ok, data = cv2.imencode('.jpg', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
-    if not ok:
-        raise InputError('could not encode a frame as JPEG')
-    msg = CompressedImage(format='jpeg')
-    msg.header.stamp = ns_to_stamp(stamp_ns)
-    msg.header.frame_id = 'camera'
-    msg.data = data.tobytes()
-    return msg
+    convert = rgb_to_compressed_msg if compressed else rgb_to_image_msg
+    return convert(rgb, stamp_ns, frame_id='camera')
 
 
 def _summary(tester: Any, published: int, started: float) -> dict[str, Any]:

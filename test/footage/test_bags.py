@@ -217,12 +217,13 @@ def test_image_encodings(tmp_path, encoding, pixel, expected):
     assert frame.stamp_ns == 1_000_000_000 and frame.id == 'b@1000000000'
 
 
-def test_mono16_keeps_high_byte(tmp_path):
+def test_mono16_rounds_to_the_nearest_8_bit_level(tmp_path):
     values = np.array([0, 255, 256, 65535], np.uint16)
     data = values.view(np.uint8)  # little endian, is_bigendian = 0
     bag = write_custom(tmp_path / 'b', [('/depth', 'sensor_msgs/msg/Image', image('mono16', data, 4, 1, 8))])
     (frame,) = iter_bag_frames(bag)
-    np.testing.assert_array_equal(frame.rgb[0, :, 1], [0, 0, 1, 255])
+    # x / 257 rounded (common/codec.py, as the nodes): 255 / 257 = 0.99 -> 1, 256 / 257 -> 1.
+    np.testing.assert_array_equal(frame.rgb[0, :, 1], [0, 1, 1, 255])
 
 
 def test_compressed_png_and_bad_formats(tmp_path):
@@ -240,7 +241,7 @@ def test_compressed_png_and_bad_formats(tmp_path):
     bag = write_custom(
         tmp_path / 'junk', [('/c', 'sensor_msgs/msg/CompressedImage', compressed('jpeg', b'xx'))]
     )
-    with pytest.raises(InputError, match='does not decode'):
+    with pytest.raises(InputError, match='corrupt or undecodable compressed image'):
         list(iter_bag_frames(bag))
 
 

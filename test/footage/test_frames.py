@@ -58,11 +58,12 @@ def test_bgra_drops_alpha(tmp_path):
     assert tuple(loaded[1, 1]) == (30, 20, 10)
 
 
-def test_sixteen_bit_keeps_high_byte(tmp_path):
+def test_sixteen_bit_rounds_to_the_nearest_8_bit_level(tmp_path):
     gray16 = np.array([[0, 255, 256, 65535], [1000, 40000, 512, 300]], np.uint16)
     cv2.imwrite(str(tmp_path / 'd.png'), gray16)
     loaded = load_image(tmp_path / 'd.png')
-    np.testing.assert_array_equal(loaded[..., 0], np.array([[0, 0, 1, 255], [3, 156, 2, 1]], np.uint8))
+    # x / 257 rounded, as a 16-bit camera message (common/codec.py): 255 -> 0.99 -> 1, 1000 -> 3.89 -> 4.
+    np.testing.assert_array_equal(loaded[..., 0], np.array([[0, 1, 1, 255], [4, 156, 2, 1]], np.uint8))
 
 
 def test_to_rgb8_float_and_rgb_order():

@@ -1,14 +1,18 @@
-"""Tests of metavlm_ros.ros.conversions: every encoding, every bad input, predictions both ways."""
+"""Tests of metavlm_ros.ros.conversions: every encoding, a bag decoded both ways, bad input, predictions."""
 
 import cv2
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
+from metavlm_ros.common.codec import JPEG_FORMAT, RAW_ENCODINGS, encode_compressed, reduce_to_8bit
 from metavlm_ros.common.errors import InputError
+from metavlm_ros.footage.bags import image_message, iter_bag_frames
 from metavlm_ros.ros import conversions
+from metavlm_ros.ros.bag_player import iter_raw_messages, message_class
 from metavlm_ros.ros.conversions import (
     MAX_SIDE,
     array_to_prediction,
@@ -17,9 +21,14 @@ from metavlm_ros.ros.conversions import (
     latency_of,
     ns_to_stamp,
     prediction_to_array,
+    rgb_to_compressed_msg,
     rgb_to_image_msg,
     stamp_to_ns,
 )
+from test.common.test_codec import fields
+from test.footage.test_bags import compressed as bag_compressed
+from test.footage.test_bags import image as bag_image
+from test.footage.test_bags import write_custom
 
 # A 2x3 frame whose pixels are all different, so any channel or row mix-up shows.
 RGB = np.array(
@@ -267,3 +276,81 @@ def test_reserved_class_names_are_refused():
     pytest.importorskip('metavlm_ros.models.vlm')
     with pytest.raises(InputError, match='reserved'):
         prediction_to_array(_prediction('confidence', {'kind': 0.5}), Header(), 'm', 0.0)
+
+
+# -- one bag, both ways: offline (footage/bags.py) and as the player hands it to the nodes ---------
+
+
+def _bag_image(encoding: str, pixels: np.ndarray, *, padding: int = 0, bigendian: bool = False):
+    """A rosbags sensor_msgs/Image of `pixels` in `encoding` (what a recorder wrote)."""
+    f = fields(encoding, pixels, padding=padding, bigendian=bigendian)
+    msg = bag_image(encoding, np.frombuffer(f['data'], np.uint8), f['width'], f['height'], f['step'])
+    msg.is_bigendian = f['is_bigendian']
+    return msg
+
+
+def _both_ways(bag) -> tuple[np.ndarray, np.ndarray]:
+    """The bag's one frame read offline and read through rclpy from the CDR bytes the player sends."""
+    (offline,) = iter_bag_frames(bag)
+    ((_, msgtype, _, raw),) = iter_raw_messages(bag)
+    through_nodes, reduced = convert_image_msg(deserialize_message(raw, message_class(msgtype)))
+    assert not reduced
+    return offline.rgb, through_nodes
+
+
+@pytest.mark.parametrize('layout', ['plain', 'padded', 'bigendian'])
+@pytest.mark.parametrize('encoding', list(RAW_ENCODINGS))
+def test_a_bag_decodes_to_the_same_pixels_offline_and_through_the_nodes(tmp_path, encoding, layout):
+    channels, depth, _ = RAW_ENCODINGS[encoding]
+    rng = np.random.default_rng(len(encoding) + depth)
+    # Random values, and for 16 bits a row either side of halfway, where truncating (x >> 8) and
+    # rounding part.
+    dtype = np.uint16 if depth == 2 else np.uint8
+    pixels = rng.integers(0, np.iinfo(dtype).max + 1, (5, 7, channels), dtype=dtype)
+    if depth == 2:
+        pixels[0, :, :] = np.array([128, 129, 255, 385, 386, 65406, 65407], np.uint16)[:, None]
+    msg = _bag_image(
+        encoding, pixels, padding=3 if layout == 'padded' else 0, bigendian=layout == 'bigendian'
+    )
+    bag = write_custom(tmp_path / 'b', [('/camera', 'sensor_msgs/msg/Image', msg)])
+    offline, through_nodes = _both_ways(bag)
+    assert offline.dtype == through_nodes.dtype == np.uint8
+    assert offline.tobytes() == through_nodes.tobytes()
+    # And both are the codec's pixels: the nearest 8-bit level, in RGB order.
+    expected = reduce_to_8bit(pixels) if depth == 2 else pixels
+    if channels == 1:
+        expected = np.repeat(expected, 3, axis=2)
+    elif RAW_ENCODINGS[encoding][2] == 'bgr':
+        expected = expected[..., 2::-1]
+    np.testing.assert_array_equal(offline, expected[..., :3])
+
+
+@pytest.mark.parametrize('kind', ['jpeg', 'png', 'png16'])
+def test_a_compressed_bag_decodes_to_the_same_pixels_offline_and_through_the_nodes(tmp_path, kind):
+    rng = np.random.default_rng(5)
+    grey16 = rng.integers(0, 65536, (6, 8), np.uint16)
+    if kind == 'png16':
+        fmt, data = 'mono16; png compressed', cv2.imencode('.png', grey16)[1].tobytes()
+    else:
+        fmt, data = encode_compressed(
+            rng.integers(0, 256, (6, 8, 3), np.uint8), 'jpeg' if kind == 'jpeg' else 'png'
+        )
+    bag = write_custom(
+        tmp_path / 'c', [('/camera', 'sensor_msgs/msg/CompressedImage', bag_compressed(fmt, data))]
+    )
+    offline, through_nodes = _both_ways(bag)
+    assert offline.tobytes() == through_nodes.tobytes()
+    assert offline.shape == (6, 8, 3)
+    if kind == 'png16':  # the 16-bit rule of raw images, not OpenCV's own reduction
+        np.testing.assert_array_equal(offline[..., 1], reduce_to_8bit(grey16))
+
+
+def test_the_launcher_and_bags_write_the_same_compressed_frames():
+    y, x = np.mgrid[0:16, 0:24]
+    frame = np.stack([x * 10, y * 15, 200 - x * 5], axis=2).astype(np.uint8)  # smooth: JPEG's case
+    ours = rgb_to_compressed_msg(frame, 5_000_000_007, 'camera')
+    bags = image_message(frame, 5_000_000_007, compressed=True)
+    assert ours.format == bags.format == JPEG_FORMAT
+    assert bytes(ours.data) == bags.data.tobytes()
+    assert stamp_to_ns(ours.header.stamp) == 5_000_000_007 and ours.header.frame_id == 'camera'
+    assert np.abs(image_msg_to_rgb(ours).astype(int) - frame).mean() < 3
