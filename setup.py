@@ -34,6 +34,7 @@ setup(
         'pyyaml',
         'matplotlib',
         'pillow',
+        'foxglove-sdk>=0.30',
     ],
     extras_require={
         'ros': [
@@ -47,7 +48,7 @@ setup(
             'ros-std-srvs',
         ],
         'dask': ['dask[distributed]'],
-        'test': ['pytest', 'mcap', 'ruff'],
+        'test': ['pytest', 'mcap', 'ruff', 'protobuf', 'websockets'],
     },
     zip_safe=False,
     maintainer='metavlm_ros developers',
