@@ -15,7 +15,10 @@ setup(
         ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
         (f'share/{package_name}', ['package.xml']),
         (f'share/{package_name}/launch', glob('launch/*.launch.py')),
-        (f'share/{package_name}/config', glob('config/*.yaml') + glob('config/*.xml')),
+        (
+            f'share/{package_name}/config',
+            glob('config/*.yaml') + glob('config/*.xml') + glob('config/*.json'),
+        ),
     ],
     python_requires='>=3.10',
     # ROS 2 Python packages come from the distribution (colcon) or from the `ros` extra (pip only).
