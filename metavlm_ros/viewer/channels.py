@@ -164,13 +164,16 @@ class ViolationChannels:
         message = CompressedImage(timestamp=_timestamp(stamp_ns), frame_id='source', data=png, format='png')
         self.source.log(message, log_time=stamp_ns)
 
-    def log_violation(self, record: dict, stamp_ns: int, png: bytes | None) -> None:
-        """A violation: its record, and its follow-up frame with the overlay when the PNG exists."""
+    def log_violation(self, record: dict, stamp_ns: int, png: bytes | None = None) -> None:
+        """A violation's record, and its follow-up frame with the overlay when its PNG is given."""
         message = {**record, 'changed': changed_classes(record), 'stamp_ns': int(stamp_ns)}
         message.setdefault('frame', None)
         self.violations.log(_jsonable(message), log_time=stamp_ns)
-        if png is None:
-            return
+        if png is not None:
+            self.log_followup(record, stamp_ns, png)
+
+    def log_followup(self, record: dict, stamp_ns: int, png: bytes) -> None:
+        """A violating follow-up frame (PNG bytes) and its overlay, at the source frame's time."""
         when = _timestamp(stamp_ns)
         self.followup.log(
             CompressedImage(timestamp=when, frame_id='followup', data=png, format='png'), log_time=stamp_ns
