@@ -25,7 +25,9 @@ from metavlm_ros.common.results import (
     read_identity,
     record_key,
 )
-from metavlm_ros.footage.frames import load_image
+
+# The PNG check load_image runs before decoding; decoding every follow-up would be 80% of an export.
+from metavlm_ros.footage.frames import _check_png
 from metavlm_ros.viewer.channels import ViolationChannels
 
 __all__ = ['ExportResult', 'export_mcap', 'find_results', 'is_violation', 'time_of']
@@ -157,15 +159,15 @@ def _read_results(directory: Path, prefix: str) -> _Results:
 
 
 def _png(results: _Results, relative: str) -> bytes:
-    """A follow-up PNG's bytes, checked whole (chunk CRCs, IEND) before they are exported."""
+    """A follow-up PNG's bytes, checked whole (signature, chunk CRCs, IEND) before they are exported."""
     path = results.path / relative
     if not path.is_file():
         raise ResultsError(f'{results.path}: {relative} is named by a record but missing')
-    try:
-        load_image(path)
-    except InputError as exc:
-        raise ResultsError(f'{exc}') from None
-    return path.read_bytes()
+    data = path.read_bytes()
+    problem = _check_png(data) if data.startswith(b'\x89PNG\r\n\x1a\n') else 'not a PNG'
+    if problem:
+        raise ResultsError(f'{path}: damaged follow-up frame ({problem})')
+    return data
 
 
 def export_mcap(
@@ -206,7 +208,9 @@ def export_mcap(
     if not out.parent.is_dir():
         raise ParameterError(f'{out.parent}: no such directory')
     sets = [_read_results(path, prefix) for path, prefix in find_results(results_dir)]
-    pngs = {(id(r), key): _png(r, relative) for r in sets for key, relative in r.frames.items()}
+    for results in sets:  # checked first; read again when written, so that memory stays small
+        for relative in results.frames.values():
+            _png(results, relative)
     bag_frames: dict[int, bytes] = {}
     if bag is not None:
         from metavlm_ros.viewer.bag_merge import check_bag_frames
@@ -215,7 +219,7 @@ def export_mcap(
     partial = out.parent / f'.{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}'
     result = ExportResult(out, [str(r.path) for r in sets])
     try:
-        _write(partial, Path(results_dir), sets, pngs, bag, bag_frames, result)
+        _write(partial, Path(results_dir), sets, bag, bag_frames, result)
         os.replace(partial, out)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -246,7 +250,6 @@ def _write(
     partial: Path,
     root: Path,
     sets: list[_Results],
-    pngs: dict[tuple, bytes],
     bag: str | Path | None,
     bag_frames: dict[int, bytes],
     result: ExportResult,
@@ -264,7 +267,8 @@ def _write(
             _write_identity(writer, results, now)
             for record in results.violations:
                 stamp = time_of(record, results.searches)
-                png = pngs.get((id(results), record_key(record)))
+                relative = results.frames.get(record_key(record))
+                png = _png(results, relative) if relative else None
                 channels.log_violation(record, stamp, png)
                 result.violations += 1
                 result.followups += png is not None

@@ -170,6 +170,12 @@ BAD = {
         lambda r, b, o: ([p.unlink() for p in (r / 'frames').iterdir()], r)[1:] + (None,),
         'named by a record but missing',
     ),
+    'truncated png': (
+        lambda r, b, o: (
+            ([f.write_bytes(f.read_bytes()[:-30]) for f in (r / 'frames').iterdir()], r)[1:] + (None,)
+        ),
+        'damaged follow-up frame (truncated PNG',
+    ),
     'another bag': (lambda r, b, o: (r, o), 'does not match the results'),
     # Cut short, as a copy interrupted half way leaves it.
     'truncated bag': (lambda r, b, o: (r, Path(shutil.copy(b, r.parent / 'cut.mcap'))), 'unreadable bag'),
