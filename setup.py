@@ -15,7 +15,10 @@ setup(
         ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
         (f'share/{package_name}', ['package.xml']),
         (f'share/{package_name}/launch', glob('launch/*.launch.py')),
-        (f'share/{package_name}/config', glob('config/*.yaml') + glob('config/*.xml')),
+        (
+            f'share/{package_name}/config',
+            glob('config/*.yaml') + glob('config/*.xml') + glob('config/*.json'),
+        ),
     ],
     python_requires='>=3.10',
     # ROS 2 Python packages come from the distribution (colcon) or from the `ros` extra (pip only).
@@ -34,6 +37,7 @@ setup(
         'pyyaml',
         'matplotlib',
         'pillow',
+        'foxglove-sdk>=0.30',
     ],
     extras_require={
         'ros': [
@@ -47,7 +51,7 @@ setup(
             'ros-std-srvs',
         ],
         'dask': ['dask[distributed]'],
-        'test': ['pytest', 'mcap', 'ruff'],
+        'test': ['pytest', 'mcap', 'ruff', 'protobuf', 'websockets'],
     },
     zip_safe=False,
     maintainer='metavlm_ros developers',

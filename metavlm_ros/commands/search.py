@@ -109,6 +109,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     mode.add_argument('--overwrite', action='store_true', help='replace the results already in DIR')
     out.add_argument('--quiet', action='store_true', help='no progress bar')
+    out.add_argument(
+        '--foxglove-port',
+        type=int,
+        metavar='PORT',
+        help='serve the search live to Foxglove / Lichtblick on this port (off by default; docs/ros.md)',
+    )
+    out.add_argument(
+        '--foxglove-host',
+        default='127.0.0.1',
+        metavar='ADDR',
+        help='address the Foxglove server binds (127.0.0.1: this machine only)',
+    )
     parser.set_defaults(handler=run)
 
 
@@ -194,12 +206,17 @@ def run(args: argparse.Namespace) -> int:
     identity = search_identity(args, config)
     options = {'overwrite': args.overwrite, 'resume': args.resume, 'identity': identity}
     check_results_dir(args.out, refuse_existing=True, need_bytes=config.evaluations * RECORD_BYTES, **options)
+    live = _start_live(args)  # a port in use is refused before the model loads
     backend = create_backend_from_args(args)
 
     def note(message: str) -> None:
         print(f'metavlm: {message}', file=sys.stderr)
 
     store = ResultsStore(args.out, log=note, **options)
+    if live is not None:
+        from metavlm_ros.viewer.live import LiveResults
+
+        store = LiveResults(store, live)  # publishes each record after it is written
     done = store.completed_searches()
     searched_frames = store.frame_digests()
 
@@ -235,6 +252,8 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 dynamic_ncols=True,
             ) as bar:
+                if live is not None:
+                    store.next_source(frame.rgb)
                 result = run_search(
                     frame.rgb,
                     backend,
@@ -255,7 +274,20 @@ def run(args: argparse.Namespace) -> int:
         f'{searched} frame(s) searched; results in {store.directory}/ '
         '(evaluations.jsonl, pareto.jsonl, summary.jsonl, frames/, search.json)'
     )
+    if live is not None:
+        live.close()
     return 0
+
+
+def _start_live(args: argparse.Namespace):
+    """The Foxglove live server `--foxglove-port` asks for, or None."""
+    if args.foxglove_port is None:
+        return None
+    from metavlm_ros.viewer.live import LiveServer
+
+    live = LiveServer(args.foxglove_port, args.foxglove_host)
+    print(f'metavlm: serving the search live to Foxglove at {live.url}', file=sys.stderr, flush=True)
+    return live
 
 
 def _print_summary(result, summarise_orders) -> None:

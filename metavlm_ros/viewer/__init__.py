@@ -1,0 +1,3 @@
+"""Results in Foxglove and Lichtblick: channels, MCAP export, bag merge, live WebSocket server."""
+
+__all__ = ['bag_merge', 'channels', 'export', 'live']

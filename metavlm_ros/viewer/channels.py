@@ -1,0 +1,213 @@
+"""The Foxglove channels of a results directory, shared by the MCAP export and the live server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import foxglove
+from foxglove.channels import CompressedImageChannel, ImageAnnotationsChannel
+from foxglove.messages import (
+    Color,
+    CompressedImage,
+    ImageAnnotations,
+    Point2,
+    TextAnnotation,
+    Timestamp,
+)
+
+__all__ = [
+    'SUMMARY_SCHEMA',
+    'TOPICS',
+    'VIOLATION_SCHEMA',
+    'ViolationChannels',
+    'changed_classes',
+    'overlay_lines',
+    'topic_names',
+]
+
+#: Topic suffixes under the prefix (`/metavlm`, or `/metavlm/<subfolder>` for a demo's models).
+TOPICS = {
+    'source': 'source/image',
+    'followup': 'followup/image',
+    'annotations': 'followup/annotations',
+    'violations': 'violations',
+    'summary': 'summary',
+}
+
+_NUMBER = {'type': 'number'}
+_VALUES = {'type': 'object', 'additionalProperties': _NUMBER}
+#: The evaluation record of a violation (docs/results.md) plus where the export put it; further
+#: record fields pass through (commands add some), so the schema names what every record has.
+VIOLATION_SCHEMA = {
+    'title': 'metavlm.Violation',
+    'type': 'object',
+    'properties': {
+        'image': {'type': 'string'},
+        'algorithm': {'type': 'string'},
+        'seed': {'type': 'integer'},
+        'model': {'type': 'string'},
+        'index': {'type': 'integer'},
+        'composition': {'type': 'string'},
+        'order': {'type': 'integer'},
+        'parameters': _VALUES,
+        'f_trans': _NUMBER,
+        'f_pred': _NUMBER,
+        'kind': {'type': 'string', 'enum': ['count', 'confidence']},
+        'source': _VALUES,
+        'followup': _VALUES,
+        'violation': {'type': 'object', 'additionalProperties': {'type': 'boolean'}},
+        'changed': {'type': 'array', 'items': {'type': 'string'}},
+        'stamp_ns': {'type': 'integer'},
+        'frame': {'type': ['string', 'null']},
+    },
+    'required': [
+        'image',
+        'index',
+        'composition',
+        'order',
+        'f_trans',
+        'f_pred',
+        'kind',
+        'changed',
+        'stamp_ns',
+    ],
+    'additionalProperties': True,
+}
+SUMMARY_SCHEMA = {
+    'title': 'metavlm.SearchSummary',
+    'type': 'object',
+    'properties': {
+        'image': {'type': 'string'},
+        'algorithm': {'type': 'string'},
+        'seed': {'type': 'integer'},
+        'model': {'type': 'string'},
+        'evaluations': {'type': 'integer'},
+        'violations': {'type': 'integer'},
+        'hypervolume': _NUMBER,
+        'seconds': _NUMBER,
+        'stopped': {'type': 'boolean'},
+        'stamp_ns': {'type': 'integer'},
+    },
+    'required': ['image', 'evaluations', 'violations', 'stamp_ns'],
+    'additionalProperties': True,
+}
+_TEXT = Color(r=1.0, g=1.0, b=1.0, a=1.0)
+_BACKGROUND = Color(r=0.75, g=0.1, b=0.1, a=0.8)  # violations in red, readable on murky water
+_FONT = 12.0
+
+
+def topic_names(prefix: str = '/metavlm') -> dict[str, str]:
+    """The topic of each channel under `prefix`."""
+    return {key: f'{prefix.rstrip("/")}/{suffix}' for key, suffix in TOPICS.items()}
+
+
+def changed_classes(record: dict) -> list[str]:
+    """The classes whose value changed enough to make the record a violation.
+
+    Counts (Eq. 4): a count that differs by at least 1. Confidences (Eq. 5): a difference of at
+    least the smallest threshold at which the record is a violation.
+    """
+    source, followup = record.get('source') or {}, record.get('followup') or {}
+    if record.get('kind') == 'count':
+        limit = 1.0
+    else:
+        hits = [float(t) for t, hit in (record.get('violation') or {}).items() if hit]
+        if not hits:
+            return []
+        limit = min(hits)
+    return [
+        name
+        for name in source
+        if name in followup and abs(float(followup[name]) - float(source[name])) >= limit - 1e-12
+    ]
+
+
+def overlay_lines(record: dict) -> list[str]:
+    """The text drawn on a violation's follow-up: relations, parameters, objectives, changes."""
+    parameters = ', '.join(f'{k}={v:.4g}' for k, v in (record.get('parameters') or {}).items())
+    source, followup = record.get('source') or {}, record.get('followup') or {}
+    changes = ', '.join(
+        f'{name} {source[name]:.3g}->{followup[name]:.3g}' for name in changed_classes(record)
+    )
+    return [
+        f'composition {record.get("composition")} (order {record.get("order")}): {parameters or "-"}',
+        f'f_trans {record.get("f_trans", 0.0):.4f}  f_pred {record.get("f_pred", 0.0):.4f}',
+        f'changed: {changes or "-"}',
+    ]
+
+
+def _timestamp(ns: int) -> Timestamp:
+    return Timestamp(sec=ns // 1_000_000_000, nsec=ns % 1_000_000_000)
+
+
+class ViolationChannels:
+    """The channels one results directory (or one live search) logs to, in one SDK context.
+
+    The same class feeds an MCAP writer (export) and a WebSocket server (live): both see the same
+    topics, schemas and overlay text.
+    """
+
+    def __init__(self, context: foxglove.Context, prefix: str = '/metavlm') -> None:
+        """Create the channels under `prefix` in `context`."""
+        self.topics = topic_names(prefix)
+        self.source = CompressedImageChannel(self.topics['source'], context=context)
+        self.followup = CompressedImageChannel(self.topics['followup'], context=context)
+        self.annotations = ImageAnnotationsChannel(self.topics['annotations'], context=context)
+        self.violations = foxglove.Channel(
+            self.topics['violations'], schema=VIOLATION_SCHEMA, context=context
+        )
+        self.summary = foxglove.Channel(self.topics['summary'], schema=SUMMARY_SCHEMA, context=context)
+
+    def log_source(self, stamp_ns: int, png: bytes) -> None:
+        """A source frame (PNG bytes) at its camera time."""
+        message = CompressedImage(timestamp=_timestamp(stamp_ns), frame_id='source', data=png, format='png')
+        self.source.log(message, log_time=stamp_ns)
+
+    def log_violation(self, record: dict, stamp_ns: int, png: bytes | None = None) -> None:
+        """A violation's record, and its follow-up frame with the overlay when its PNG is given."""
+        message = {**record, 'changed': changed_classes(record), 'stamp_ns': int(stamp_ns)}
+        message.setdefault('frame', None)
+        self.violations.log(_jsonable(message), log_time=stamp_ns)
+        if png is not None:
+            self.log_followup(record, stamp_ns, png)
+
+    def log_followup(self, record: dict, stamp_ns: int, png: bytes) -> None:
+        """A violating follow-up frame (PNG bytes) and its overlay, at the source frame's time."""
+        when = _timestamp(stamp_ns)
+        self.followup.log(
+            CompressedImage(timestamp=when, frame_id='followup', data=png, format='png'), log_time=stamp_ns
+        )
+        texts = [
+            TextAnnotation(
+                timestamp=when,
+                position=Point2(x=4.0, y=4.0 + (_FONT + 4.0) * (row + 1)),
+                text=line,
+                font_size=_FONT,
+                text_color=_TEXT,
+                background_color=_BACKGROUND,
+            )
+            for row, line in enumerate(overlay_lines(record))
+        ]
+        self.annotations.log(ImageAnnotations(timestamp=when, texts=texts), log_time=stamp_ns)
+
+    def log_summary(self, summary: dict, violations: int, stamp_ns: int) -> None:
+        """A search's summary record with its violation count."""
+        message = {**summary, 'violations': int(violations), 'stamp_ns': int(stamp_ns)}
+        self.summary.log(_jsonable(message), log_time=stamp_ns)
+
+    def close(self) -> None:
+        """Close every channel (a live server unadvertises them)."""
+        for channel in (self.source, self.followup, self.annotations, self.violations, self.summary):
+            channel.close()
+
+
+def _jsonable(message: dict) -> dict:
+    # Records hold plain JSON already; a round trip drops NaN-free numpy leftovers of live records.
+    return json.loads(json.dumps(message, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, 'tolist'):
+        return value.tolist()
+    raise TypeError(f'not JSON: {type(value).__name__}')
