@@ -19,7 +19,17 @@ from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.models.options import DTYPES, Backend, Option
 
-__all__ = ['HF_OPTIONS', 'PREPROCESS', 'HFBackend', 'PixelPath', 'hf_config', 'resolve_model', 'weights_hash']
+__all__ = [
+    'HF_OPTIONS',
+    'PREPROCESS',
+    'HFBackend',
+    'PixelPath',
+    'hf_config',
+    'resolve_model',
+    'torch_device',
+    'torch_dtype',
+    'weights_hash',
+]
 
 _DEMO_ROOT = Path(__file__).resolve().parent.parent / 'models'
 _HF_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')
@@ -226,6 +236,37 @@ class PixelPath:
         return pixels.to(dtype).contiguous()
 
 
+def torch_device(device: str) -> Any:
+    """The torch device a `device` option names ('auto': CUDA when available, decided now)."""
+    import torch
+
+    if device == 'auto':
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
+    if chosen.type == 'cuda' and not torch.cuda.is_available():
+        raise ParameterError(f'device {device!r} requested but CUDA is not available')
+    return chosen
+
+
+def torch_dtype(dtype: str, device: Any, *, half_on_gpu: bool = False) -> Any:
+    """The torch dtype a `dtype` option names on `device`.
+
+    'auto' is float32: full precision keeps batched and one-by-one judgements identical. Only a backend
+    of 7B-class models (half_on_gpu) is halved on a GPU. bfloat16 on a CPU is faster but changes answers
+    (docs/performance.md), so it is never chosen for the user.
+    """
+    import torch
+
+    if dtype not in DTYPES:
+        raise ParameterError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
+    if dtype == 'auto':
+        return torch.float16 if device.type == 'cuda' and half_on_gpu else torch.float32
+    return getattr(torch, dtype)
+
+
 #: Options of every in-process Hugging Face backend, beyond the common ones.
 HF_OPTIONS: tuple[Option, ...] = (
     Option(
@@ -340,28 +381,10 @@ class HFBackend(Backend):
 
     # -- shared ----------------------------------------------------------------------------------
     def _device(self, device: str) -> Any:
-        import torch
-
-        if device == 'auto':
-            return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-        try:
-            chosen = torch.device(device)
-        except (RuntimeError, TypeError):
-            raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
-        if chosen.type == 'cuda' and not torch.cuda.is_available():
-            raise ParameterError(f'device {device!r} requested but CUDA is not available')
-        return chosen
+        return torch_device(device)
 
     def _dtype(self, dtype: str) -> Any:
-        import torch
-
-        if dtype == 'auto':
-            # Full precision keeps batched and one-by-one judgements identical; only a backend of
-            # 7B-class models (half_on_gpu) is halved on a GPU. bfloat16 on a CPU is faster but
-            # changes answers (docs/performance.md), so it is never chosen for the user.
-            half = self.device.type == 'cuda' and self.half_on_gpu
-            return torch.float16 if half else torch.float32
-        return getattr(torch, dtype)
+        return torch_dtype(dtype, self.device, half_on_gpu=self.half_on_gpu)
 
     def _inputs(self, **kwargs: Any) -> dict[str, Any]:
         """Run the processor and move tensors to the model's device, pixels in the model's dtype."""

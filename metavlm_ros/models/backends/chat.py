@@ -1,0 +1,196 @@
+"""Any Hugging Face image-text-to-text chat VLM in process (Qwen2-VL, SmolVLM, PaliGemma, LLaVA, Gemma 3):
+a count question (Eq. 2) or a yes/no question per class (Eq. 3), through models/generative.py."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.images import check_frame
+from metavlm_ros.method.prediction import Prediction
+from metavlm_ros.models.counts import parse_counts
+from metavlm_ros.models.hf import hf_config, resolve_model, torch_device, torch_dtype, weights_hash
+from metavlm_ros.models.options import Backend
+from metavlm_ros.models.questions import (
+    QUESTION_OPTIONS,
+    check_confidence_question,
+    class_questions,
+    count_prediction,
+    count_question,
+)
+from metavlm_ros.models.registry import register
+
+__all__ = ['ChatBackend', 'GenerativeQuestions']
+
+# Files whose content fixes how a frame and a question become the model's input.
+_PROCESSOR_FILES = (
+    'chat_template.jinja',
+    'chat_template.json',
+    'processor_config.json',
+    'preprocessor_config.json',
+    'tokenizer_config.json',
+)
+
+
+class GenerativeQuestions:
+    """What a generative backend (in process or served) asks, checked before any model is reached.
+
+    Attributes:
+        kind: 'count' or 'confidence'.
+        question: the count question (kind 'count').
+        questions: one yes/no question per class, in class order (kind 'confidence').
+    """
+
+    def __init__(
+        self,
+        *,
+        classes: Sequence[str],
+        kind: str,
+        prompt: str | None,
+        answer_format: str,
+        confidence_question: str | None,
+        vocabularies: Mapping[str, Sequence[str]] | None,
+    ) -> None:
+        self.kind = kind
+        self.classes = tuple(classes)
+        self.answer_format = answer_format
+        self.vocabularies = dict(vocabularies) if vocabularies else None
+        if kind == 'count':
+            if confidence_question is not None:
+                raise ParameterError(
+                    'confidence_question is for kind confidence; this model counts (kind count)'
+                )
+            self.question = count_question(prompt, answer_format, self.classes)
+            self.questions: list[str] = []
+            # Validates the vocabularies against the classes before any model is reached.
+            parse_counts('', self.classes, self.vocabularies)
+        else:
+            given = [name for name, value in (('prompt', prompt), ('vocabularies', vocabularies)) if value]
+            if answer_format != 'text':
+                given.append('answer_format')
+            if given:
+                raise ParameterError(f'{", ".join(given)}: for kind count; this model gives confidences')
+            self.question = check_confidence_question(confidence_question)
+            self.questions = class_questions(self.question, self.classes)
+
+    def count(self, answer: str) -> Prediction:
+        return count_prediction(answer, self.classes, self.answer_format, self.vocabularies)
+
+    def confidence(self, probabilities: Sequence[float]) -> Prediction:
+        return Prediction('confidence', dict(zip(self.classes, map(float, probabilities), strict=True)))
+
+
+@register
+class ChatBackend(Backend):
+    """An `AutoModelForImageTextToText` checkpoint with a chat template, loaded from disk.
+
+    kind 'count': the question as a chat message with the image, greedy answers in one padded batch,
+    parsed as Table 1 text or strict JSON (a JSON answer that does not parse is a parse failure).
+    kind 'confidence': per class, P(yes) / (P(yes) + P(no)) of the first answer token of a yes/no
+    question, from one prefill per (frame, class) without generating (docs/method.md §9).
+    """
+
+    name = 'vlm'
+    kinds = ('count', 'confidence')
+    options = QUESTION_OPTIONS
+
+    @classmethod
+    def kind_for(cls, options: Mapping[str, Any]) -> str:
+        return str(options['kind'])
+
+    @classmethod
+    def describe(cls, model_dir: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Architecture, and the sha256 of each file that decides how a frame and a question become
+        the model's input (chat template, processor and tokenizer settings)."""
+        config = hf_config(model_dir)
+        files = {}
+        for name in _PROCESSOR_FILES:
+            path = Path(model_dir or '') / name
+            if path.is_file():
+                files[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return {
+            'architectures': config.get('architectures'),
+            'model_type': config.get('model_type'),
+            'files': files,
+        }
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        classes: Sequence[str],
+        device: str,
+        dtype: str,
+        batch_size: int,
+        kind: str,
+        prompt: str | None,
+        max_new_tokens: int,
+        vocabularies: Mapping[str, Sequence[str]] | None,
+        answer_format: str,
+        confidence_question: str | None,
+    ) -> None:
+        # Everything a user can get wrong is checked before the (slow) load.
+        self.asked = GenerativeQuestions(
+            classes=classes,
+            kind=kind,
+            prompt=prompt,
+            answer_format=answer_format,
+            confidence_question=confidence_question,
+            vocabularies=vocabularies,
+        )
+        self.model_path = resolve_model(self.name, model)
+        from metavlm_ros.models.generative import ChatModel
+
+        self.model_id = str(model)
+        self.classes = tuple(classes)
+        self.chosen_kind = kind
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        device_ = torch_device(device)
+        self.chat = ChatModel(self.model_path, device=device_, dtype=torch_dtype(dtype, device_))
+        if kind == 'confidence':
+            self.chat.answer_tokens()  # a tokenizer without single-token yes/no fails now, not mid-search
+        self.input_size = self.chat.input_side
+        self._hash: str | None = None
+
+    def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
+        """Judge frames, `batch_size` per model call (a confidence call holds frames x classes rows)."""
+        frames = [check_frame(frame, what=f'frame {index}') for index, frame in enumerate(frames)]
+        predictions: list[Prediction] = []
+        for start in range(0, len(frames), self.batch_size):
+            chunk = frames[start : start + self.batch_size]
+            if self.kind == 'count':
+                answers = self.chat.generate(chunk, self.asked.question, self.max_new_tokens)
+                predictions.extend(self.asked.count(answer) for answer in answers)
+            else:
+                rows = self.chat.yes_probability(chunk, self.asked.questions)
+                predictions.extend(self.asked.confidence(row) for row in rows)
+        return predictions
+
+    def weights_hash(self) -> str:
+        if self._hash is None:
+            self._hash = weights_hash(self.model_path)
+        return self._hash
+
+    def identity(self) -> dict[str, Any]:
+        """The loaded model's own account of itself (models/generative.py ChatModel.identity)."""
+        return self.chat.identity()
+
+    @classmethod
+    def build_tiny(cls, directory: Path, *, family: str = 'idefics3', **variant: Any) -> None:
+        """A tiny random-weight chat VLM of a real family (models/tiny_families.py FAMILIES)."""
+        from metavlm_ros.models.tiny_families import build_tiny_vlm
+
+        build_tiny_vlm(family, directory)
+
+    @classmethod
+    def build_base(cls, directory: Path) -> None:
+        """SmolVLM-256M's shape (Idefics3), for benchmarks (models/tiny_families.py build_base_vlm)."""
+        from metavlm_ros.models.tiny_families import build_base_vlm
+
+        build_base_vlm(directory)
