@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.method.prediction import CLASSES
 from metavlm_ros.models.tiny_families import (
     FAMILIES,
@@ -20,11 +20,9 @@ from metavlm_ros.models.tiny_families import (
 from metavlm_ros.models.vlm import DEFAULT_CLASS_PROMPTS, weights_hash
 from test.conftest import make_frame
 
-NEEDS_TORCHVISION = pytest.mark.skipif(
-    importlib.util.find_spec('torchvision') is None,
-    reason='transformers builds this processor with a video processor: needs torchvision',
-)
-PARAMS = [pytest.param(f, marks=NEEDS_TORCHVISION) if f in VIDEO_FAMILIES else f for f in FAMILIES]
+HAS_TORCHVISION = importlib.util.find_spec('torchvision') is not None
+# The families this environment can build; the others' refusal is tested below, not skipped.
+PARAMS = [f for f in FAMILIES if HAS_TORCHVISION or f not in VIDEO_FAMILIES]
 PROCESSORS = {
     'qwen2_vl': 'Qwen2VLProcessor',
     'idefics3': 'Idefics3Processor',
@@ -112,3 +110,14 @@ def test_the_base_model_has_smolvlm_256m_shape(tmp_path):
         with safe_open(str(path), framework='np') as handle:
             count += sum(int(np.prod(handle.get_slice(k).get_shape())) for k in handle.keys())
     assert 250e6 < count < 262e6
+
+
+@pytest.mark.parametrize('family', VIDEO_FAMILIES)
+def test_video_families_need_torchvision_and_say_so_in_one_line(family, tmp_path):
+    if HAS_TORCHVISION:
+        assert (build_tiny_vlm(family, tmp_path / family) / 'config.json').is_file()
+        return
+    with pytest.raises(ModelError, match=f'^{family} needs torchvision: ') as refused:
+        build_tiny_vlm(family, tmp_path / family)
+    assert '\n' not in str(refused.value)
+    assert not (tmp_path / family / 'config.json').exists()
