@@ -301,12 +301,20 @@ def _print_summary(result, summarise_orders) -> None:
         f'{result.model_calls} calls; hypervolume {result.hypervolume:.4f}'
     )
     print(f'  source prediction: {src}' + (f'  text: {result.source.text!r}' if result.source.text else ''))
+    if result.source_error:
+        print(f'  not searched: the source answer does not read ({result.source_error})')
+        return
     width, height = result.source_size
     print(f'  relations at working size {result.working_size} px (frame {width}x{height}; --working-size)')
     numbered = ', '.join(f'{RELATION_BY_ID[rid].number} {rid}' for rid in result.relations)
     print(f'  relations searched: {numbered} (--relations)')
     for line in summarise_orders(result):
         print(line)
+    failures = sum(ev.followup is not None and bool(ev.followup.error) for ev in result.evaluations)
+    if failures:
+        print(
+            f'  {failures} answer(s) did not parse ({100 * failures / len(result.evaluations):.0f} %): failed evaluations'
+        )
     for i in result.pareto[:5]:
         ev = result.evaluations[i]
         params = ', '.join(f'{k}={v:.3g}' for k, v in ev.composition.parameters.items())

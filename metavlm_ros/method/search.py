@@ -144,6 +144,8 @@ class SearchResult:
     working_size: int = 0
     source_size: tuple[int, int] = (0, 0)
     relations: tuple[str, ...] = ()
+    #: Why the source frame's answer could not be read (then nothing was searched); '' otherwise.
+    source_error: str = ''
 
     @property
     def violations_by_order(self) -> dict[str, dict[int, tuple[int, int]]]:
@@ -299,9 +301,6 @@ def run_search(
         source = backend.predict([frame])[0]
         if source is None:
             raise ModelError('the model gave no prediction for the source frame')
-    if source.error:
-        # Without the source's answer there is nothing to compare follow-ups with.
-        raise ModelError(f'the source frame cannot be searched: {source.error} (answer {source.text!r})')
     judge = _Judge(frame, backend, source, config)
     result = SearchResult(
         image=image_id,
@@ -333,7 +332,12 @@ def run_search(
 
     xl, xu = _bounds(config.space)
     try:
-        _drive(judge, config, xl, xu, record, should_stop, result)
+        if source.error:
+            # Without the source's answer there is nothing to compare follow-ups with: the frame is
+            # done, its summary says why (source_error), and no evaluation is spent on it.
+            result.source_error = source.error
+        else:
+            _drive(judge, config, xl, xu, record, should_stop, result)
     except SearchInterrupted:
         # The caller cut the generation in progress short: it is not recorded, the rest is finished.
         result.stopped = True
@@ -575,6 +579,7 @@ def summary_record(result: SearchResult, backend: Any = None, extra: dict | None
         'evaluations': len(result.evaluations),
         'failed': sum(ev.failed for ev in result.evaluations),
         **_parse_failures_field(result),
+        **({'source_error': result.source_error} if result.source_error else {}),
         'model_calls': result.model_calls,
         'frames_judged': result.frames_judged,
         'hypervolume': result.hypervolume,

@@ -11,6 +11,7 @@ from metavlm_ros.common.errors import InputError, ParameterError, SearchInterrup
 from metavlm_ros.common.results import ResultsStore, free_disk_bytes, read_jsonl
 from metavlm_ros.method.encoding import SearchSpace, decode
 from metavlm_ros.method.metrics import hypervolume, non_dominated
+from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, apply_composition
 from metavlm_ros.method.search import ALGORITHMS, SearchConfig, rand_genotypes, run_search, summary_record
 from metavlm_ros.method.stats import a12
@@ -526,3 +527,63 @@ def test_a_fixed_angle_range_holds_every_blur_of_the_search_and_is_its_identity(
     assert SearchConfig(space=roaming).identity()['relations']['extras'] == {
         'motion_blur_angle': [-90.0, 90.0]
     }
+
+
+class _UnreadableEvery(VLMBackend):
+    """Counts black pixels, but every `every`-th follow-up's answer does not parse (a JSON-asked model
+    answering prose): the search must record those as failed evaluations, never as zero counts."""
+
+    kind = 'count'
+    name = 'fake-unreadable'
+    model_id = 'fake-unreadable'
+
+    def __init__(self, every: int, source_unreadable: bool = False):
+        self.inner = BlackCountBackend()
+        self.every = every
+        self.source_unreadable = source_unreadable
+        self.served = 0
+
+    def predict(self, frames):
+        out = []
+        for prediction in self.inner.predict(frames):
+            self.served += 1
+            if (self.served == 1 and self.source_unreadable) or (
+                self.served > 1 and self.served % self.every == 0
+            ):
+                prediction = Prediction(
+                    'count', {}, 'There are some fish.', error='unparseable answer: not JSON'
+                )
+            out.append(prediction)
+        return out
+
+
+def test_parse_failures_are_failed_evaluations_recorded_with_their_answer(tmp_path, frame):
+    from metavlm_ros.common.results import ResultsStore, read_jsonl
+
+    config = SearchConfig(population=6, evaluations=30, seed=3)
+    with ResultsStore(tmp_path / 'out') as store:
+        result = run_search(frame, _UnreadableEvery(4), config, store=store)
+    failed = [ev for ev in result.evaluations if ev.failed]
+    assert failed and all(ev.f_pred == 0.0 and not any(ev.violation.values()) for ev in failed)
+    records = read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')
+    unreadable = [r for r in records if 'parse_error' in r]
+    assert unreadable and all(r['failed'] and r['followup'] is None for r in unreadable)
+    assert {r['followup_text'] for r in unreadable} == {'There are some fish.'}
+    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
+    assert summary['parse_failures'] == len(unreadable) == summary['failed']
+    # Failed evaluations neither count towards violation rates nor enter the front.
+    assert all(not result.evaluations[i].failed for i in result.pareto)
+    assert sum(total for _, total in result.violations_by_order['count'].values()) == 30 - len(failed) - sum(
+        ev.composition.order == 0 for ev in result.evaluations
+    )
+
+
+def test_a_source_frame_whose_answer_does_not_parse_is_not_searched_and_says_why(tmp_path, frame):
+    from metavlm_ros.common.results import ResultsStore, read_jsonl
+
+    backend = _UnreadableEvery(1000, source_unreadable=True)
+    with ResultsStore(tmp_path / 'out') as store:
+        result = run_search(frame, backend, SearchConfig(population=6, evaluations=30, seed=3), store=store)
+    assert result.evaluations == [] and backend.served == 1  # no evaluation spent on it
+    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
+    assert summary['source_error'] == 'unparseable answer: not JSON' and summary['evaluations'] == 0
