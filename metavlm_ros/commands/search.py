@@ -312,9 +312,8 @@ def _print_summary(result, summarise_orders) -> None:
         print(line)
     failures = sum(ev.followup is not None and bool(ev.followup.error) for ev in result.evaluations)
     if failures:
-        print(
-            f'  {failures} answer(s) did not parse ({100 * failures / len(result.evaluations):.0f} %): failed evaluations'
-        )
+        share = 100 * failures / len(result.evaluations)
+        print(f'  {failures} answer(s) did not parse ({share:.0f} %): failed evaluations')
     for i in result.pareto[:5]:
         ev = result.evaluations[i]
         params = ', '.join(f'{k}={v:.3g}' for k, v in ev.composition.parameters.items())
