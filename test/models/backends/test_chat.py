@@ -1,0 +1,225 @@
+"""The `vlm` backend (any image-text-to-text chat model, in process) as users reach it: create_backend,
+`metavlm search`, a campaign, with tiny random-weight models of real families."""
+
+import json
+import shutil
+
+import cv2
+import numpy as np
+import pytest
+
+from metavlm_ros.cli import main
+from metavlm_ros.common.errors import ModelError, ParameterError
+from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.models.tiny import build_tiny_model
+from metavlm_ros.models.tiny_families import FAMILIES, VIDEO_FAMILIES
+from metavlm_ros.models.vlm import create_backend
+from test.conftest import make_frame
+
+FRAMES = [make_frame(64 + 8 * i, 48 + 4 * i, seed=i) for i in range(3)]
+# The families this environment builds (the video ones need torchvision: test/models/test_tiny_families.py).
+BUILT = [f for f in FAMILIES if f not in VIDEO_FAMILIES]
+
+
+@pytest.fixture(scope='module')
+def family_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp('chat')
+    return {family: build_tiny_model('vlm', root / family, family=family) for family in BUILT}
+
+
+@pytest.fixture
+def image_path(tmp_path):
+    path = tmp_path / 'frame.png'
+    cv2.imwrite(str(path), make_frame(96, 64)[..., ::-1])
+    return path
+
+
+@pytest.mark.parametrize('family', BUILT)
+def test_count_answers_batched_equal_one_frame_at_a_time(family_dirs, family):
+    directory = str(family_dirs[family])
+    batched = create_backend('vlm', directory, device='cpu', batch_size=3, max_new_tokens=6)
+    single = create_backend('vlm', directory, device='cpu', batch_size=1, max_new_tokens=6)
+    assert batched.kind == 'count' and batched.input_size > 0
+    got, expected = batched.predict(FRAMES), single.predict(FRAMES)
+    assert [p.text for p in got] == [p.text for p in expected]
+    assert [p.values for p in got] == [p.values for p in expected]
+    assert all(p.kind == 'count' and not p.error for p in got)
+
+
+@pytest.mark.parametrize('family', BUILT)
+def test_yes_no_confidences_batched_follow_one_frame_at_a_time(family_dirs, family):
+    directory = str(family_dirs[family])
+    batched = create_backend('vlm', directory, device='cpu', kind='confidence', batch_size=3)
+    single = create_backend('vlm', directory, device='cpu', kind='confidence', batch_size=1)
+    got = np.array([list(p.values.values()) for p in batched.predict(FRAMES)])
+    expected = np.array([list(p.values.values()) for p in single.predict(FRAMES)])
+    # Stated tolerance: float32 sums over a padded batch differ from a single row's in the last bits.
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    assert got.shape == (3, 4) and ((got >= 0) & (got <= 1)).all()
+
+
+def test_json_answers_that_do_not_parse_are_parse_failures_not_zero(family_dirs):
+    backend = create_backend(
+        'vlm', str(family_dirs['llava']), device='cpu', answer_format='json', max_new_tokens=6
+    )
+    predictions = backend.predict(FRAMES[:2])
+    # A random-weight model answers gibberish: never read as counts.
+    assert all(p.error.startswith('unparseable answer: ') and p.values == {} and p.text for p in predictions)
+
+
+def test_the_questions_are_the_configured_ones(family_dirs):
+    directory = str(family_dirs['idefics3'])
+    asked = create_backend(
+        'vlm', directory, device='cpu', kind='confidence', confidence_question='Any {class} here?'
+    )
+    assert asked.asked.questions == [
+        'Any an animal here?',
+        'Any a vegetation here?',
+        'Any an object here?',
+        'Any a trash here?',
+    ]
+    counted = create_backend('vlm', directory, device='cpu', answer_format='json', classes=['fish', 'rock'])
+    assert '{"fish": 0, "rock": 0}' in counted.asked.question
+
+
+@pytest.mark.parametrize(
+    ('options', 'message'),
+    [
+        ({'kind': 'confidence', 'confidence_question': 'Is it there?'}, 'has no {class} placeholder'),
+        ({'kind': 'confidence', 'answer_format': 'json'}, 'answer_format: for kind count'),
+        ({'confidence_question': 'Is there {class}?'}, 'confidence_question is for kind confidence'),
+        ({'prompt': '  '}, 'prompt must not be empty'),
+        ({'vocabularies': {'mammal': ['seal']}}, 'unknown class'),
+        ({'kind': 'caption'}, "kind: 'caption' is not one of count, confidence"),
+    ],
+)
+def test_bad_questions_are_refused_before_the_model_loads(options, message, tmp_path):
+    # The model directory does not exist: the options are refused first.
+    with pytest.raises(ParameterError, match=message):
+        create_backend('vlm', str(tmp_path / 'nowhere'), **options)
+
+
+def test_checkpoints_that_cannot_be_asked_are_refused(family_dirs, tiny_clip_dir, tmp_path):
+    with pytest.raises(ModelError, match='CLIPModel is not an image-text-to-text model'):
+        create_backend('vlm', str(tiny_clip_dir), device='cpu')
+    bare = shutil.copytree(family_dirs['llava'], tmp_path / 'bare')
+    (bare / 'chat_template.jinja').unlink()
+    for name in ('processor_config.json', 'tokenizer_config.json'):
+        data = json.loads((bare / name).read_text())
+        data.pop('chat_template', None)
+        (bare / name).write_text(json.dumps(data))
+    with pytest.raises(ModelError, match='has no chat template'):
+        create_backend('vlm', str(bare), device='cpu')
+
+
+def _run(args, capsys):
+    code = main(['search', *args, '--quiet'])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.strip()
+
+
+def test_metavlm_search_with_a_chat_model_records_what_identifies_it(
+    family_dirs, image_path, tmp_path, capsys
+):
+    model = str(family_dirs['idefics3'])
+    out = tmp_path / 'res'
+    common = [
+        str(image_path),
+        '--backend',
+        'vlm',
+        '--model',
+        model,
+        '--population',
+        '4',
+        '--evaluations',
+        '8',
+    ]
+    code, printed, err = _run([*common, '--kind', 'confidence', '--out', str(out)], capsys)
+    assert code == 0, err
+    identity = json.loads((out / 'search.json').read_text())['identity']['model']
+    assert (
+        identity['architectures'] == ['Idefics3ForConditionalGeneration']
+        and identity['model_type'] == 'idefics3'
+    )
+    assert set(identity['files']) >= {'chat_template.jinja', 'tokenizer_config.json'}
+    assert identity['options']['kind'] == 'confidence' and len(identity['weights_sha256']) == 64
+    records = read_jsonl(out / 'evaluations.jsonl')
+    assert len(records) == 8 and {r['kind'] for r in records} == {'confidence'}
+    # Another question is another search: resume refuses it, naming the difference.
+    changed = [*common, '--kind', 'confidence', '--confidence-question', 'Do you see {class}?']
+    code, _, err = _run([*changed, '--out', str(out), '--resume'], capsys)
+    assert code == 2 and 'model.options.confidence_question' in err and '\n' not in err
+
+
+def test_a_model_answering_prose_to_a_json_question_is_reported_not_a_crash(
+    family_dirs, image_path, tmp_path, capsys
+):
+    out = tmp_path / 'res'
+    args = [
+        str(image_path),
+        '--backend',
+        'vlm',
+        '--model',
+        str(family_dirs['llava']),
+        '--answer-format',
+        'json',
+    ]
+    code, printed, err = _run(
+        [*args, '--max-new-tokens', '6', '--population', '4', '--evaluations', '8', '--out', str(out)], capsys
+    )
+    assert code == 0, err
+    assert 'not searched: the source answer does not read (unparseable answer: ' in printed
+    (summary,) = read_jsonl(out / 'summary.jsonl')
+    assert summary['source_error'].startswith('unparseable answer: ') and summary['evaluations'] == 0
+
+
+@pytest.mark.parametrize(
+    ('args', 'message'),
+    [
+        (['--kind', 'confidence', '--confidence-question', 'Is it there?'], 'has no {class} placeholder'),
+        (['--confidence', 'softmax'], 'confidence does not apply to backend vlm (it is an option of clip)'),
+        (['--model', 'CLIP'], 'CLIPModel is not an image-text-to-text model'),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
+    family_dirs, tiny_clip_dir, image_path, tmp_path, capsys, args, message
+):
+    args = [a if a != 'CLIP' else str(tiny_clip_dir) for a in args]
+    out = tmp_path / 'res'
+    model = ['--model', str(family_dirs['gemma3'])]
+    code, _, err = _run([str(image_path), '--backend', 'vlm', *model, *args, '--out', str(out)], capsys)
+    assert code == 2 and err.startswith('metavlm: error: ') and '\n' not in err
+    assert message in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_campaign_runs_a_chat_model(family_dirs, tmp_path):
+    from metavlm_ros.campaign.config import parse_config
+    from metavlm_ros.campaign.runner import run_campaign
+
+    config = parse_config(
+        {
+            'frames': {'generate': {'count': 1, 'size': [64, 48]}},
+            'models': [
+                {
+                    'name': 'smol',
+                    'backend': 'vlm',
+                    'model': str(family_dirs['idefics3']),
+                    'kind': 'confidence',
+                }
+            ],
+            'algorithms': ['nsga2', 'random'],
+            'runs': 1,
+            'population': 4,
+            'evaluations': 8,
+        },
+        base_dir=tmp_path,
+    )
+    assert config.models[0].options['kind'] == 'confidence'
+    run_campaign(config, tmp_path / 'campaign', progress=False, log=lambda line: None)
+    cells = sorted((tmp_path / 'campaign').rglob('evaluations.jsonl'))
+    assert len(cells) == 2
+    assert all({r['kind'] for r in read_jsonl(path)} == {'confidence'} for path in cells)
+    record = json.loads((tmp_path / 'campaign' / 'campaign.json').read_text())
+    (model,) = record['models']
+    assert model['backend'] == 'vlm' and model['model_type'] == 'idefics3'
