@@ -181,6 +181,10 @@ class Backend(VLMBackend):
         return cls.kinds[0]
 
     @classmethod
+    def check(cls, options: Mapping[str, Any]) -> None:
+        """Refuse what the options cannot mean together (ParameterError, one line), before any load."""
+
+    @classmethod
     def describe(cls, model_dir: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
         """What identifies the model beyond its options and weights, read without loading it."""
         return {}

@@ -130,6 +130,7 @@ def resolve_options(backend: str, given: Mapping[str, Any]) -> dict[str, Any]:
     for name, option in declared.items():
         if name not in resolved:
             resolved[name] = list(option.default) if isinstance(option.default, tuple) else option.default
+    cls.check(resolved)
     return resolved
 
 

@@ -41,6 +41,12 @@ class CountBackend(HFBackend):
         parse_counts('', common['classes'], self.vocabularies)
         super().__init__(model, **common)
 
+    @classmethod
+    def check(cls, options: Mapping[str, Any]) -> None:
+        if options['prompt'] is not None and not options['prompt'].strip():
+            raise ParameterError('prompt must not be empty')
+        parse_counts('', options['classes'], options['vocabularies'])
+
     def _answer_ids(self, inputs: dict[str, Any], output: Any) -> Any:
         """The generated tokens that are the answer, without any echoed prompt."""
         return output

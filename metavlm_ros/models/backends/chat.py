@@ -78,6 +78,18 @@ class GenerativeQuestions:
             self.question = check_confidence_question(confidence_question)
             self.questions = class_questions(self.question, self.classes)
 
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> GenerativeQuestions:
+        """The questions of a backend's resolved options (QUESTION_OPTIONS and classes)."""
+        return cls(
+            classes=options['classes'],
+            kind=options['kind'],
+            prompt=options['prompt'],
+            answer_format=options['answer_format'],
+            confidence_question=options['confidence_question'],
+            vocabularies=options['vocabularies'],
+        )
+
     def count(self, answer: str) -> Prediction:
         return count_prediction(answer, self.classes, self.answer_format, self.vocabularies)
 
@@ -102,6 +114,10 @@ class ChatBackend(Backend):
     @classmethod
     def kind_for(cls, options: Mapping[str, Any]) -> str:
         return str(options['kind'])
+
+    @classmethod
+    def check(cls, options: Mapping[str, Any]) -> None:
+        GenerativeQuestions.from_options(options)
 
     @classmethod
     def describe(cls, model_dir: str | None, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -86,6 +86,10 @@ class ContrastiveBackend(HFBackend):
         self.class_prompts = prompts_for(classes, prompts, class_prompts)
         super().__init__(model, classes=classes, **common)
 
+    @classmethod
+    def check(cls, options: Mapping[str, Any]) -> None:
+        prompts_for(options['classes'], options['prompts'], options['class_prompts'])
+
     @staticmethod
     def _embedding(output: Any) -> Any:
         # transformers 4 returns the projected tensor, 5 an output object holding it.
