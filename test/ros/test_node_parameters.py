@@ -17,6 +17,13 @@ RCLPY_PARAMETERS = {'use_sim_time', 'start_type_description_service'}
 
 # parameter -> wrong values (each must be refused, naming the parameter).
 PERCEPTION_WRONG = {
+    'answer_format': ['yaml'],
+    'confidence_question': ['Is it there?'],
+    'kind': ['caption'],
+    'max_new_tokens': [0, 5000],
+    'preprocess': ['opencv'],
+    'prompts': ['authors'],
+    'vocabularies': [['trash'], ['mammal=seal']],
     'autostart': ['maybe'],
     'backend': ['gpt', 3],
     'batch_wait_ms': [1001, -1, 'soon'],
@@ -31,6 +38,13 @@ PERCEPTION_WRONG = {
     'prompt': [5],
 }
 TESTER_WRONG = {
+    'answer_format': ['yaml'],
+    'confidence_question': ['Is it there?'],
+    'kind': ['caption'],
+    'max_new_tokens': [0, 5000],
+    'preprocess': ['opencv'],
+    'prompts': ['authors'],
+    'vocabularies': [['trash'], ['mammal=seal']],
     'algorithm': ['sgd'],
     'autostart': ['maybe'],
     'backend': ['gpt'],
@@ -144,9 +158,7 @@ def test_a_node_started_with_a_wrong_value_prints_one_line_and_exits_1(module, a
 
 
 def test_both_nodes_declare_the_model_parameters_from_one_table():
-    import inspect
-
-    from metavlm_ros.models.vlm import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, create_backend
+    from metavlm_ros.models.vlm import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
     from metavlm_ros.ros.parameters import MODEL_PARAMETERS
     from metavlm_ros.ros.perception_node import PARAMETERS as PERCEPTION
     from metavlm_ros.ros.tester_settings import PARAMETERS as TESTER
@@ -160,4 +172,6 @@ def test_both_nodes_declare_the_model_parameters_from_one_table():
     # the other), the model's own default batch.
     max_batch = {spec.name: spec for spec in MODEL_PARAMETERS}['max_batch']
     assert (max_batch.default, max_batch.low, max_batch.high) == (DEFAULT_BATCH_SIZE, 1, MAX_BATCH_SIZE)
-    assert inspect.signature(create_backend).parameters['batch_size'].default == DEFAULT_BATCH_SIZE
+    from metavlm_ros.models.registry import resolve_options
+
+    assert resolve_options('clip', {})['batch_size'] == DEFAULT_BATCH_SIZE

@@ -519,7 +519,7 @@ def test_settings_combine_generations_population_and_ranges():
     assert settings.search.working_size == 'auto'
     assert settings_from_parameters({'working_size': 0}).search.working_size is None
     assert settings_from_parameters({'working_size': 512}).search.working_size == 512
-    with pytest.raises(ParameterError, match='class_prompts has 1 entries for 4 classes'):
+    with pytest.raises(ParameterError, match='class_prompts: 1 prompts for 4 classes'):
         settings_from_parameters({'class_prompts': ['a fish']})
     heave = settings_from_parameters({'relations': ['motion_blur'], 'ranges.motion_blur_angle': [90.0, 90.0]})
     assert heave.search.space.extra_low[9] == heave.search.space.extra_high[9] == (90.0,)

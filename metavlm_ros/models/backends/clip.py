@@ -54,12 +54,12 @@ def prompts_for(
         prompts = list(class_prompts)
         if len(prompts) != len(classes):
             raise ParameterError(
-                f'class prompts: {len(prompts)} prompts for {len(classes)} classes; give one per class'
+                f'class_prompts: {len(prompts)} prompts for {len(classes)} classes; give one per class'
             )
         given = {c: p for c, p in zip(classes, prompts, strict=True) if p}
     unknown = sorted(set(given) - set(classes))
     if unknown:
-        raise ParameterError(f'class prompt given for unknown class(es) {", ".join(unknown)}')
+        raise ParameterError(f'class_prompts: a prompt given for unknown class(es) {", ".join(unknown)}')
     chosen = {c: PROMPT_PRESETS[preset].get(c, f'a photo of {c} underwater') for c in classes}
     chosen.update(given)
     return chosen
