@@ -4,7 +4,9 @@ import importlib
 
 # Module names under metavlm_ros.commands; a module that fails to import (an optional dependency
 # missing) is reported when its subcommand is used, not when another subcommand runs.
-COMMANDS = ('search', 'scenes', 'replay', 'run', 'campaign', 'report', 'demo', 'train_demo_models')
+COMMANDS = (
+    'search', 'scenes', 'replay', 'run', 'campaign', 'report', 'demo', 'render', 'train_demo_models'
+)  # fmt: skip
 
 
 def load(name: str):

@@ -86,6 +86,8 @@ def seeded_searches(model_dir) -> dict[str, str]:
                         evaluations=27,
                         seed=seed + 3,
                         space=SearchSpace.default(),
+                        # Every member's PNG, as the fixture was written before PNGs had a budget.
+                        pareto_pngs='all',
                     )
                     run_search(
                         make_frame(seed=seed),
