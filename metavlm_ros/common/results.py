@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -27,6 +28,7 @@ __all__ = [
     'SUMMARY',
     'SOURCES',
     'ResultsStore',
+    'WriteRate',
     'check_output_dir',
     'check_results_dir',
     'directory_bytes',
@@ -444,6 +446,10 @@ class ResultsStore:
         """The directory's size: what it held when opened plus what this store wrote since."""
         return self.initial_bytes + self.bytes_written
 
+    def count_written(self, nbytes: int) -> None:
+        """Count bytes written into the directory by another writer (the tester's violations.jsonl)."""
+        self.bytes_written += nbytes
+
     def over_budget(self) -> bool:
         """Whether the directory has reached `max_bytes` (never when 0): no more PNGs are written."""
         return self.max_bytes > 0 and self.size_bytes >= self.max_bytes
@@ -599,6 +605,34 @@ class ResultsStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class WriteRate:
+    """MB written per minute over a sliding window, and the hours left to a budget at that rate."""
+
+    def __init__(self, window_s: float = 600.0) -> None:
+        self.window_s = window_s
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def update(self, size_bytes: int, now: float | None = None) -> float:
+        """Add a sample of the directory's size; returns MB (10^6 bytes) per minute (nan: one sample)."""
+        now = time.monotonic() if now is None else now
+        self._samples.append((now, size_bytes))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+        (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
+        return (b1 - b0) / 1e6 / ((t1 - t0) / 60.0) if t1 > t0 else float('nan')
+
+    @staticmethod
+    def hours_left(size_bytes: int, max_bytes: int, mb_per_min: float) -> float:
+        """Hours until `max_bytes` at `mb_per_min` (nan: no budget or no rate yet; inf: nothing written)."""
+        if max_bytes <= 0 or mb_per_min != mb_per_min:
+            return float('nan')
+        if size_bytes >= max_bytes:
+            return 0.0
+        if mb_per_min <= 0:
+            return float('inf')
+        return (max_bytes - size_bytes) / 1e6 / mb_per_min / 60.0
 
 
 def source_digest(rgb: np.ndarray) -> str:
