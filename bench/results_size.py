@@ -11,6 +11,8 @@ endpoint). Each repetition searches one frame with `pareto_pngs` all (before) an
 are written as the tester does (violations.jsonl, the first 3 PNGs). Prints bytes per search by
 file, min / median / max, and MB per hour at `--searches-per-hour` (136: issue 30's 15-minute
 `metavlm run` at 1080p 10 Hz did 34 searches) and at the rate measured here (no ROS, no transport).
+Also prints bytes per record of each JSON Lines file as stored (a header line per search) and as
+each record whole on its own line (how they were written before), from the same records.
 Checks: the budgeted run has every record of the full one, and every member re-renders byte for byte.
 """
 
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, rotations  # noqa: E402
 
 from metavlm_ros.common.images import encode_png
-from metavlm_ros.common.results import ResultsStore, read_jsonl, to_jsonable
+from metavlm_ros.common.results import ResultsStore, read_jsonl
 from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.footage.scenes import SceneGenerator
 from metavlm_ros.method import defaults
@@ -54,7 +56,6 @@ def _search(out: Path, frame, index: int, backend, evaluations: int, pareto_pngs
     with ResultsStore(out) as store:
         before = store.size_bytes
         pngs = 0
-        violations = open(out / 'violations.jsonl', 'a', encoding='utf-8')  # noqa: SIM115
 
         def on_evaluation(ev, result) -> None:
             nonlocal pngs
@@ -66,16 +67,13 @@ def _search(out: Path, frame, index: int, backend, evaluations: int, pareto_pngs
                     f'camera_{stamp}_violation_e{ev.index:05d}', apply_composition(judged, ev.composition)
                 )
                 pngs += 1
-            record = {**evaluation_record(ev, result, extra), 'frame': None if path is None else str(path)}
-            line = json.dumps(to_jsonable(record), separators=(',', ':')) + '\n'
-            violations.write(line)
-            store.count_written(len(line.encode()))
+            relative = None if path is None else str(path.relative_to(out))
+            store.append_violation({**evaluation_record(ev, result, extra), 'frame': relative})
 
         judged = searched_frame(frame, config, backend)
         started = time.perf_counter()
-        with violations:
-            run_search(frame, backend, config, image_id=f'camera@{stamp}', store=store,
-                       on_evaluation=on_evaluation, extra_fields=extra)  # fmt: skip
+        run_search(frame, backend, config, image_id=f'camera@{stamp}', store=store,
+                   on_evaluation=on_evaluation, extra_fields=extra)  # fmt: skip
         return store.size_bytes - before, time.perf_counter() - started
 
 
@@ -128,6 +126,13 @@ def main() -> int:
             print(f'    MB per hour at {args.searches_per_hour:.0f} searches an hour (extrapolated) '
                   f"{hourly}; at this machine's rate ({rate_here:.0f} an hour): {here:.0f}")  # fmt: skip
         full, budgeted = dirs.values()
+        for name in ('evaluations.jsonl', 'pareto.jsonl', 'violations.jsonl'):
+            records = read_jsonl(budgeted / name)
+            # Each record whole on its own line, as written before header lines: same fields, same bytes.
+            whole = sum(len(json.dumps(r, separators=(',', ':'))) + 1 for r in records)
+            stored = (budgeted / name).stat().st_size
+            print(f'{name}: {len(records)} records, bytes per record {stored / len(records):.0f} as stored '
+                  f'(header lines included), {whole / len(records):.0f} each line whole')  # fmt: skip
         checks.check(
             (full / 'evaluations.jsonl').read_bytes() == (budgeted / 'evaluations.jsonl').read_bytes(),
             'the budget keeps every evaluation record, byte for byte',

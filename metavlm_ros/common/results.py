@@ -58,8 +58,21 @@ FRAMES = 'frames'
 SOURCES = 'sources'
 RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
 # What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).
-RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, SOURCES, 'violations.jsonl'})
+RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, SOURCES, 'violations.jsonl'})  # the tester's
 IDENTITY_FORMAT = 1
+# The fields of an evaluation record that change from one evaluation to the next; every other field
+# (image, model, source prediction, stamps...) is the search's, written once in a header line
+# (`{"header": {...}}`) that the records after it share, and put back by `iter_jsonl`.
+PER_EVALUATION = frozenset(
+    {
+        'index', 'generation', 'genotype', 'composition', 'order', 'parameters', 'f_trans', 'f_pred',
+        'followup', 'followup_text', 'violation', 'strength', 'cached', 'failed',
+    }
+)  # fmt: skip
+# pareto.jsonl lines add their rank and PNG.
+PER_PARETO = PER_EVALUATION | {'rank', 'frame'}
+HEADER = 'header'
+VIOLATIONS = 'violations.jsonl'
 
 
 def to_jsonable(value: Any) -> Any:
@@ -403,6 +416,8 @@ class ResultsStore:
         self.bytes_written = 0
         self.log = log or (lambda message: None)
         self._files: dict[str, IO[bytes]] = {}
+        # Per compacted file: the shared fields of the header line in effect at its end (this session).
+        self._headers: dict[str, dict] = {}
         check_results_dir(self.directory, overwrite=overwrite, resume=resume, identity=identity)
         existing = self.directory.is_dir()
         # On resume, a search that was cut short is run again from its seed; what it had already
@@ -447,7 +462,7 @@ class ResultsStore:
         return self.initial_bytes + self.bytes_written
 
     def count_written(self, nbytes: int) -> None:
-        """Count bytes written into the directory by another writer (the tester's violations.jsonl)."""
+        """Count bytes written into the directory by another writer (search.json)."""
         self.bytes_written += nbytes
 
     def over_budget(self) -> bool:
@@ -530,14 +545,32 @@ class ResultsStore:
                         'count?); nothing more is written: use another --out'
                     )
                 return
-        self._append(EVALUATIONS, record)
+        self._append_shared(EVALUATIONS, record, PER_EVALUATION)
 
     def append_pareto(self, record: dict) -> None:
         """Append one non-dominated solution to pareto.jsonl (once: a resumed search skips its own)."""
         key = _pareto_key(record)
         if key in self._pareto:
             return
-        self._append(PARETO, record)
+        self._append_shared(PARETO, record, PER_PARETO)
+
+    def append_violation(self, record: dict) -> None:
+        """Append one published violation (its evaluation record and `frame`) to violations.jsonl."""
+        self._append_shared(VIOLATIONS, record, PER_PARETO)
+
+    def _append_shared(self, name: str, record: dict, own: frozenset) -> None:
+        """Append a record as its own fields, after a header line of the rest when that changed.
+
+        Every line of a search repeated the same image, model, source prediction and stamps; they
+        are written once per search (and again by a store that reopens the file), so `iter_jsonl`
+        returns each record whole.
+        """
+        record = to_jsonable(record)
+        shared = {k: v for k, v in record.items() if k not in own}
+        if self._headers.get(name) != shared:
+            self._append(name, {HEADER: shared})
+            self._headers[name] = shared
+        self._append(name, {k: v for k, v in record.items() if k in own})
 
     def append_summary(self, record: dict) -> None:
         """Append one search summary to summary.jsonl (once: a resumed search skips its own)."""
@@ -626,10 +659,12 @@ class WriteRate:
     @staticmethod
     def hours_left(size_bytes: int, max_bytes: int, mb_per_min: float) -> float:
         """Hours until `max_bytes` at `mb_per_min` (nan: no budget or no rate yet; inf: nothing written)."""
-        if max_bytes <= 0 or mb_per_min != mb_per_min:
+        if max_bytes <= 0:
             return float('nan')
         if size_bytes >= max_bytes:
             return 0.0
+        if mb_per_min != mb_per_min:
+            return float('nan')
         if mb_per_min <= 0:
             return float('inf')
         return (max_bytes - size_bytes) / 1e6 / mb_per_min / 60.0
@@ -757,7 +792,11 @@ def _repair_torn_tail(path: Path) -> str | None:
 
 
 def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
-    """Yield the records of a JSON Lines file, skipping a last line cut short by a killed writer.
+    """Yield the records of a JSON Lines file whole, skipping a last line cut short by a killed writer.
+
+    The one reader of results: a header line (`{"header": {...}}`, the fields a search's records
+    share, written once by `ResultsStore`) is not a record; its fields are put back into every
+    record after it, before the record's own. Files written before there were headers read as they are.
 
     Args:
         path: The file; a missing file yields nothing.
@@ -771,6 +810,7 @@ def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
         return
     with open(path, encoding='utf-8', errors='replace') as handle:
         damaged: int | None = None
+        shared: dict = {}
         for number, line in enumerate(handle, 1):
             line = line.strip()
             if not line:
@@ -787,7 +827,11 @@ def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
                 damaged = number  # a partial record from an interrupted write; everything else is intact
                 continue
             damaged = None
-            yield record
+            if len(record) == 1 and isinstance(record.get(HEADER), dict):
+                # The fields the search's records share, for the lines after it (docs/results.md).
+                shared = record[HEADER]
+                continue
+            yield {**shared, **record} if shared else record
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import math
 import threading
 import time
@@ -35,8 +34,6 @@ from metavlm_ros.common.results import (
     WriteRate,
     free_disk_bytes,
     read_identity,
-    storage_error,
-    to_jsonable,
     write_identity,
 )
 from metavlm_ros.footage.frames import frame_digest
@@ -684,13 +681,7 @@ class TesterNode(ManagedNode):
         relative = None if path is None else str(path.relative_to(store.directory))
         record = {**evaluation_record(ev, result, job.extra), 'frame': relative}
         # Stored and flushed before it is published: what subscribers saw is always on disk.
-        line = json.dumps(to_jsonable(record), separators=(',', ':')) + '\n'
-        try:
-            self._violations_file.write(line)
-            self._violations_file.flush()
-        except OSError as exc:
-            raise storage_error(store.directory / VIOLATIONS_FILE, exc) from None
-        store.count_written(len(line.encode()))
+        store.append_violation(record)
         array = DiagnosticArray()
         array.header = job.header
         array.status = [

@@ -61,3 +61,4 @@ def test_the_write_rate_and_the_hours_left():
         WriteRate.hours_left(1, 10, float('nan'))
     )
     assert WriteRate.hours_left(1, 10, 0.0) == math.inf and WriteRate.hours_left(20, 10, 1.0) == 0.0
+    assert WriteRate.hours_left(20, 10, float('nan')) == 0.0  # reached: known without a rate
