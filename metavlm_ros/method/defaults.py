@@ -17,6 +17,6 @@ SEED = 0
 #: Follow-up PNGs written per search for its non-dominated set (None: every member). Three: the
 #: smallest-f_trans violation, the largest f_pred and the middle of the front; every other member
 #: is re-rendered from the stored source frame on demand (`metavlm render`). At the tester's
-#: defaults (about 136 searches an hour, ~250 KB per PNG at 768 px) that is ~100 MB an hour where
-#: every member (~520) took ~6.8 GB (docs/results.md, "Disk budget").
+#: defaults (about 136 searches an hour, ~340 KB per PNG at 768 px) that is ~140 MB an hour where
+#: every member (~700) took ~8 GB (docs/results.md, "Disk budget"; bench/results_size.py).
 PARETO_PNGS = 3
