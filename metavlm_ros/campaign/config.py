@@ -42,6 +42,7 @@ _TOP_KEYS = {
     'working_size',
     'relations',
     'warp',
+    'pareto_pngs',
     'threads',
     'baseline',
 }
@@ -109,6 +110,9 @@ class CampaignConfig:
     relations: dict | None = None
     # Campaigns reproduce the paper, which resamples after every relation (docs/method.md §8).
     warp: str = 'sequential'
+    # Follow-up PNGs per search for its non-dominated set (None: all). It changes no record (every
+    # follow-up is re-rendered from the stored source frame), so it is no part of the identity.
+    pareto_pngs: int | None = defaults.PARETO_PNGS
     # Torch threads per cell, whatever the executor: float sums (and so the tables) depend on it.
     threads: int = 1
     # The algorithm the report compares every other one against (None: Rand, as the paper; 'all':
@@ -123,6 +127,8 @@ class CampaignConfig:
         values = json.loads(json.dumps(asdict(self)))
         if values['baseline'] is None:
             del values['baseline']
+        if values['pareto_pngs'] == defaults.PARETO_PNGS:
+            del values['pareto_pngs']
         return values
 
     def identity(self) -> dict:
@@ -134,6 +140,7 @@ class CampaignConfig:
         """
         values = self.to_dict()
         values.pop('baseline', None)
+        values.pop('pareto_pngs', None)
         extras = _search_space(self.relations).as_record().get('extras')
         if extras:
             values['extras'] = extras
@@ -156,6 +163,7 @@ class CampaignConfig:
             thresholds=tuple(self.thresholds),
             working_size=self.working_size,
             warp=self.warp,
+            pareto_pngs=self.pareto_pngs,
         )
 
 
@@ -298,6 +306,13 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
     warp = data.get('warp', 'sequential')
     if warp not in WARPS:
         problems.add('warp', f'must be one of {", ".join(WARPS)}, got {warp!r}')
+    from metavlm_ros.method.search import parse_pareto_pngs
+
+    pareto_pngs = data.get('pareto_pngs', defaults.PARETO_PNGS)
+    try:
+        pareto_pngs = parse_pareto_pngs(pareto_pngs)
+    except ParameterError as exc:
+        problems.add('pareto_pngs', str(exc))
 
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
     raw_thresholds = data.get('thresholds')
@@ -366,6 +381,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
         working_size=working_size,
         relations=relations or None,
         warp=str(warp),
+        pareto_pngs=pareto_pngs,
         threads=threads,
         baseline=None if baseline is None else str(baseline),
     )

@@ -12,6 +12,7 @@ COMMANDS = (
     'campaign',
     'report',
     'demo',
+    'render',
     'train_demo_models',
     'export',
 )

@@ -121,6 +121,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar='ADDR',
         help='address the Foxglove server binds (127.0.0.1: this machine only)',
     )
+    out.add_argument(
+        '--pareto-pngs',
+        default=defaults.PARETO_PNGS,
+        metavar='K',
+        help='follow-up PNGs per search for its non-dominated set: K spread along the front (always the '
+        f'smallest-f_trans violation and the largest f_pred), 0 none, all every member (default: '
+        f'{defaults.PARETO_PNGS}); the others: metavlm render',
+    )
     parser.set_defaults(handler=run)
 
 
@@ -190,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         space=SearchSpace.from_options(enabled=args.relations, ranges=parse_ranges(args.range)),
         thresholds=tuple(args.thresholds) if args.thresholds else DEFAULT_THRESHOLDS,
         working_size=args.working_size,
+        pareto_pngs=args.pareto_pngs,
     ).validate()
     verify_sources(args.frames)
     frames = iter_frames(
@@ -272,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
             _print_summary(result, summarise_orders)
     print(
         f'{searched} frame(s) searched; results in {store.directory}/ '
-        '(evaluations.jsonl, pareto.jsonl, summary.jsonl, frames/, search.json)'
+        '(evaluations.jsonl, pareto.jsonl, summary.jsonl, frames/, sources/, search.json)'
     )
     if live is not None:
         live.close()

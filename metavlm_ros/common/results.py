@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -24,18 +26,23 @@ __all__ = [
     'IDENTITY',
     'PARETO',
     'SUMMARY',
+    'SOURCES',
     'ResultsStore',
+    'WriteRate',
     'check_output_dir',
     'check_results_dir',
+    'directory_bytes',
     'free_disk_bytes',
     'holds_results',
     'identity_differences',
     'iter_jsonl',
     'read_identity',
     'read_jsonl',
+    'read_source_frame',
     'record_key',
     'replace_directory',
     'search_key',
+    'source_digest',
     'storage_error',
     'to_jsonable',
     'write_file_atomic',
@@ -47,10 +54,25 @@ PARETO = 'pareto.jsonl'
 SUMMARY = 'summary.jsonl'
 IDENTITY = 'search.json'
 FRAMES = 'frames'
+# Source frames, one lossless PNG per distinct frame searched (named by its pixels' sha256).
+SOURCES = 'sources'
 RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
 # What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).
-RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, 'violations.jsonl'})
+RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, SOURCES, 'violations.jsonl'})  # the tester's
 IDENTITY_FORMAT = 1
+# The fields of an evaluation record that change from one evaluation to the next; every other field
+# (image, model, source prediction, stamps...) is the search's, written once in a header line
+# (`{"header": {...}}`) that the records after it share, and put back by `iter_jsonl`.
+PER_EVALUATION = frozenset(
+    {
+        'index', 'generation', 'genotype', 'composition', 'order', 'parameters', 'f_trans', 'f_pred',
+        'followup', 'followup_text', 'violation', 'strength', 'cached', 'failed',
+    }
+)  # fmt: skip
+# pareto.jsonl lines add their rank and PNG.
+PER_PARETO = PER_EVALUATION | {'rank', 'frame'}
+HEADER = 'header'
+VIOLATIONS = 'violations.jsonl'
 
 
 def to_jsonable(value: Any) -> Any:
@@ -358,6 +380,13 @@ class ResultsStore:
     by far the largest results, are not written (`save_frame` returns None and counts them in
     `frames_skipped`). Records are always written; they are small.
 
+    `max_bytes` is the directory's disk budget (0: none): once the directory holds that much (what
+    was there when it opened plus what this store wrote), no more PNGs are written (`save_frame`
+    and `save_source` return None, counted in `frames_over_budget`) while the JSON Lines records
+    go on; nothing written is ever deleted to make room. Every follow-up stays re-renderable from
+    its search's source frame (`metavlm render`), so a missing PNG loses no evidence unless the
+    source frame itself was refused.
+
     Raises (constructor):
         StorageError, ParameterError, ResultsError: see `check_results_dir`; ResultsError too for a
             record damaged in the middle of a file that `resume` would continue.
@@ -371,16 +400,24 @@ class ResultsStore:
         durable: bool = False,
         resume: bool = False,
         reserve_bytes: int = 0,
+        max_bytes: int = 0,
         identity: dict | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.frames_dir = self.directory / FRAMES
+        self.sources_dir = self.directory / SOURCES
         self.durable = durable
         self.reserve_bytes = reserve_bytes
+        self.max_bytes = max_bytes
         self.frames_skipped = 0
+        self.frames_over_budget = 0
+        #: Bytes this store wrote (records and PNGs); with `initial_bytes`, the directory's size.
+        self.bytes_written = 0
         self.log = log or (lambda message: None)
         self._files: dict[str, IO[bytes]] = {}
+        # Per compacted file: the shared fields of the header line in effect at its end (this session).
+        self._headers: dict[str, dict] = {}
         check_results_dir(self.directory, overwrite=overwrite, resume=resume, identity=identity)
         existing = self.directory.is_dir()
         # On resume, a search that was cut short is run again from its seed; what it had already
@@ -416,6 +453,21 @@ class ResultsStore:
                     write_file_atomic(self.directory / IDENTITY, _identity_bytes(identity))
         except OSError as exc:
             raise storage_error(self.directory, exc) from None
+        # Measured once: from here on every byte this store writes is counted as it goes.
+        self.initial_bytes = directory_bytes(self.directory)
+
+    @property
+    def size_bytes(self) -> int:
+        """The directory's size: what it held when opened plus what this store wrote since."""
+        return self.initial_bytes + self.bytes_written
+
+    def count_written(self, nbytes: int) -> None:
+        """Count bytes written into the directory by another writer (search.json)."""
+        self.bytes_written += nbytes
+
+    def over_budget(self) -> bool:
+        """Whether the directory has reached `max_bytes` (never when 0): no more PNGs are written."""
+        return self.max_bytes > 0 and self.size_bytes >= self.max_bytes
 
     def _create(self, identity: dict | None) -> None:
         self.directory.parent.mkdir(parents=True, exist_ok=True)
@@ -468,6 +520,7 @@ class ResultsStore:
                 view = view[handle.write(view) :]
             if self.durable:
                 os.fsync(handle.fileno())
+            self.bytes_written += len(data)
         except OSError as exc:
             # Take the partial line back: the file ends with the last whole record, as before.
             with contextlib.suppress(OSError):
@@ -492,14 +545,32 @@ class ResultsStore:
                         'count?); nothing more is written: use another --out'
                     )
                 return
-        self._append(EVALUATIONS, record)
+        self._append_shared(EVALUATIONS, record, PER_EVALUATION)
 
     def append_pareto(self, record: dict) -> None:
         """Append one non-dominated solution to pareto.jsonl (once: a resumed search skips its own)."""
         key = _pareto_key(record)
         if key in self._pareto:
             return
-        self._append(PARETO, record)
+        self._append_shared(PARETO, record, PER_PARETO)
+
+    def append_violation(self, record: dict) -> None:
+        """Append one published violation (its evaluation record and `frame`) to violations.jsonl."""
+        self._append_shared(VIOLATIONS, record, PER_PARETO)
+
+    def _append_shared(self, name: str, record: dict, own: frozenset) -> None:
+        """Append a record as its own fields, after a header line of the rest when that changed.
+
+        Every line of a search repeated the same image, model, source prediction and stamps; they
+        are written once per search (and again by a store that reopens the file), so `iter_jsonl`
+        returns each record whole.
+        """
+        record = to_jsonable(record)
+        shared = {k: v for k, v in record.items() if k not in own}
+        if self._headers.get(name) != shared:
+            self._append(name, {HEADER: shared})
+            self._headers[name] = shared
+        self._append(name, {k: v for k, v in record.items() if k in own})
 
     def append_summary(self, record: dict) -> None:
         """Append one search summary to summary.jsonl (once: a resumed search skips its own)."""
@@ -517,20 +588,42 @@ class ResultsStore:
         Raises:
             StorageError: The PNG cannot be written (nothing is left under its name).
         """
+        return self._save_png(self.frames_dir / f'{name}.png', rgb)
+
+    def save_source(self, rgb: np.ndarray) -> tuple[str, str] | None:
+        """Store a search's source frame once, lossless, under sources/; returns (relative path, sha256).
+
+        The name is the sha256 of the frame's shape and pixels (`source_digest`), so searches of one
+        frame share one file and a file already there is not written again. None: the disk reserve
+        or the budget kept it from being written (a new search then has no re-renderable follow-ups).
+
+        Raises:
+            StorageError: The PNG cannot be written (nothing is left under its name).
+        """
+        digest = source_digest(rgb)
+        path = self.sources_dir / f'{digest}.png'
+        if not path.is_file() and self._save_png(path, rgb) is None:
+            return None
+        return f'{SOURCES}/{path.name}', digest
+
+    def _save_png(self, path: Path, rgb: np.ndarray) -> Path | None:
         if self.low_on_space():
             self.frames_skipped += 1
             return None
-        path = self.frames_dir / f'{name}.png'
+        if self.over_budget():
+            self.frames_over_budget += 1
+            return None
         try:
             data = encode_png(rgb)
         except InputError as exc:
             raise StorageError(f'{path}: {exc}') from None
         try:
-            self.frames_dir.mkdir(exist_ok=True)
+            path.parent.mkdir(exist_ok=True)
             # Written aside then renamed: a killed run never leaves a half-written PNG under its name.
             write_file_atomic(path, data)
         except OSError as exc:
             raise storage_error(path, exc) from None
+        self.bytes_written += len(data)
         return path
 
     def close(self) -> None:
@@ -545,6 +638,83 @@ class ResultsStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class WriteRate:
+    """MB written per minute over a sliding window, and the hours left to a budget at that rate."""
+
+    def __init__(self, window_s: float = 600.0) -> None:
+        self.window_s = window_s
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def update(self, size_bytes: int, now: float | None = None) -> float:
+        """Add a sample of the directory's size; returns MB (10^6 bytes) per minute (nan: one sample)."""
+        now = time.monotonic() if now is None else now
+        self._samples.append((now, size_bytes))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+        (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
+        return (b1 - b0) / 1e6 / ((t1 - t0) / 60.0) if t1 > t0 else float('nan')
+
+    @staticmethod
+    def hours_left(size_bytes: int, max_bytes: int, mb_per_min: float) -> float:
+        """Hours until `max_bytes` at `mb_per_min` (nan: no budget or no rate yet; inf: nothing written)."""
+        if max_bytes <= 0:
+            return float('nan')
+        if size_bytes >= max_bytes:
+            return 0.0
+        if mb_per_min != mb_per_min:
+            return float('nan')
+        if mb_per_min <= 0:
+            return float('inf')
+        return (max_bytes - size_bytes) / 1e6 / mb_per_min / 60.0
+
+
+def source_digest(rgb: np.ndarray) -> str:
+    """The sha256 (hex) of a frame's shape and pixels: what names and checks a stored source frame."""
+    digest = hashlib.sha256(str(tuple(rgb.shape)).encode())
+    digest.update(np.ascontiguousarray(rgb).tobytes())
+    return digest.hexdigest()
+
+
+def read_source_frame(directory: str | Path, summary: dict) -> np.ndarray:
+    """The source frame of a finished search, as it was searched, checked against its sha256.
+
+    Args:
+        directory: The results directory.
+        summary: The search's summary record (its `source_frame` and `source_sha256`).
+
+    Raises:
+        ResultsError: The summary names no source frame (written before they were stored, or the
+            disk budget refused it), or the file is missing, damaged or holds other pixels.
+    """
+    import cv2
+
+    relative, expected = summary.get('source_frame'), summary.get('source_sha256')
+    what = f'{summary.get("image")} ({summary.get("algorithm")}, seed {summary.get("seed")})'
+    if not relative or not expected:
+        raise ResultsError(
+            f'{directory}: the search of {what} stored no source frame, so it cannot be rendered'
+        )
+    path = Path(directory) / relative
+    if not path.is_file():
+        raise ResultsError(f'{path}: the source frame of {what} is missing')
+    bgr = cv2.imdecode(np.frombuffer(path.read_bytes(), np.uint8), cv2.IMREAD_COLOR)
+    rgb = None if bgr is None else np.ascontiguousarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+    # The sha256 of the pixels is the check: a damaged file cannot decode to the recorded frame.
+    if rgb is None or source_digest(rgb) != expected:
+        raise ResultsError(f'{path}: its pixels do not match the sha256 the search of {what} recorded')
+    return rgb
+
+
+def directory_bytes(directory: str | Path) -> int:
+    """Bytes the regular files under a directory take (0 when it does not exist)."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
 
 
 def free_disk_bytes(path: str | Path) -> int:
@@ -622,7 +792,11 @@ def _repair_torn_tail(path: Path) -> str | None:
 
 
 def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
-    """Yield the records of a JSON Lines file, skipping a last line cut short by a killed writer.
+    """Yield the records of a JSON Lines file whole, skipping a last line cut short by a killed writer.
+
+    The one reader of results: a header line (`{"header": {...}}`, the fields a search's records
+    share, written once by `ResultsStore`) is not a record; its fields are put back into every
+    record after it, before the record's own. Files written before there were headers read as they are.
 
     Args:
         path: The file; a missing file yields nothing.
@@ -636,6 +810,7 @@ def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
         return
     with open(path, encoding='utf-8', errors='replace') as handle:
         damaged: int | None = None
+        shared: dict = {}
         for number, line in enumerate(handle, 1):
             line = line.strip()
             if not line:
@@ -652,7 +827,11 @@ def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
                 damaged = number  # a partial record from an interrupted write; everything else is intact
                 continue
             damaged = None
-            yield record
+            if len(record) == 1 and isinstance(record.get(HEADER), dict):
+                # The fields the search's records share, for the lines after it (docs/results.md).
+                shared = record[HEADER]
+                continue
+            yield {**shared, **record} if shared else record
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

@@ -51,6 +51,9 @@ __all__ = [
     'RandSampling',
     'SearchResult',
     'evaluation_record',
+    'followup_name',
+    'parse_pareto_pngs',
+    'pareto_png_members',
     'rand_genotypes',
     'run_search',
     'searched_frame',
@@ -77,6 +80,9 @@ class SearchConfig:
     warp: str = 'fused'
     #: Longer side the relations act at: 'auto' (2x the model's input side), pixels, or None (full).
     working_size: int | str | None = None
+    #: Follow-up PNGs written for the non-dominated set: K members spread along the front, None: all.
+    #: Not part of the identity: it changes which PNGs exist, never a record.
+    pareto_pngs: int | None = defaults.PARETO_PNGS
 
     def validate(self) -> SearchConfig:
         if self.algorithm not in ALGORITHMS:
@@ -92,6 +98,7 @@ class SearchConfig:
         if self.warp not in WARPS:
             raise ParameterError(f'unknown warp {self.warp!r} (choose from {", ".join(WARPS)})')
         self.working_size = parse_working_size(self.working_size)
+        self.pareto_pngs = parse_pareto_pngs(self.pareto_pngs)
         return self
 
     def identity(self) -> dict:
@@ -146,6 +153,9 @@ class SearchResult:
     relations: tuple[str, ...] = ()
     #: Why the source frame's answer could not be read (then nothing was searched); '' otherwise.
     source_error: str = ''
+    #: (path relative to the results directory, sha256 of its pixels) of the stored source frame.
+    source_frame: tuple[str, str] | None = None
+    pareto_pngs: int | None = None
 
     @property
     def violations_by_order(self) -> dict[str, dict[int, tuple[int, int]]]:
@@ -166,6 +176,53 @@ def searched_frame(frame: Any, config: SearchConfig, backend: VLMBackend) -> np.
     height, width = frame.shape[:2]
     size = working_size_for(config.working_size, width, height, getattr(backend, 'input_size', 0))
     return np.ascontiguousarray(resize_longer_side(frame, size)) if size else frame
+
+
+def parse_pareto_pngs(value: object) -> int | None:
+    """A Pareto PNG budget from any front end: a count >= 0, or 'all' (also None, -1) for every member.
+
+    Raises:
+        ParameterError: anything else, named.
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() == 'all'):
+        return None
+    try:
+        count = int(value) if not isinstance(value, (bool, float)) else None
+    except (TypeError, ValueError):
+        count = None
+    if count is None or count < -1:
+        raise ParameterError(f"pareto PNGs must be a count (0: none) or 'all', got {value!r}")
+    return None if count == -1 else count
+
+
+def pareto_png_members(result: SearchResult, budget: int | None) -> list[int]:
+    """Which of `result.pareto` (positions in it) get a follow-up PNG under a budget of `budget` PNGs.
+
+    Members that repeat a composition share one PNG, so the budget counts distinct compositions.
+    The smallest-f_trans violation (by any of the search's criteria; the smallest f_trans when no
+    member violates) comes first, then the largest f_pred, then members spread evenly along the
+    front (by rank, which follows f_trans). None: every member.
+    """
+    firsts: dict[tuple, int] = {}
+    for position, i in enumerate(result.pareto):
+        firsts.setdefault(result.evaluations[i].composition.key, position)
+    distinct = sorted(firsts.values())
+    if budget is None or budget >= len(distinct):
+        return distinct
+    if budget <= 0:
+        return []
+    evaluations = [result.evaluations[result.pareto[p]] for p in distinct]
+    violating = [p for p, ev in zip(distinct, evaluations, strict=True) if any(ev.violation.values())]
+    smallest = violating[0] if violating else distinct[0]
+    largest = distinct[max(range(len(distinct)), key=lambda k: (evaluations[k].f_pred, -k))]
+    chosen = list(dict.fromkeys([smallest, largest]))[:budget]
+    rest = [p for p in distinct if p not in chosen]
+    # Evenly spaced ranks over what is left: the front's shape, not one end of it.
+    need = budget - len(chosen)
+    if need > 0:
+        picks = np.linspace(0, len(rest) - 1, need) if need > 1 else np.array([(len(rest) - 1) / 2])
+        chosen += [rest[int(round(k))] for k in picks]
+    return sorted(set(chosen))
 
 
 class _Judge:
@@ -302,6 +359,8 @@ def run_search(
         if source is None:
             raise ModelError('the model gave no prediction for the source frame')
     judge = _Judge(frame, backend, source, config)
+    # Stored first, once per distinct frame: every follow-up can be rendered again from it.
+    stored_source = store.save_source(frame) if store is not None else None
     result = SearchResult(
         image=image_id,
         algorithm=config.algorithm,
@@ -317,6 +376,8 @@ def run_search(
         working_size=max(frame.shape[:2]),
         source_size=source_size,
         relations=config.space.enabled_ids,
+        source_frame=stored_source,
+        pareto_pngs=config.pareto_pngs,
     )
     extra = dict(extra_fields or {})
 
@@ -498,16 +559,17 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
     if store is None:
         return
     saved: dict[tuple, Any] = {}
+    for position in pareto_png_members(result, result.pareto_pngs):
+        ev = result.evaluations[result.pareto[position]]
+        name = followup_name(result.image, result.algorithm, result.seed, ev.index)
+        # A composition judged again (from the cache) ties with itself: one PNG serves every copy.
+        saved[ev.composition.key] = store.save_frame(name, judge.followup_frame(ev.composition))
     for rank, i in enumerate(result.pareto):
         ev = result.evaluations[i]
-        # A composition judged again (from the cache) ties with itself: one PNG serves every copy.
-        if ev.composition.key not in saved:
-            followup_frame = judge.followup_frame(ev.composition)
-            name = f'{_safe(result.image)}_{result.algorithm}_s{result.seed}_e{ev.index:05d}'
-            saved[ev.composition.key] = store.save_frame(name, followup_frame)
-        path = saved[ev.composition.key]
+        path = saved.get(ev.composition.key)
         record = evaluation_record(ev, result, extra)
-        # frame is None when the store's disk reserve was reached and the PNG was not written.
+        # frame is None when the PNG budget, the disk budget or the disk reserve left the PNG
+        # unwritten: `metavlm render` makes it again from the source frame.
         record.update(rank=rank, frame=None if path is None else str(path.relative_to(store.directory)))
         store.append_pareto(record)
     store.append_summary(summary_record(result, backend, extra))
@@ -515,6 +577,11 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
 
 def _safe(name: str) -> str:
     return ''.join(c if c.isalnum() or c in '-_.' else '_' for c in name)
+
+
+def followup_name(image: str, algorithm: str, seed: int, index: int) -> str:
+    """The file stem of an evaluation's follow-up PNG, as the search and `metavlm render` write it."""
+    return f'{_safe(image)}_{algorithm}_s{seed}_e{index:05d}'
 
 
 def evaluation_record(ev: Evaluation, result: SearchResult, extra: dict | None = None) -> dict:
@@ -590,7 +657,16 @@ def summary_record(result: SearchResult, backend: Any = None, extra: dict | None
         },
         'seconds': result.seconds,
         'stopped': result.stopped,
+        **_source_fields(result),
     }
+
+
+def _source_fields(result: SearchResult) -> dict:
+    """`source_frame` and `source_sha256` when the source frame was stored (no store: no field)."""
+    if result.source_frame is None:
+        return {}
+    path, digest = result.source_frame
+    return {'source_frame': path, 'source_sha256': digest}
 
 
 def summarise_orders(result: SearchResult, keys: Sequence[str] | None = None) -> list[str]:

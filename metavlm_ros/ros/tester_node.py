@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import math
 import threading
 import time
@@ -30,11 +29,11 @@ from metavlm_ros.common.errors import InputError, MetaVLMError, ResultsError, St
 from metavlm_ros.common.images import check_frame, resize_longer_side
 from metavlm_ros.common.process import finish
 from metavlm_ros.common.results import (
+    IDENTITY,
     ResultsStore,
+    WriteRate,
     free_disk_bytes,
     read_identity,
-    storage_error,
-    to_jsonable,
     write_identity,
 )
 from metavlm_ros.footage.frames import frame_digest
@@ -163,6 +162,8 @@ class TesterNode(ManagedNode):
         self._free_at_failure = 0
         self.violation_pngs_skipped = 0  # published violations whose follow-up PNG was not written (cap)
         self.disk_free_mb = float('nan')
+        self._write_rate = WriteRate()  # the results directory's growth, for /diagnostics
+        self._over_budget = False
         self._disk_low = False
         self._stopped_for_disk = False
         self.camera_callback_max_s = 0.0
@@ -541,7 +542,9 @@ class TesterNode(ManagedNode):
         store = self._results(settings.results_dir)
         if read_identity(store.directory) is None:
             write_identity(store.directory, identity)
+            store.count_written((store.directory / IDENTITY).stat().st_size)
         store.reserve_bytes = settings.min_free_disk_mb * MIB
+        store.max_bytes = settings.results_max_mb * MIB
         self._stopped_for_disk = False
         job = _Job(frame, msg, stamp_ns, image_id, settings)
         job.extra['model'] = self.backend.model_id
@@ -622,6 +625,14 @@ class TesterNode(ManagedNode):
                 self.get_logger().warning(text)
         else:
             self.state = 'idle'
+        store = self._store
+        if store is not None and store.over_budget() != self._over_budget:
+            self._over_budget = store.over_budget()
+            if self._over_budget:
+                self.get_logger().warning(
+                    f'{store.directory} reached results_max_mb {job.settings.results_max_mb}: no more '
+                    'follow-up PNGs are written (each can be rendered again); records go on, none deleted'
+                )
         self.get_logger().info(
             f'searched {job.image_id}: {len(result.evaluations)} evaluations in {result.seconds:.1f} s, '
             f'hypervolume {result.hypervolume:.4f}'
@@ -670,11 +681,7 @@ class TesterNode(ManagedNode):
         relative = None if path is None else str(path.relative_to(store.directory))
         record = {**evaluation_record(ev, result, job.extra), 'frame': relative}
         # Stored and flushed before it is published: what subscribers saw is always on disk.
-        try:
-            self._violations_file.write(json.dumps(to_jsonable(record), separators=(',', ':')) + '\n')
-            self._violations_file.flush()
-        except OSError as exc:
-            raise storage_error(store.directory / VIOLATIONS_FILE, exc) from None
+        store.append_violation(record)
         array = DiagnosticArray()
         array.header = job.header
         array.status = [
@@ -711,11 +718,18 @@ class TesterNode(ManagedNode):
         if self._check_disk(self.settings):
             level = DiagnosticStatus.WARN
             message = f'results disk nearly full: {self.disk_free_mb:.0f} MiB free, searches paused'
+        elif self._over_budget:
+            level = DiagnosticStatus.WARN
+            message = f'results_max_mb reached: no more PNGs, records go on ({self.state})'
         elif self.probe is not None and not self._endpoint_ready():
             level, message = DiagnosticStatus.WARN, 'perception node absent: probe topics not matched'
         elif answering is False and self.probe is not None and self.probe.sent > 0:
             level, message = DiagnosticStatus.WARN, 'perception node not answering probes'
         latency = self.probe.latency if self.probe is not None else None
+        store = self._store
+        size = store.size_bytes if store is not None else 0
+        mb_per_min = self._write_rate.update(size) if store is not None else float('nan')
+        max_bytes = self.settings.results_max_mb * MIB
         values = {
             'state': self.state,
             'endpoint': self.settings.endpoint,
@@ -735,6 +749,10 @@ class TesterNode(ManagedNode):
             'disk_free_mb': self.disk_free_mb,
             'searches_paused_disk': self.searches_paused_disk,
             'frames_not_saved': self._store.frames_skipped if self._store is not None else 0,
+            'results_mb': size / 1e6,
+            'results_mb_per_min': mb_per_min,
+            'results_hours_left': WriteRate.hours_left(size, max_bytes, mb_per_min),
+            'frames_over_budget': store.frames_over_budget if store is not None else 0,
             'violation_pngs_skipped': self.violation_pngs_skipped,
             'camera_callback_max_ms': self.camera_callback_max_s * 1000.0,
             'perception_answering': 'n/a' if answering is None else str(answering).lower(),

@@ -33,6 +33,7 @@ __all__ = [
     'NODE_NAME',
     'PARAMETERS',
     'PARAMETER_DEFAULTS',
+    'RESULTS_MAX_MB',
     'TRANSPORTS',
     'VIOLATION_STATUS',
     'TesterSettings',
@@ -56,6 +57,11 @@ ENDPOINTS = ('ros', 'inprocess')
 TRANSPORTS = ('raw', 'compressed')
 
 
+#: The tester's results budget (MiB): 20 hours at the 500 MB an hour its defaults are sized for
+#: (docs/results.md, "Disk budget"); past it no more PNGs, the records go on.
+RESULTS_MAX_MB = 10240
+
+
 @dataclass(frozen=True)
 class TesterSettings:
     """The tester's validated parameters; a new value replaces them all at once, for the next search."""
@@ -67,6 +73,7 @@ class TesterSettings:
     frame_period_s: float = 5.0
     results_dir: str = 'results/ros'
     min_free_disk_mb: int = 1024
+    results_max_mb: int = RESULTS_MAX_MB
     violation_pngs_per_search: int = 3
     image_transport: str = 'raw'
     report_threshold: float = 0.05
@@ -158,9 +165,23 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         high=1_000_000_000,
     ),
     ParameterSpec(
+        'results_max_mb',
+        RESULTS_MAX_MB,
+        'disk budget (MiB) of results_dir: past it no PNGs are written, records go on, none deleted; 0: off',
+        low=0,
+        high=1_000_000_000,
+    ),
+    ParameterSpec(
+        'pareto_pngs',
+        defaults.PARETO_PNGS,
+        'follow-up PNGs per search for its Pareto set, spread along the front (-1: every member; 0: none)',
+        low=-1,
+        high=1_000_000,
+    ),
+    ParameterSpec(
         'violation_pngs_per_search',
         3,
-        'follow-up PNGs written per search for published violations (the Pareto set always gets its own)',
+        'follow-up PNGs written per search for published violations (the Pareto set: pareto_pngs)',
         low=0,
         high=1_000_000,
     ),
@@ -242,6 +263,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         space=space,
         thresholds=thresholds,
         working_size='auto' if working_size == -1 else working_size or None,
+        pareto_pngs=int(values['pareto_pngs']),
     ).validate()
     report_threshold = float(values['report_threshold'])
     if not any(math.isclose(report_threshold, t) for t in thresholds):
@@ -279,6 +301,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         frame_period_s=frame_period_s,
         results_dir=results_dir,
         min_free_disk_mb=int(values['min_free_disk_mb']),
+        results_max_mb=int(values['results_max_mb']),
         violation_pngs_per_search=int(values['violation_pngs_per_search']),
         image_transport=transport,
         report_threshold=report_threshold,

@@ -14,6 +14,7 @@ from metavlm_ros.campaign.executors import CellOutcome, commit_cell
 from metavlm_ros.campaign.report import build_report, write_report
 from metavlm_ros.campaign.runner import run_campaign
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.results import read_jsonl
 from test.conftest import make_frame
 
 
@@ -135,7 +136,7 @@ def test_campaign_local_resume_and_refusal(tmp_path, image_dir, tiny_clip_dir):
     assert [im['id'] for im in record['images']] == ['img0', 'img1']
     assert (out / 'frames' / 'img0.png').is_file()
     cell_dir = out / 'cells' / 'm0-nsga2-r000-img0'
-    records = [json.loads(line) for line in (cell_dir / 'evaluations.jsonl').read_text().splitlines()]
+    records = read_jsonl(cell_dir / 'evaluations.jsonl')
     assert len(records) == 24
     assert {r['run'] for r in records} == {0} and {r['cell'] for r in records} == {'m0-nsga2-r000-img0'}
     assert {(r['model'], r['backend'], r['stamp_ns']) for r in records} == {(str(tiny_clip_dir), 'clip', 0)}
@@ -151,7 +152,7 @@ def test_campaign_local_resume_and_refusal(tmp_path, image_dir, tiny_clip_dir):
     shutil.rmtree(cell_dir)
     redo = run_campaign(config, out, progress=False, threads=1)
     assert (redo.skipped, redo.completed) == (7, 1)
-    assert [json.loads(x) for x in (cell_dir / 'evaluations.jsonl').read_text().splitlines()] == records
+    assert read_jsonl(cell_dir / 'evaluations.jsonl') == records
     assert (out / 'cells' / 'm0-random-r001-img1' / 'cell.json').stat().st_mtime_ns == mtime
     assert len(json.loads((out / 'campaign.json').read_text())['invocations']) == 3
 
@@ -297,9 +298,7 @@ def test_relations_narrow_every_cell(tmp_path, image_dir, tiny_clip_dir):
     )
     run_campaign(config, tmp_path / 'out', progress=False, threads=1)
     records = [
-        json.loads(line)
-        for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl')
-        for line in path.read_text().splitlines()
+        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl') for r in read_jsonl(path)
     ]
     assert len(records) == 2 * 12
     assert {r['composition'] for r in records} <= {'{}', '{5}'}
@@ -320,9 +319,7 @@ def test_a_campaign_of_three_algorithms_on_underwater_relations_reports_every_pa
     )
     run_campaign(config, tmp_path / 'out', progress=False, threads=1)
     records = [
-        json.loads(line)
-        for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl')
-        for line in path.read_text().splitlines()
+        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl') for r in read_jsonl(path)
     ]
     assert len(records) == 3 * 2 * 2 * 12  # algorithms x runs x images x budget
     assert {r['composition'] for r in records} <= {'{}', '{8}', '{9}', '{8,9}'}
@@ -425,9 +422,7 @@ def test_the_blur_angle_range_narrows_every_cell_and_is_part_of_the_campaign_ide
     assert 'extras' not in plain.identity()
     run_campaign(heave, tmp_path / 'out', progress=False, threads=1)
     records = [
-        json.loads(line)
-        for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl')
-        for line in path.read_text().splitlines()
+        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl') for r in read_jsonl(path)
     ]
     assert len(records) == 2 * 6 and all(r['parameters']['motion_blur_angle'] == 90.0 for r in records)
     with pytest.raises(

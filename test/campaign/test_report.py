@@ -17,6 +17,7 @@ from scipy.stats import mannwhitneyu
 
 from metavlm_ros.campaign.report import build_report, render_csv, render_markdown, write_report
 from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.results import read_jsonl
 
 FIXTURE = Path(__file__).resolve().parent.parent / 'fixtures' / 'campaign_results'
 
@@ -245,7 +246,7 @@ def _three_algorithms(tmp_path: Path, baseline: str | None = None) -> Path:
         summary = json.loads((copy / 'summary.jsonl').read_text())
         summary.update(algorithm='nsga3', hypervolume=summary['hypervolume'] + 0.3)
         (copy / 'summary.jsonl').write_text(json.dumps(summary) + '\n')
-        records = [json.loads(line) for line in (copy / 'evaluations.jsonl').read_text().splitlines()]
+        records = read_jsonl(copy / 'evaluations.jsonl')
         lines = [json.dumps({**r, 'algorithm': 'nsga3', 'cell': copy.name}) + '\n' for r in records]
         (copy / 'evaluations.jsonl').write_text(''.join(lines))
     campaign = json.loads((three / 'campaign.json').read_text())

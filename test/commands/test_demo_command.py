@@ -118,6 +118,17 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         assert stored['random'] == {r['image']: r['hypervolume'] for r in rand}
     if report.get('montage'):
         assert (out / 'strongest_violations.png').stat().st_size > 1000
+    # Each demo results directory (tester and Rand) renders its stored follow-ups again, byte for byte.
+    for name in ('clip', 'clip_rand'):
+        written = [p for p in read_jsonl(out / name / 'pareto.jsonl') if p['frame']]
+        assert written, f'{name}: no follow-up PNG to compare with'
+        for p in written:
+            again = tmp_path / 'again' / name
+            options = ['--image', p['image'], '--out', str(again)]
+            assert cli.main(['render', str(out / name), str(p['index']), *options]) == 0
+            (png,) = again.glob(f'*_e{p["index"]:05d}.png')
+            assert png.read_bytes() == (out / name / p['frame']).read_bytes()
+            png.unlink()
 
 
 def test_pareto_plot_draws_each_algorithm_in_its_colour(tmp_path):

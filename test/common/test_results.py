@@ -42,8 +42,11 @@ def _lines(directory) -> dict[str, list[dict]]:
     """Every record of a directory, the wall time left out (it differs between runs)."""
     out = {}
     for name in FILES:
-        records = [json.loads(line) for line in (Path(directory) / name).read_text().splitlines()]
-        out[name] = [{k: v for k, v in r.items() if k != 'seconds'} for r in records]
+        # Whole records, as the one reader returns them (header lines put back): a resumed store
+        # writes its search's header again, so the lines differ where the records do not.
+        out[name] = [
+            {k: v for k, v in r.items() if k != 'seconds'} for r in read_jsonl(Path(directory) / name)
+        ]
     return out
 
 
@@ -55,9 +58,19 @@ def _write_order(directory) -> list[tuple[str, bytes]]:
     for summary in files[SUMMARY]:
         image = json.loads(summary)['image']
         for name in (EVALUATIONS, PARETO):
-            order += [(name, line) for line in files[name] if json.loads(line)['image'] == image]
+            order += [(name, line) for line, line_image in _images(files[name]) if line_image == image]
         order.append((SUMMARY, summary))
     return order
+
+
+def _images(lines: list[bytes]) -> list[tuple[bytes, str]]:
+    """Each raw line with the image it belongs to: a header line's own, or that of the header before."""
+    out, image = [], None
+    for line in lines:
+        record = json.loads(line)
+        image = record['header']['image'] if 'header' in record else record.get('image', image)
+        out.append((line, image))
+    return out
 
 
 @pytest.mark.parametrize('algorithm', ['nsga2', 'random'])

@@ -8,7 +8,7 @@ import textwrap
 
 import numpy as np
 
-from metavlm_ros.common.results import ResultsStore
+from metavlm_ros.common.results import ResultsStore, read_jsonl
 from metavlm_ros.common.scratch import remove_stale, scratch_path
 
 # A writer killed with SIGKILL in the middle of a follow-up PNG: part of it is written.
@@ -57,7 +57,7 @@ def test_a_png_left_by_a_killed_run_is_removed_on_the_next_start_and_evidence_is
         assert sorted(set(before) - set(after)) == sorted([os.path.basename(partial), legacy.name])
         assert after == sorted([kept.name, 'notes.txt', busy.name])
         assert kept.read_bytes()[:4] == b'\x89PNG'
-        assert (results / 'evaluations.jsonl').read_text().count('\n') == 1
+        assert read_jsonl(results / 'evaluations.jsonl') == [{'image': 'a', 'index': 0}]
     finally:
         alive.kill()
         alive.wait(10)

@@ -1,6 +1,5 @@
 """The search: budget, seeding, batching, caching, failures, stored records, NSGA-II against Rand."""
 
-import json
 import shutil
 from collections import Counter
 
@@ -312,7 +311,7 @@ def test_nsga2_beats_random_search_where_it_must():
 
 def test_store_records_every_evaluation_and_the_front(tmp_path, frame):
     store = ResultsStore(tmp_path / 'out')
-    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1)
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1, pareto_pngs='all')
     with store:
         result = run_search(
             frame, ImageStatsBackend(), config, image_id='f1', store=store, extra_fields={'model': 'm'}
@@ -364,23 +363,26 @@ def test_resumed_search_writes_each_record_once(tmp_path, frame):
     assert cut.stopped and len(read_jsonl(tmp_path / 'cut' / 'evaluations.jsonl')) == 20
     with ResultsStore(tmp_path / 'cut', resume=True) as store:
         run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
-    full = (tmp_path / 'full' / 'evaluations.jsonl').read_text().splitlines()
-    resumed = (tmp_path / 'cut' / 'evaluations.jsonl').read_text().splitlines()
-    assert [json.loads(x) for x in resumed] == [json.loads(x) for x in full]
+    # Record for record (the resumed store writes its search's header line again).
+    assert read_jsonl(tmp_path / 'cut' / 'evaluations.jsonl') == read_jsonl(
+        tmp_path / 'full' / 'evaluations.jsonl'
+    )
 
 
 def test_a_disk_reserve_larger_than_the_free_space_keeps_records_but_skips_pngs(tmp_path, frame):
     free = free_disk_bytes(tmp_path / 'not' / 'yet' / 'made')  # measured on the nearest existing parent
     assert abs(free - shutil.disk_usage(tmp_path).free) < 2**26  # other writers may move it a little
-    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1)
+    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1, pareto_pngs='all')
     with ResultsStore(tmp_path / 'out', reserve_bytes=free * 1000) as store:
         result = run_search(frame, ImageStatsBackend(), config, image_id='f', store=store)
         assert store.low_on_space()
     assert result.pareto
     pareto = read_jsonl(tmp_path / 'out' / 'pareto.jsonl')
-    assert len(pareto) == len(result.pareto) == store.frames_skipped
+    # Every member's PNG and the source frame were skipped.
+    assert len(pareto) + 1 == len(result.pareto) + 1 == store.frames_skipped
     assert all(p['frame'] is None for p in pareto)
-    assert not (tmp_path / 'out' / 'frames').exists()
+    assert not (tmp_path / 'out' / 'frames').exists() and not (tmp_path / 'out' / 'sources').exists()
+    assert 'source_frame' not in read_jsonl(tmp_path / 'out' / 'summary.jsonl')[0]
     assert len(read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')) == 30
     with ResultsStore(tmp_path / 'off', reserve_bytes=0) as store:
         assert not store.low_on_space()

@@ -84,6 +84,8 @@ TESTER_WRONG = {
     'transport_size': [-1],
     'violation_image_height': [8],
     'violation_pngs_per_search': [-1],
+    'pareto_pngs': [-2],
+    'results_max_mb': [-1],
     'vlm_endpoint': ['cloud'],
     'working_size': [-2],
 }

@@ -200,7 +200,7 @@ def test_ctrl_c_during_metavlm_run_stops_the_search_with_its_summary(tmp_path, t
     evaluations = tmp_path / 'results' / 'evaluations.jsonl'
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        if evaluations.is_file() and len(evaluations.read_text().splitlines()) >= 12:
+        if evaluations.is_file() and len(read_jsonl(evaluations)) >= 12:
             break
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)

@@ -12,6 +12,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
+from metavlm_ros.cli import main as cli_main
 from metavlm_ros.common import results as results_module
 from metavlm_ros.common.errors import ParameterError, ResultsError
 from metavlm_ros.common.results import read_identity, read_jsonl
@@ -435,7 +436,13 @@ def test_a_disk_filling_during_a_search_stops_it_and_keeps_records_without_pngs(
 
     monkeypatch.setattr(tester_node, 'free_disk_bytes', free_bytes)
     monkeypatch.setattr(results_module, 'free_disk_bytes', free_bytes)
-    g = graph(backend=backend, evaluations=60, min_free_disk_mb=reserve_mb, violation_pngs_per_search=1000)
+    g = graph(
+        backend=backend,
+        evaluations=60,
+        min_free_disk_mb=reserve_mb,
+        violation_pngs_per_search=1000,
+        pareto_pngs=-1,
+    )
     g.camera.publish(make_frame(160, 120, seed=5))
     g.wait(lambda: g.tester.searches_done == 1, message='the search')
     assert g.tester.searches_stopped == 1
@@ -456,10 +463,52 @@ def test_a_disk_filling_during_a_search_stops_it_and_keeps_records_without_pngs(
     assert values_of(g.tester.diagnostics())['frames_not_saved'] == str(len(skipped))
 
 
+def test_past_results_max_mb_no_png_is_written_records_go_on_and_diagnostics_say_so(graph):
+    # Noise does not compress: its source frame alone (768 px at the auto working size) is past 1 MiB.
+    g = graph(results_max_mb=1, pareto_pngs=-1, violation_pngs_per_search=1000)
+    noise = np.random.default_rng(3).integers(0, 256, (576, 768, 3), dtype=np.uint8)
+    g.camera.publish(noise, 1_000_000_000)
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    assert len(read_jsonl(g.results / 'evaluations.jsonl')) == 18
+    violations = read_jsonl(g.results / 'violations.jsonl')
+    assert violations and all(r['frame'] is None for r in violations)
+    assert all(r['frame'] is None for r in read_jsonl(g.results / 'pareto.jsonl'))
+    (summary,) = read_jsonl(g.results / 'summary.jsonl')
+    assert (g.results / summary['source_frame']).is_file() and not (g.results / 'frames').exists()
+    values = values_of(status := g.tester.diagnostics())
+    assert status.level == DiagnosticStatus.WARN and 'results_max_mb reached' in status.message
+    assert float(values['results_hours_left']) == 0.0 and int(values['frames_over_budget']) > 0
+    on_disk = sum(p.stat().st_size for p in g.results.rglob('*') if p.is_file())
+    # Every byte written is counted (diagnostics show six significant digits).
+    assert float(values['results_mb']) == pytest.approx(on_disk / 1e6, rel=1e-5)
+
+
+def test_a_testers_follow_ups_render_again_byte_for_byte(graph, tmp_path):
+    # The tester's directory is the layout of `metavlm run` and of each model of `metavlm demo`.
+    g = graph(pareto_pngs=-1, violation_pngs_per_search=1000)
+    g.camera.publish(make_frame(160, 120, seed=5), 1_000_000_000)
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    out = tmp_path / 'again'
+    assert cli_main(['render', str(g.results), 'pareto', '--out', str(out)]) == 0
+    pareto = read_jsonl(g.results / 'pareto.jsonl')
+    assert pareto and all(p['frame'] for p in pareto)
+    for p in pareto:
+        assert (out / f'camera_1000000000_nsga2_s0_e{p["index"]:05d}.png').read_bytes() == (
+            g.results / p['frame']
+        ).read_bytes()
+    # The violations' own PNGs are follow-ups of evaluations too.
+    violations = [r for r in read_jsonl(g.results / 'violations.jsonl') if r['frame']]
+    indices = [str(r['index']) for r in violations]
+    assert cli_main(['render', str(g.results), *indices, '--out', str(out)]) == 0
+    for r in violations:
+        rendered = out / f'camera_1000000000_nsga2_s0_e{r["index"]:05d}.png'
+        assert rendered.read_bytes() == (g.results / r['frame']).read_bytes()
+
+
 def test_violation_pngs_are_bounded_per_search_and_the_rest_reported(graph):
     # A model that breaks on everything (the stand-in at Th 0.01) must not write a PNG per evaluation:
     # two per search for the published violations, plus the Pareto set's own.
-    g = graph(violation_pngs_per_search=2)
+    g = graph(violation_pngs_per_search=2, pareto_pngs=-1)
     for done, stamp in enumerate((1_000_000_000, 9_000_000_000), start=1):
         g.camera.publish(make_frame(160, 120, seed=5), stamp)
         g.wait(lambda done=done: g.tester.searches_done == done, message='a search')
