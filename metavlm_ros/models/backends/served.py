@@ -303,6 +303,8 @@ class ServedBackend(Backend):
         self.served_ids: list[str] = []
         self.model_entry: dict[str, Any] = {}
         self.fingerprints: set[str] = set()
+        #: Why the last predict call failed ('' when it did not).
+        self.failure = ''
         try:
             self._probe()
         except ServerLost as exc:
@@ -510,11 +512,19 @@ class ServedBackend(Backend):
         except _NoLogprobs:
             for future in futures:
                 future.cancel()
-            raise ServerLost(f'{self._where()}: a response without logprobs mid-search') from None
+            self.failure = f'{self._where()}: a response without logprobs mid-search'
+            raise ServerLost(self.failure) from None
+        except ServerLost as exc:
+            for future in futures:
+                future.cancel()
+            # Kept for the caller that sees only a stopped search (commands/search.py, the tester node).
+            self.failure = str(exc)
+            raise
         except BaseException:
             for future in futures:
                 future.cancel()
             raise
+        self.failure = ''
         per = len(questions)
         call = CallStats()
         predictions = []
