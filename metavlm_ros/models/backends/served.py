@@ -403,6 +403,15 @@ class ServedBackend(Backend):
             body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
         return body
 
+    def _encode_and_ask(
+        self, frame: np.ndarray, question: str, confidence: bool
+    ) -> tuple[Any, float, int, bool]:
+        started = time.perf_counter()
+        body = self._request_body(frame, question, confidence=confidence)
+        with self._stats_lock:
+            self.stats.encode_s += time.perf_counter() - started
+        return self._ask(body, confidence)
+
     def _ask(self, body: dict[str, Any], confidence: bool) -> tuple[Any, float, int, bool]:
         """One answer: (text or P(yes) or a reason string in a tuple, seconds, retries, cached)."""
         data = json.dumps(body, sort_keys=True, separators=(',', ':')).encode()
@@ -502,11 +511,11 @@ class ServedBackend(Backend):
         frames = [check_frame(frame, what=f'frame {index}') for index, frame in enumerate(frames)]
         confidence = self.kind == 'confidence'
         questions = self.asked.questions if confidence else [self.asked.question]
-        started = time.perf_counter()
-        bodies = [self._request_body(f, q, confidence=confidence) for f in frames for q in questions]
-        with self._stats_lock:
-            self.stats.encode_s += time.perf_counter() - started
-        futures = [self._pool.submit(self._ask, body, confidence) for body in bodies]
+        # Each request is encoded in its own worker (OpenCV's PNG encoder releases the GIL), so one
+        # frame's encoding overlaps the others' round trips instead of delaying the whole batch.
+        futures = [
+            self._pool.submit(self._encode_and_ask, f, q, confidence) for f in frames for q in questions
+        ]
         try:
             results = [future.result() for future in futures]
         except _NoLogprobs:
