@@ -4,11 +4,13 @@ Usage: python bench/served.py [--frames 16] [--repeats 5] [--sizes 768 64] [--ma
 Builds the tiny random-weight LLaVA (models/tiny_families.py), serves it with `transformers serve` on
 127.0.0.1 (the transformers[serving] extra, requirements-dev.txt), and judges the same frames with
 the `openai` backend at 1, 4 and 16 requests in flight (answer cache off) and with the in-process
-`vlm` backend, interleaved. Sizes are the frames' longer side: 768 is the working size a search
-gives a served model (2 x 384, its input side being unknown here), 64 the tiny model's own (2 x 32).
+`vlm` backend, interleaved. Sizes are the frames' longer side: 64 is the working size a search
+gives the tiny model (2 x its 32 px input side, told to the served backend as `input_side`), 768
+the one it gives a served model whose input side is not given (2 x 384).
 Where the time goes, per request: PNG encoding and the base64 JSON body (the client's own cost),
 an HTTP round trip that does no model work (GET /v1/models), and a whole chat request one at a time.
-Checks: served and in-process answers agree; the client's own cost is < 10% of a round trip.
+Checks: served and in-process answers agree; at the model's working size the client's own cost is
+< 10% of a round trip (at other sizes the share is printed with the round trip it is 10% of).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from timing import Checks, fmt, interleaved  # noqa: E402
 
 from metavlm_ros.common.codec import encode_png  # noqa: E402
-from metavlm_ros.common.images import resize_longer_side  # noqa: E402
+from metavlm_ros.common.images import resize_longer_side, working_size_for  # noqa: E402
 from metavlm_ros.footage.scenes import SceneGenerator  # noqa: E402
 from metavlm_ros.models.vlm import create_backend  # noqa: E402
 
@@ -63,7 +65,15 @@ def bench_size(side: int, args: argparse.Namespace, endpoint: str, model: str, c
     tokens = {'max_new_tokens': args.max_new_tokens}
     local = create_backend('vlm', model, device='cpu', **tokens)
     served = {
-        n: create_backend('openai', model, endpoint=endpoint, max_in_flight=n, cache_size=0, **tokens)
+        n: create_backend(
+            'openai',
+            model,
+            endpoint=endpoint,
+            max_in_flight=n,
+            cache_size=0,
+            input_side=local.input_size,
+            **tokens,
+        )
         for n in IN_FLIGHT
     }
     try:
@@ -91,10 +101,14 @@ def bench_size(side: int, args: argparse.Namespace, endpoint: str, model: str, c
             f'client: PNG + base64 {encode * 1e3:.2f} ms, whole JSON body {body * 1e3:.2f} ms'
         )
         share = body / round_trip
-        checks.check(
-            share < 0.1,
-            f'{side} px: the client cost {body * 1e3:.2f} ms is {100 * share:.1f}% of a round trip (< 10%)',
-        )
+        what = f'{side} px: the client cost {body * 1e3:.2f} ms is {100 * share:.1f}% of a round trip'
+        working = working_size_for('auto', 1280, 960, one.input_size)
+        if side == working:
+            checks.check(share < 0.1, f'{what} (< 10% at the working size {working} px)')
+        else:
+            print(
+                f'  note: {what}; 10% of any round trip over {body * 1e4:.0f} ms (not the working size here)'
+            )
     finally:
         for backend in served.values():
             backend.close()

@@ -221,9 +221,10 @@ def test_server_errors_are_retried_and_counted():
         [(503, {'error': {'message': 'loading'}}, 0.0), (429, {'error': {'message': 'slow down'}}, 0.0)]
     )
     with ScriptedServer(lambda body: next(replies, (200, chat_body('Animals: 2 fish'), 0.0))) as server:
-        backend = create_backend('openai', 'recorded', endpoint=server.endpoint, retries=2)
+        backend = create_backend('openai', 'recorded', endpoint=server.endpoint, retries=2, input_side=384)
         try:
             assert backend.stats.retries == 2
+            assert backend.input_size == 384  # what --working-size auto reads: 2 x 384 px frames are sent
             (prediction,) = backend.predict(FRAMES[:1])
         finally:
             backend.close()

@@ -89,6 +89,9 @@ SERVED_OPTIONS: tuple[Option, ...] = (
            'connection, with exponential backoff', low=0, high=20, identity=False),
     Option('max_in_flight', int, 4, 'served models: most requests in flight at once (one generation is one '
            'concurrent batch)', low=1, high=256, identity=False),
+    Option('input_side', int, 0, "served models: the side in pixels of the square the served model sees (its "
+           "processor's size, e.g. 384 for SmolVLM); sets --working-size auto; 0: not known here", low=0,
+           high=8192),
     Option('cache_size', int, 4096, 'served models: answers kept by request (LRU); 0 turns the cache off',
            low=0, high=1_000_000, identity=False),
 )  # fmt: skip
@@ -258,6 +261,7 @@ class ServedBackend(Backend):
         timeout_s: float,
         retries: int,
         max_in_flight: int,
+        input_side: int,
         cache_size: int,
         kind: str,
         prompt: str | None,
@@ -281,6 +285,8 @@ class ServedBackend(Backend):
         self.classes = tuple(classes)
         self.chosen_kind = kind
         self.max_new_tokens = max_new_tokens
+        # The server's processor is out of reach; what the user states sets the working size (auto).
+        self.input_size = input_side
         self.retries = retries
         self.timeout_s = timeout_s
         self.api_key_env = api_key_env
