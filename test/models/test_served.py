@@ -135,6 +135,24 @@ def test_search_through_the_server_records_endpoint_and_model_never_the_key(serv
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
+def test_a_campaign_judges_through_the_server(served, tmp_path):
+    from metavlm_ros.campaign.config import parse_config
+    from metavlm_ros.campaign.runner import run_campaign
+
+    endpoint, model = served
+    (tmp_path / 'frames').mkdir()
+    _frame_file(tmp_path / 'frames')
+    entry = {'backend': 'openai', 'model': model, 'name': 'served', 'endpoint': endpoint, 'max_in_flight': 4}
+    data = {'frames': {'sources': [str(tmp_path / 'frames')]}, 'models': [entry], 'runs': 1}
+    data.update(population=4, evaluations=8, seed=5, algorithms=['nsga2'])
+    run = run_campaign(parse_config(data, base_dir=tmp_path), tmp_path / 'out', progress=False, threads=1)
+    assert (run.total, run.completed) == (1, 1)
+    (recorded,) = json.loads((tmp_path / 'out' / 'campaign.json').read_text())['models']
+    assert recorded['endpoint'] == _parts(endpoint) and recorded['weights_sha256'] is None
+    (cell,) = (tmp_path / 'out' / 'cells').iterdir()
+    assert len((cell / 'evaluations.jsonl').read_text().splitlines()) == 8
+
+
 # -- faults against real sockets -------------------------------------------------------------------------
 
 
