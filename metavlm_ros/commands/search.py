@@ -181,7 +181,7 @@ def search_identity(args: argparse.Namespace, config) -> dict:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from metavlm_ros.common.errors import ResultsError
+    from metavlm_ros.common.errors import ModelError, ResultsError
     from metavlm_ros.common.results import ResultsStore, check_results_dir, search_key
     from metavlm_ros.footage.frames import frame_digest, iter_frames, verify_sources
     from metavlm_ros.method.encoding import SearchSpace
@@ -279,6 +279,10 @@ def run(args: argparse.Namespace) -> int:
                 )
             searched += 1
             _print_summary(result, summarise_orders)
+            if result.stopped:
+                # Only a backend stops this search (a served model's server gone): kept, resumable.
+                why = getattr(backend, 'failure', '') or 'the model stopped answering'
+                raise ModelError(f'{frame.id}: search stopped: {why}; what finished is kept in {args.out}')
     print(
         f'{searched} frame(s) searched; results in {store.directory}/ '
         '(evaluations.jsonl, pareto.jsonl, summary.jsonl, frames/, sources/, search.json)'
