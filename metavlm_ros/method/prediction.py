@@ -23,12 +23,15 @@ class Prediction:
         text: the generated answer of a generative model; '' for a contrastive one.
         error: why the answer could not be read (a parse failure: an evaluation that failed, with
             no values), '' when it was read.
+        evidence: how the answer was obtained, kept with the evaluation's record (a served model: its
+            request's latency_s and retries); empty for an in-process model.
     """
 
     kind: str
     values: dict[str, float] = field(default_factory=dict)
     text: str = ''
     error: str = ''
+    evidence: dict = field(default_factory=dict, compare=False)  # how, not what: not part of the answer
 
 
 class VLMBackend:

@@ -611,6 +611,7 @@ def evaluation_record(ev: Evaluation, result: SearchResult, extra: dict | None =
         'failed': ev.failed,
         # Only a parse failure has it: records of searches without one stay as they were.
         **({'parse_error': ev.followup.error} if ev.followup is not None and ev.followup.error else {}),
+        **({'request': ev.followup.evidence} if ev.followup is not None and ev.followup.evidence else {}),
     }
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from metavlm_ros.common.codec import encode_png
 from metavlm_ros.common.errors import ModelError, ParameterError
+from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.models.backends.served import ServerLost, yes_probability
 from metavlm_ros.models.vlm import create_backend, model_identity
 from test.conftest import make_frame
@@ -124,8 +125,11 @@ def test_search_through_the_server_records_endpoint_and_model_never_the_key(serv
     identity = json.loads((out / 'search.json').read_text())['identity']['model']
     assert identity['backend'] == 'openai' and identity['model'] == model
     assert identity['endpoint'] == _parts(endpoint)
-    evaluations = (out / 'evaluations.jsonl').read_text().splitlines()
+    evaluations = read_jsonl(out / 'evaluations.jsonl')
     assert len(evaluations) == 8
+    # Every evaluation records what its answer cost (a cached follow-up: 0 s, no retries).
+    assert all(r['request']['latency_s'] >= 0 and r['request']['retries'] == 0 for r in evaluations)
+    assert any(r['request']['latency_s'] > 0 for r in evaluations)
     for path in [p for p in out.rglob('*') if p.is_file()]:
         assert secret.encode() not in path.read_bytes(), path
     assert secret not in done.stdout + done.stderr
@@ -150,7 +154,7 @@ def test_a_campaign_judges_through_the_server(served, tmp_path):
     (recorded,) = json.loads((tmp_path / 'out' / 'campaign.json').read_text())['models']
     assert recorded['endpoint'] == _parts(endpoint) and recorded['weights_sha256'] is None
     (cell,) = (tmp_path / 'out' / 'cells').iterdir()
-    assert len((cell / 'evaluations.jsonl').read_text().splitlines()) == 8
+    assert len(read_jsonl(cell / 'evaluations.jsonl')) == 8
 
 
 # -- faults against real sockets -------------------------------------------------------------------------
@@ -302,9 +306,9 @@ def test_the_server_killed_mid_search_stops_it_with_what_finished_kept(tmp_path)
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert 'search stopped' in last and 'after 2 retries' in last, done.stderr
-    evaluations = [json.loads(line) for line in (out / 'evaluations.jsonl').read_text().splitlines()]
+    evaluations = read_jsonl(out / 'evaluations.jsonl')
     assert len(evaluations) == 4  # the first generation, once each
-    (summary,) = [json.loads(line) for line in (out / 'summary.jsonl').read_text().splitlines()]
+    (summary,) = read_jsonl(out / 'summary.jsonl')
     assert summary['stopped'] is True and summary['evaluations'] == 4
 
 

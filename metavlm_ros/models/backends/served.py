@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -550,15 +550,20 @@ class ServedBackend(Backend):
             call.cache_hits += sum(r[3] for r in rows)
             answers = [r[0] for r in rows]
             if not confidence:
-                predictions.append(self.asked.count(answers[0]))
-                continue
-            failed = [
-                f'{cls}: {a[0]}' for cls, a in zip(self.classes, answers, strict=True) if isinstance(a, tuple)
-            ]
-            if failed:
-                predictions.append(Prediction('confidence', {}, '', error='; '.join(failed)))
+                prediction = self.asked.count(answers[0])
             else:
-                predictions.append(self.asked.confidence(answers))
+                failed = [
+                    f'{cls}: {a[0]}'
+                    for cls, a in zip(self.classes, answers, strict=True)
+                    if isinstance(a, tuple)
+                ]
+                if failed:
+                    prediction = Prediction('confidence', {}, '', error='; '.join(failed))
+                else:
+                    prediction = self.asked.confidence(answers)
+            # Every evaluation records what its answer cost: the slowest request's seconds and the retries.
+            evidence = {'latency_s': round(call.latency_s[-1], 6), 'retries': call.retries[-1]}
+            predictions.append(replace(prediction, evidence=evidence))
         self.stats.last = call
         return predictions
 
