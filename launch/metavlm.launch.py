@@ -60,8 +60,8 @@ def _nodes(context, *args, **kwargs):
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
-    from metavlm_ros.models.vlm import BACKENDS
-    from metavlm_ros.ros.launch_arguments import one_of, params_file, topic_name
+    from metavlm_ros.models.registry import BACKENDS, all_options
+    from metavlm_ros.ros.launch_arguments import one_of, parameter_value, params_file, topic_name
 
     # What both nodes would refuse is checked here, in one line naming the argument; what one node
     # refuses (vlm_endpoint, model) that node says, and the other keeps running.
@@ -73,6 +73,12 @@ def _nodes(context, *args, **kwargs):
     one_of('backend', arg('backend'), BACKENDS, empty=True)
     # Empty arguments leave the parameter file's value in force; the nodes check the values given.
     model_overrides = {name: arg(name) for name in ('backend', 'model') if arg(name)}
+    for option in all_options().values():
+        given = LaunchConfiguration(option.parameter_name, default='').perform(context)
+        if given:
+            model_overrides[option.parameter_name] = parameter_value(
+                option.parameter_name, given, option.type
+            )
     camera_remaps = [('image', camera_topic), ('image/compressed', camera_topic + '/compressed')]
     probe_remaps = [('probe', PROBE_TOPIC), ('probe/prediction', PROBE_TOPIC + '/prediction')]
     from metavlm_ros.ros.transport import local_transport_env
@@ -112,9 +118,26 @@ def _nodes(context, *args, **kwargs):
     return actions
 
 
+def _model_arguments() -> list:
+    """One argument per option of the backends (models/registry.py): `endpoint:=...`, `kind:=...`;
+    '' leaves the parameter file's value in force."""
+    from metavlm_ros.models.registry import all_options, options_for
+
+    return [
+        DeclareLaunchArgument(
+            option.parameter_name,
+            default_value='',
+            description=f"{option.help} [{', '.join(options_for(option.name))}] ('' = params file)",
+        )
+        for option in all_options().values()
+    ]
+
+
 def generate_launch_description() -> LaunchDescription:
     """Arguments: camera_topic, backend, model, params_file, vlm_endpoint, use_sim_time, dds_transport,
-    autostart."""
+    autostart, and one per backend option (endpoint, kind, max_batch, ...)."""
+    from metavlm_ros.models.registry import BACKENDS
+
     default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config', 'metavlm.yaml'])
     return LaunchDescription(
         [
@@ -122,7 +145,7 @@ def generate_launch_description() -> LaunchDescription:
                 'camera_topic', default_value='/camera/image_raw', description='camera image topic'
             ),
             DeclareLaunchArgument(
-                'backend', default_value='', description="clip | blip | instructblip ('' = params file)"
+                'backend', default_value='', description=f"{' | '.join(BACKENDS)} ('' = params file)"
             ),
             DeclareLaunchArgument(
                 'model', default_value='', description="model id or directory ('' = params file)"
@@ -150,6 +173,7 @@ def generate_launch_description() -> LaunchDescription:
                 description='configure and activate both managed nodes (false: they wait, unconfigured, '
                 'for `ros2 lifecycle set`)',
             ),
+            *_model_arguments(),
             OpaqueFunction(function=_nodes),
         ]
     )

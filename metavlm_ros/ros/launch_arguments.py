@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-__all__ = ['LaunchArgumentError', 'flag', 'one_of', 'params_file', 'positive_number', 'topic_name']
+__all__ = [
+    'LaunchArgumentError',
+    'flag',
+    'one_of',
+    'parameter_value',
+    'params_file',
+    'positive_number',
+    'topic_name',
+]
 
 
 class LaunchArgumentError(ValueError):
@@ -82,3 +90,24 @@ def params_file(name: str, value: str, nodes: Sequence[str] = ()) -> str:
                 name, f'{value}: the block of {node} must hold "ros__parameters:" values'
             )
     return value
+
+
+def parameter_value(name: str, value: str, type_: type) -> object:
+    """A launch argument as a node parameter of a backend option's type: text stays text; numbers, booleans
+    and lists ('[a, b]', and a dict option's 'KEY=VALUE' items) are read as YAML, as `ros2 run -p` does."""
+    import yaml
+
+    if type_ is str:
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = None
+    if type_ is float and isinstance(parsed, int) and not isinstance(parsed, bool):
+        parsed = float(parsed)
+    wanted = list if type_ in (list, dict) else type_
+    if not isinstance(parsed, wanted) or (wanted is int and isinstance(parsed, bool)):
+        raise LaunchArgumentError(
+            name, f'expected {"a list" if wanted is list else wanted.__name__}, got {value!r}'
+        )
+    return parsed

@@ -54,7 +54,9 @@ class LaunchFile:
         self.calls = [node for node in ast.walk(self.tree) if isinstance(node, ast.Call)]
         self.declared: dict[str, ast.Call] = {}
         for call in self.calls:
-            if _call_name(call) == 'DeclareLaunchArgument':
+            # A name that is not a literal is derived (the backend options' arguments, from the registry):
+            # test_every_launch_argument_has_wrong_values_under_test loads the file to see those.
+            if _call_name(call) == 'DeclareLaunchArgument' and isinstance(call.args[0], ast.Constant):
                 self.declared[ast.literal_eval(call.args[0])] = call
         declaration_strings = {
             id(n) for call in self.declared.values() for n in ast.walk(call) if isinstance(n, ast.Constant)
@@ -292,6 +294,24 @@ WRONG_ARGUMENTS = {
 NODE_CHECKED = {'model': 'perception node (configure)', 'vlm_endpoint': 'tester node'}
 
 
+def _option_arguments() -> dict[str, list[str]]:
+    """metavlm.launch.py's argument per backend option: a value that is not of the option's type stops
+    the launch; a text option's value is the nodes' to check (their parameter tests)."""
+    from metavlm_ros.models.registry import all_options
+
+    return {
+        o.parameter_name: ['[1, 2'] if o.type in (list, dict) else ['many']
+        for o in all_options().values()
+        if o.type is not str
+    }
+
+
+def _text_option_arguments() -> set[str]:
+    from metavlm_ros.models.registry import all_options
+
+    return {o.parameter_name for o in all_options().values() if o.type is str}
+
+
 def _every_argument(name: str) -> set[str]:
     return {a.name for a in _load_launch_module(name).generate_launch_description().get_launch_arguments()}
 
@@ -300,6 +320,8 @@ def _every_argument(name: str) -> set[str]:
 def test_every_launch_argument_has_wrong_values_under_test(launch_file):
     pytest.importorskip('launch_ros')
     checked = set(WRONG_ARGUMENTS[launch_file]) | set(NODE_CHECKED)
+    if launch_file == 'metavlm.launch.py':
+        checked |= set(_option_arguments()) | _text_option_arguments()
     if launch_file == 'replay.launch.py':  # what it hands on to metavlm.launch.py is checked there
         checked |= set(WRONG_ARGUMENTS['metavlm.launch.py'])
     assert _every_argument(launch_file) == checked
@@ -307,7 +329,10 @@ def test_every_launch_argument_has_wrong_values_under_test(launch_file):
 
 LAUNCH_CASES = [
     (launch_file, argument, value)
-    for launch_file, arguments in WRONG_ARGUMENTS.items()
+    for launch_file, arguments in {
+        **WRONG_ARGUMENTS,
+        'metavlm.launch.py': {**WRONG_ARGUMENTS['metavlm.launch.py'], **_option_arguments()},
+    }.items()
     for argument, values in arguments.items()
     for value in values
 ]

@@ -235,16 +235,23 @@ def test_a_wrong_launch_argument_is_one_line_naming_it(ros_env, tmp_path, launch
         ('population:=1', 'metavlm_tester: error: parameter population', 'metavlm_perception'),
         ('model:=/no/such/model', 'configure failed: ', 'metavlm_tester'),
         ('vlm_endpoint:=cloud', 'metavlm_tester: error: parameter vlm_endpoint', 'metavlm_perception'),
+        # A served model whose server is not running (port 9 on this machine: nothing listens).
+        (
+            'backend:=openai model:=smolvlm endpoint:=http://127.0.0.1:9/v1',
+            'configure failed: ',
+            'metavlm_tester',
+        ),
     ],
-    ids=['tester-parameter', 'perception-model', 'tester-endpoint'],
+    ids=['tester-parameter', 'perception-model', 'tester-endpoint', 'perception-served-model-down'],
 )
 def test_a_wrong_parameter_is_one_line_naming_it_and_the_other_node_keeps_running(
     ros_env, tmp_path, argument, line, running
 ):
     if argument.startswith('population'):  # a wrong value in the tester's block of the parameter file
         arguments = [f'params_file:={small_params(tmp_path / "p.yaml", tmp_path / "r", population=1)}']
-    else:  # a launch argument that reaches the perception node's parameters
-        arguments = [argument]
+    else:  # launch arguments that reach the perception node's parameters
+        arguments = argument.split()
+        argument = arguments[-1]
     process = _start_launch(ros_env, tmp_path, *arguments)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, '')), daemon=True)
