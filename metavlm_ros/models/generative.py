@@ -351,7 +351,8 @@ def _input_side(processor: Any) -> int:
 
     Qwen2-VL (dynamic resolution): the side of a square image of at most max_pixels whose side is a
     multiple of patch_size * merge_size. Idefics3 / SmolVLM (image splitting): size['longest_edge'],
-    the frame's resized longer side before it is cut into tiles. LLaVA-OneVision (AnyRes): the
+    the frame's resized longer side before it is cut into tiles; without splitting, the one square
+    tile (max_image_size). LLaVA-OneVision (AnyRes): the
     largest grid pinpoint. Fixed-size processors (PaliGemma, LLaVA, Gemma 3): the crop or resize
     size. 0 when the processor states none of these.
     """
@@ -364,6 +365,10 @@ def _input_side(processor: Any) -> int:
     if max_pixels:
         factor = int(getattr(ip, 'patch_size', 14) or 14) * int(getattr(ip, 'merge_size', 2) or 2)
         return int(math.isqrt(int(max_pixels)) // factor * factor)
+    tile = dict(getattr(ip, 'max_image_size', None) or {}).get('longest_edge')
+    if tile and getattr(ip, 'do_image_splitting', None) is False:
+        # Idefics3 without splitting squares every frame to one tile: that tile is all it sees.
+        return int(tile)
     pinpoints = getattr(ip, 'image_grid_pinpoints', None)
     if pinpoints:
         return int(max(max(p) for p in pinpoints))
