@@ -81,14 +81,8 @@ class GenerativeQuestions:
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> GenerativeQuestions:
         """The questions of a backend's resolved options (QUESTION_OPTIONS and classes)."""
-        return cls(
-            classes=options['classes'],
-            kind=options['kind'],
-            prompt=options['prompt'],
-            answer_format=options['answer_format'],
-            confidence_question=options['confidence_question'],
-            vocabularies=options['vocabularies'],
-        )
+        asked = ('classes', 'kind', 'prompt', 'answer_format', 'confidence_question', 'vocabularies')
+        return cls(**{name: options[name] for name in asked})
 
     def count(self, answer: str) -> Prediction:
         return count_prediction(answer, self.classes, self.answer_format, self.vocabularies)
@@ -143,22 +137,13 @@ class ChatBackend(Backend):
         device: str,
         dtype: str,
         batch_size: int,
-        kind: str,
-        prompt: str | None,
         max_new_tokens: int,
-        vocabularies: Mapping[str, Sequence[str]] | None,
-        answer_format: str,
-        confidence_question: str | None,
+        **questions: Any,
     ) -> None:
-        # Everything a user can get wrong is checked before the (slow) load.
-        self.asked = GenerativeQuestions(
-            classes=classes,
-            kind=kind,
-            prompt=prompt,
-            answer_format=answer_format,
-            confidence_question=confidence_question,
-            vocabularies=vocabularies,
-        )
+        # Everything a user can get wrong is checked before the (slow) load; `questions`: the kind,
+        # prompt, answer_format, confidence_question and vocabularies (QUESTION_OPTIONS).
+        self.asked = GenerativeQuestions(classes=classes, **questions)
+        kind = self.asked.kind
         self.model_path = resolve_model(self.name, model)
         from metavlm_ros.models.generative import ChatModel
 

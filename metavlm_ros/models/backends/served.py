@@ -263,22 +263,13 @@ class ServedBackend(Backend):
         max_in_flight: int,
         input_side: int,
         cache_size: int,
-        kind: str,
-        prompt: str | None,
         max_new_tokens: int,
-        vocabularies: Mapping[str, Sequence[str]] | None,
-        answer_format: str,
-        confidence_question: str | None,
+        **questions: Any,
     ) -> None:
         # device, dtype and batch_size are the server's business; max_in_flight bounds what is sent.
-        self.asked = GenerativeQuestions(
-            classes=classes,
-            kind=kind,
-            prompt=prompt,
-            answer_format=answer_format,
-            confidence_question=confidence_question,
-            vocabularies=vocabularies,
-        )
+        # `questions`: kind, prompt, answer_format, confidence_question, vocabularies (QUESTION_OPTIONS).
+        self.asked = GenerativeQuestions(classes=classes, **questions)
+        kind = self.asked.kind
         self.parts = self.describe(None, {'endpoint': endpoint})['endpoint']
         self.endpoint = _base_url(self.parts)
         self.model_id = str(model)
