@@ -3,6 +3,8 @@ backends' own builders (`build_tiny`) share."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -262,22 +264,30 @@ def build_base_model(backend: str, directory: Path | str, seed: int = 0) -> Path
 
 
 def _build(builder: Any, directory: Path | str, seed: int, **variant: Any) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with quiet_seeded(seed):
+        builder(directory, **variant)
+    return directory
+
+
+@contextlib.contextmanager
+def quiet_seeded(seed: int | None) -> Iterator[None]:
+    """Seed torch's global generator for a build (restored after; None: keep the caller's) and silence
+    transformers: building random models makes it warn about untrained weights, which is the point."""
     import torch
     from transformers.utils import logging as hf_logging
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
-    # Building random models makes transformers warn about untrained weights; that is the point here.
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            builder(directory, **variant)
+            if seed is not None:
+                torch.manual_seed(seed)
+            yield
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
-    return directory

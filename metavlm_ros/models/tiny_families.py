@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.method.prediction import CLASSES
-from metavlm_ros.models.tiny import corpus, t5_tokenizer
+from metavlm_ros.models.tiny import corpus, quiet_seeded, t5_tokenizer
 
 __all__ = [
     'FAMILIES',
@@ -557,29 +556,6 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any, Any]]] = {
 }
 
 
-@contextlib.contextmanager
-def _quiet_seeded(seed: int) -> Iterator[None]:
-    """Seed torch's global generator for the build (restored after) and silence transformers.
-
-    Building random models makes transformers warn about untrained weights; that is the point here.
-    """
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def _save(model: Any, processor: Any, directory: Path | str) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -588,7 +564,7 @@ def _save(model: Any, processor: Any, directory: Path | str) -> Path:
     return directory
 
 
-def build_tiny_vlm(family: str, directory: Path | str, seed: int = 0) -> Path:
+def build_tiny_vlm(family: str, directory: Path | str, seed: int | None = 0) -> Path:
     """Build, randomly initialise and save a tiny image-text-to-text model of a released family.
 
     The model is the family's own class from its own config class, shrunk (one decoder layer, width
@@ -602,7 +578,8 @@ def build_tiny_vlm(family: str, directory: Path | str, seed: int = 0) -> Path:
         family: one of FAMILIES: 'qwen2_vl', 'idefics3' (SmolVLM), 'paligemma', 'llava',
             'llava_onevision' or 'gemma3'.
         directory: where to save; created when missing.
-        seed: seed of the weight initialisation; the same seed gives the same weights.
+        seed: seed of the weight initialisation; the same seed gives the same weights (None: the
+            caller has seeded torch, as build_tiny_model does).
 
     Returns:
         The directory, as a Path.
@@ -617,7 +594,7 @@ def build_tiny_vlm(family: str, directory: Path | str, seed: int = 0) -> Path:
             f'{family} needs torchvision: transformers builds its processor with a video processor, '
             'which requires torchvision even for images'
         )
-    with _quiet_seeded(seed):
+    with quiet_seeded(seed):
         model, processor, tokenizer = FAMILIES[family]()
         _check_vocabulary(tokenizer)
         return _save(model, processor, directory)
@@ -679,7 +656,7 @@ def _siglip(version: int) -> tuple[Any, Any]:
     return Siglip2Model(config), Siglip2Processor(image_processor=image_processor, tokenizer=tokenizer)
 
 
-def build_tiny_siglip(directory: Path | str, version: int = 1, seed: int = 0) -> Path:
+def build_tiny_siglip(directory: Path | str, version: int = 1, seed: int | None = 0) -> Path:
     """Build, randomly initialise and save a tiny SigLIP (SiglipModel) or SigLIP 2 (Siglip2Model).
 
     Both load with `AutoProcessor` / `AutoModel` offline; their text vocabularies hold the class
@@ -698,12 +675,12 @@ def build_tiny_siglip(directory: Path | str, version: int = 1, seed: int = 0) ->
     """
     if version not in (1, 2):
         raise ParameterError(f'SigLIP version must be 1 or 2, got {version!r}')
-    with _quiet_seeded(seed):
+    with quiet_seeded(seed):
         model, processor = _siglip(version)
         return _save(model, processor, directory)
 
 
-def build_base_vlm(directory: Path | str, seed: int = 0) -> Path:
+def build_base_vlm(directory: Path | str, seed: int | None = 0) -> Path:
     """Build and save a random-initialised model of SmolVLM-256M-Instruct's shape, for benchmarks.
 
     Idefics3 with, from memory of HuggingFaceTB/SmolVLM-256M-Instruct's config (not checked against
@@ -725,7 +702,7 @@ def build_base_vlm(directory: Path | str, seed: int = 0) -> Path:
     """
     from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
-    with _quiet_seeded(seed):
+    with quiet_seeded(seed):
         processor, tokenizer = _idefics3_processor(side=512, patch=16, scale=4, tiles=4)
         text = {
             'model_type': 'llama',

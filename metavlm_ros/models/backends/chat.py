@@ -187,11 +187,11 @@ class ChatBackend(Backend):
         """A tiny random-weight chat VLM of a real family (models/tiny_families.py FAMILIES)."""
         from metavlm_ros.models.tiny_families import build_tiny_vlm
 
-        build_tiny_vlm(family, directory)
+        build_tiny_vlm(family, directory, seed=None)  # build_tiny_model seeded it
 
     @classmethod
     def build_base(cls, directory: Path) -> None:
         """SmolVLM-256M's shape (Idefics3), for benchmarks (models/tiny_families.py build_base_vlm)."""
         from metavlm_ros.models.tiny_families import build_base_vlm
 
-        build_base_vlm(directory)
+        build_base_vlm(directory, seed=None)

@@ -51,4 +51,4 @@ class SiglipBackend(ContrastiveBackend):
         """A tiny SigLIP (version 1) or SigLIP 2 (version 2: NaFlex image processing)."""
         from metavlm_ros.models.tiny_families import build_tiny_siglip
 
-        build_tiny_siglip(directory, version=version)
+        build_tiny_siglip(directory, version=version, seed=None)  # build_tiny_model seeded it

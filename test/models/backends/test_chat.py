@@ -223,3 +223,12 @@ def test_a_campaign_runs_a_chat_model(family_dirs, tmp_path):
     record = json.loads((tmp_path / 'campaign' / 'campaign.json').read_text())
     (model,) = record['models']
     assert model['backend'] == 'vlm' and model['model_type'] == 'idefics3'
+
+
+def test_the_seed_of_build_tiny_model_reaches_a_chat_model(tmp_path):
+    from metavlm_ros.models.vlm import weights_hash
+
+    one = build_tiny_model('vlm', tmp_path / 'a', seed=1, family='llava')
+    again = build_tiny_model('vlm', tmp_path / 'b', seed=1, family='llava')
+    other = build_tiny_model('vlm', tmp_path / 'c', seed=2, family='llava')
+    assert weights_hash(one) == weights_hash(again) != weights_hash(other)
