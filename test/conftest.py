@@ -51,6 +51,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
+#: Set by CI (.ci/run): a skipped test checked nothing, so a run with any skip fails.
+FAIL_ON_SKIP_ENV = 'METAVLM_FAIL_ON_SKIP'
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under METAVLM_FAIL_ON_SKIP=1 a run that skipped any test fails, naming the skipped tests."""
+    reporter = session.config.pluginmanager.get_plugin('terminalreporter')
+    skipped = reporter.stats.get('skipped', []) if reporter is not None else []
+    if os.environ.get(FAIL_ON_SKIP_ENV) == '1' and skipped and session.exitstatus == 0:
+        names = ', '.join(report.nodeid for report in skipped[:10])
+        reporter.write_line(
+            f'{FAIL_ON_SKIP_ENV}=1: {len(skipped)} test(s) skipped, which checks nothing: {names}'
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 # launch_testing files: run by test/ros/test_launch_system.py through `launch_test`, not by pytest.
 collect_ignore_glob = ['launch/test_*.launch.py']
 
