@@ -124,13 +124,17 @@ def changed_classes(record: dict) -> list[str]:
 
 
 def overlay_lines(record: dict) -> list[str]:
-    """The text drawn on a violation's follow-up: relations, parameters, objectives, changes."""
+    """The text drawn on a violation's follow-up: evaluation, relations, parameters, objectives, changes."""
     parameters = ', '.join(f'{k}={v:.4g}' for k, v in (record.get('parameters') or {}).items())
     source, followup = record.get('source') or {}, record.get('followup') or {}
     changes = ', '.join(
         f'{name} {source[name]:.3g}->{followup[name]:.3g}' for name in changed_classes(record)
     )
+    run = f', run {record["run"]}' if record.get('run') is not None else ''
     return [
+        # What `metavlm render` needs to make this follow-up again, and what names it in the table.
+        f'evaluation {record.get("index")} of {record.get("image")} '
+        f'({record.get("algorithm")}, seed {record.get("seed")}{run})',
         f'composition {record.get("composition")} (order {record.get("order")}): {parameters or "-"}',
         f'f_trans {record.get("f_trans", 0.0):.4f}  f_pred {record.get("f_pred", 0.0):.4f}',
         f'changed: {changes or "-"}',

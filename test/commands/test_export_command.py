@@ -5,13 +5,13 @@ import shutil
 from pathlib import Path
 
 import cv2
-import numpy as np
 import pytest
 
 from metavlm_ros.cli import main
-from metavlm_ros.common.results import read_jsonl, record_key
+from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.footage.bags import iter_bag_frames
 from test.conftest import make_frame
+from test.viewer.export_check import check_export, expected_violations
 from test.viewer.mcap_decode import read_mcap
 
 SCENES = ['--frames', '3', '--size', '64x48', '--fps', '5', '--environment', 'deep']
@@ -32,16 +32,8 @@ def bag_search(tmp_path_factory, tiny_clip_dir):
     return bag, results, other
 
 
-def expected_changed(record):
-    # Independent of the exporter: Eq. 4 (counts differ by >= 1) or Eq. 5 at the smallest violated threshold.
-    limit = 1.0 if record['kind'] == 'count' else min(float(t) for t, v in record['violation'].items() if v)
-    return [c for c in record['source'] if abs(record['followup'][c] - record['source'][c]) >= limit]
-
-
 def violations_of(results):
-    return [
-        r for r in read_jsonl(results / 'evaluations.jsonl') if r['order'] and any(r['violation'].values())
-    ]
+    return expected_violations(results)
 
 
 def test_export_holds_every_violation_at_its_frame_time_with_its_overlay(bag_search, tmp_path, capsys):
@@ -50,46 +42,15 @@ def test_export_holds_every_violation_at_its_frame_time_with_its_overlay(bag_sea
     assert main(['export', str(results), '--mcap', str(out), '--bag', str(bag)]) == 0
     assert str(out) in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ['run.mcap']  # no scratch left
-    data = read_mcap(out)
+    # The budget keeps few PNGs: most follow-ups must come from the stored source frames.
+    kept = [r for r in read_jsonl(results / 'pareto.jsonl') if r['frame']]
+    assert len(kept) < len(violations_of(results))
+    data = check_export(results, out, tmp_path / 'scratch', bag_frames=bag_frames_of(bag))
     topics = data['topics']
-
-    expected = violations_of(results)
-    assert expected, 'the tiny CLIP search should find violations'
     logged = topics['/metavlm/violations']
-    assert len(logged) == len(expected)
-    by_key = {record_key(m): (t, m) for t, m, _ in logged}
-    for record in expected:
-        time, message = by_key[record_key(record)]
-        assert time == record['stamp_ns'] == message['stamp_ns']
-        assert message['composition'] == record['composition'] and message['f_pred'] == record['f_pred']
-        assert message['changed'] == expected_changed(record)
     assert all(schema.encoding == 'jsonschema' for _, _, schema in logged)
     schema = json.loads(logged[0][2].data)
     assert schema['title'] == 'metavlm.Violation' and 'f_trans' in schema['required']
-
-    # Each saved follow-up (the non-dominated violations' PNGs) is on the image topic, annotated.
-    framed = [r for r in read_jsonl(results / 'pareto.jsonl') if r['frame'] and any(r['violation'].values())]
-    images = topics['/metavlm/followup/image']
-    annotations = topics['/metavlm/followup/annotations']
-    assert len(images) == len(annotations) == len(framed) > 0
-    for record in framed:
-        stamp = record['stamp_ns']
-        image = next(m for t, m, _ in images if t == stamp)
-        assert image.format == 'png' and image.data == (results / record['frame']).read_bytes()
-        assert image.timestamp.seconds * 10**9 + image.timestamp.nanos == stamp
-        (note,) = [m for t, m, _ in annotations if t == stamp]
-        text = '\n'.join(t.text for t in note.texts)
-        assert record['composition'] in text and f'f_trans {record["f_trans"]:.4f}' in text
-        assert f'f_pred {record["f_pred"]:.4f}' in text
-        assert all(f'{c} ' in text for c in expected_changed(record))
-
-    # Source frames: the bag's own pixels, at their stamps.
-    bag_frames = {f.stamp_ns: f.rgb for f in iter_bag_frames(bag)}
-    sources = topics['/metavlm/source/image']
-    assert sorted(t for t, _, _ in sources) == sorted({r['stamp_ns'] for r in expected})
-    for time, message, _ in sources:
-        rgb = cv2.imdecode(np.frombuffer(message.data, np.uint8), cv2.IMREAD_COLOR)[..., ::-1]
-        assert np.array_equal(rgb, bag_frames[time])
 
     # The bag merged as it is: every message of every topic.
     assert len(topics['/camera/image_raw']) == 3 and all(
@@ -104,6 +65,23 @@ def test_export_holds_every_violation_at_its_frame_time_with_its_overlay(bag_sea
     assert data['attachments']['metavlm/search.json'] == (results / 'search.json').read_bytes()
 
 
+def bag_frames_of(bag):
+    return {f.stamp_ns: f.rgb for f in iter_bag_frames(bag)}
+
+
+def test_without_a_bag_the_stored_source_frames_are_exported(bag_search, tmp_path, capsys):
+    _, results, _ = bag_search
+    out = tmp_path / 'run.mcap'
+    assert main(['export', str(results), '--mcap', str(out)]) == 0
+    line = capsys.readouterr().out
+    assert 'rendered from stored source frames' in line and 'without a stored source frame' not in line
+    data = check_export(results, out, tmp_path / 'scratch')
+    stored = {s['source_frame'] for s in read_jsonl(results / 'summary.jsonl')}
+    sources = data['topics']['/metavlm/source/image']
+    # The stored files as they are: lossless, at the working size.
+    assert {m.data for _, m, _ in sources} == {(results / name).read_bytes() for name in stored}
+
+
 def test_image_files_are_laid_one_second_per_search(tmp_path, tiny_clip_dir):
     images = tmp_path / 'frames'
     images.mkdir()
@@ -114,10 +92,9 @@ def test_image_files_are_laid_one_second_per_search(tmp_path, tiny_clip_dir):
     assert main(['search', '--backend', 'clip', '--model', str(tiny_clip_dir), '--quiet', *args]) == 0
     out = tmp_path / 'images.mcap'
     assert main(['export', str(results), '--mcap', str(out)]) == 0
-    logged = read_mcap(out)['topics']['/metavlm/violations']
+    logged = check_export(results, out, tmp_path / 'scratch')['topics']['/metavlm/violations']
     times = {m['image']: t for t, m, _ in logged}
     assert times == {'f1': 10**9, 'f2': 2 * 10**9}
-    assert len(logged) == len(violations_of(results))
 
 
 def test_a_folder_of_results_gets_a_prefix_per_subfolder(bag_search, tmp_path):
