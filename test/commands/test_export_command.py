@@ -7,10 +7,14 @@ from pathlib import Path
 import cv2
 import pytest
 
+from metavlm_ros.campaign.runner import run_campaign
 from metavlm_ros.cli import main
 from metavlm_ros.common.results import read_jsonl
-from metavlm_ros.footage.bags import iter_bag_frames
+from metavlm_ros.footage.bags import iter_bag_frames, write_bag
+from metavlm_ros.ros.launcher import run_nodes
+from test.campaign.test_campaign import small_config
 from test.conftest import make_frame
+from test.ros.test_run_command import write_params
 from test.viewer.export_check import check_export, expected_violations
 from test.viewer.mcap_decode import read_mcap
 
@@ -153,6 +157,23 @@ BAD = {
         ),
         'damaged follow-up frame (truncated PNG',
     ),
+    'truncated source': (
+        lambda r, b, o: (
+            ([f.write_bytes(f.read_bytes()[:-30]) for f in (r / 'sources').iterdir()], r)[1:] + (None,)
+        ),
+        'damaged source frame (truncated PNG',
+    ),
+    # A whole PNG of other pixels under the source's name: only the sha256 of its pixels tells.
+    'source of other pixels': (
+        lambda r, b, o: (
+            (
+                [cv2.imwrite(str(f), make_frame(64, 48, seed=99)) for f in (r / 'sources').iterdir()],
+                r,
+            )[1:]
+            + (None,)
+        ),
+        'do not match the sha256',
+    ),
     'another bag': (lambda r, b, o: (r, o), 'does not match the results'),
     # Cut short, as a copy interrupted half way leaves it.
     'truncated bag': (lambda r, b, o: (r, Path(shutil.copy(b, r.parent / 'cut.mcap'))), 'unreadable bag'),
@@ -176,3 +197,106 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, bag_search, tmp_p
     err = capsys.readouterr().err
     assert err.startswith('metavlm: error: ') and err.count('\n') == 1 and needle in err, err
     assert list(out_dir.iterdir()) == []
+
+
+@pytest.fixture(scope='module')
+def campaign(tmp_path_factory, tiny_clip_dir):
+    """A real campaign (tiny CLIP, one frame, both algorithms): its results folder."""
+    root = tmp_path_factory.mktemp('campaign')
+    images = root / 'images'
+    images.mkdir()
+    cv2.imwrite(str(images / 'img0.png'), make_frame(48, 36, seed=0)[..., ::-1])
+    config = small_config(images, tiny_clip_dir, runs=1, evaluations=12)
+    run_campaign(config, root / 'results', progress=False, threads=1)
+    return root / 'results'
+
+
+def test_a_campaign_cell_and_a_whole_campaign_are_exported(campaign, tmp_path):
+    cells = sorted(p for p in (campaign / 'cells').iterdir() if not p.name.startswith('.'))
+    assert len(cells) == 2
+    out = tmp_path / 'cell.mcap'
+    assert main(['export', str(cells[0]), '--mcap', str(out)]) == 0
+    data = check_export(cells[0], out, tmp_path / 'scratch')
+    assert data['attachments']['metavlm/cell.json'] == (cells[0] / 'cell.json').read_bytes()
+    # The whole campaign: each cell under its own prefix, the campaign's record attached.
+    whole = tmp_path / 'campaign.mcap'
+    assert main(['export', str(campaign), '--mcap', str(whole)]) == 0
+    for cell in cells:
+        check_export(cell, whole, tmp_path / f'scratch-{cell.name}', prefix=f'/metavlm/cells/{cell.name}')
+    attachments = read_mcap(whole)['attachments']
+    assert attachments['campaign.json'] == (campaign / 'campaign.json').read_bytes()
+    for cell in cells:
+        assert attachments[f'metavlm.cells.{cell.name}/cell.json'] == (cell / 'cell.json').read_bytes()
+
+
+def _edit(path, old, new):
+    path.write_text(path.read_text().replace(old, new, 1))
+
+
+CELL_DAMAGE = {
+    # One byte added to a record: the line still parses, only the cell's checksum tells.
+    'record edited': (
+        lambda c: _edit(c / 'summary.jsonl', '"seed":', '"seed": '),
+        'summary.jsonl does not match',
+    ),
+    'source removed': (lambda c: [p.unlink() for p in (c / 'sources').iterdir()], '.png is missing'),
+    'file added': (lambda c: (c / 'notes.txt').write_text('x'), 'notes.txt was not part of the cell'),
+    'cell.json edited': (
+        lambda c: _edit(c / 'cell.json', '"evaluations": 12', '"evaluations": 13'),
+        'its checksum',
+    ),
+}
+
+
+@pytest.mark.parametrize('damage', sorted(CELL_DAMAGE))
+def test_a_damaged_campaign_cell_is_one_line_exit_2_and_writes_nothing(damage, campaign, tmp_path, capsys):
+    cell = tmp_path / 'cell'
+    shutil.copytree(sorted((campaign / 'cells').iterdir())[0], cell)
+    make, needle = CELL_DAMAGE[damage]
+    make(cell)
+    out_dir = tmp_path / 'out'
+    out_dir.mkdir()
+    assert main(['export', str(cell), '--mcap', str(out_dir / 'x.mcap')]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('metavlm: error: ') and err.count('\n') == 1, err
+    assert 'damaged campaign cell' in err and needle in err, err
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.fixture(scope='module')
+def tester_runs(tmp_path_factory, tiny_clip_dir):
+    """The tester node's directories: `metavlm run` through the perception node, and in-process on a bag."""
+    root = tmp_path_factory.mktemp('tester')
+    folder = root / 'frames'
+    folder.mkdir()
+    for i in range(2):
+        cv2.imwrite(str(folder / f'frame{i}.png'), make_frame(64, 48, seed=i)[..., ::-1])
+    # One violation PNG per search: the others' follow-ups must be rendered from the stored source.
+    params = write_params(root, tiny_clip_dir, violation_pngs_per_search=1)
+    assert main(['run', '--params', str(params), '--source', str(folder), '--rate', '4']) == 0
+    bag = write_bag(root / 'bag', [(make_frame(64, 48, seed=7), None)], fps=10.0, start_ns=5_000_000_000)
+    inprocess = root / 'inprocess'
+    run_nodes(
+        write_params(root, tiny_clip_dir, vlm_endpoint='inprocess', violation_pngs_per_search=1),
+        source=bag,
+        duration=1.5,
+        loop=False,
+        results_dir=inprocess,
+        log=lambda line: None,
+    )
+    return root / 'results', inprocess, bag
+
+
+@pytest.mark.parametrize('which', ['metavlm run', 'tester in-process, with its bag'])
+def test_a_testers_results_are_exported(tester_runs, which, tmp_path):
+    run, inprocess, bag = tester_runs
+    results = run if which == 'metavlm run' else inprocess
+    out = tmp_path / 'tester.mcap'
+    args = ['export', str(results), '--mcap', str(out)]
+    frames = None
+    if results == inprocess:
+        args += ['--bag', str(bag)]
+        frames = bag_frames_of(bag)
+    assert any(r['frame'] is None for r in read_jsonl(results / 'violations.jsonl'))
+    assert main(args) == 0
+    check_export(results, out, tmp_path / 'scratch', bag_frames=frames)
