@@ -177,8 +177,8 @@ def _read_results(directory: Path, prefix: str) -> _Results:
     return _Results(directory, prefix, identity, violations, summaries, frames, searches, finished)
 
 
-def _source_png(results: _Results, summary: dict) -> bytes | None:
-    """A search's stored source frame (PNG bytes), checked whole and against its `source_sha256`.
+def _source_png(results: _Results, summary: dict, *, pixels: bool = True) -> bytes | None:
+    """A search's stored source frame (PNG bytes), checked whole and (`pixels`) against its `source_sha256`.
 
     None: the search stored none (written before source frames were, or the disk budget refused it).
     """
@@ -195,7 +195,8 @@ def _source_png(results: _Results, summary: dict) -> bytes | None:
     problem = _check_png(data) if data.startswith(b'\x89PNG\r\n\x1a\n') else 'not a PNG'
     if problem:
         raise ResultsError(f'{path}: damaged source frame ({problem})')
-    read_source_frame(results.path, summary)  # the pixels against source_sha256
+    if pixels:
+        read_source_frame(results.path, summary)  # the pixels against source_sha256
     return data
 
 
@@ -372,7 +373,8 @@ def _write_sources(channels: ViolationChannels, results: _Results, bag_frames: d
     for stamp in sorted(stamps):
         png = bag_frames.get(stamp)
         if png is None and stamp in stored:
-            png = _source_png(results, stored[stamp])
+            # Its pixels were checked before writing began; the chunk CRCs catch a change since.
+            png = _source_png(results, stored[stamp], pixels=False)
         if png is not None:
             channels.log_source(stamp, png)
             logged += 1
