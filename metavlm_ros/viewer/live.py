@@ -99,7 +99,8 @@ class LiveResults:
         self._store.append_evaluation(record)
         stamp = self._time(record)
         if self._source is not None:
-            self._channels.log_source(stamp, encode_png(self._source))
+            if self._channels.wants_sources():  # a full-size PNG costs milliseconds: only for a viewer
+                self._channels.log_source(stamp, encode_png(self._source))
             self._source = None
         if is_violation(record):
             key = record_key(record)[:-1]
@@ -110,7 +111,7 @@ class LiveResults:
         """Write a non-dominated record; publish its follow-up and overlay when it violates."""
         self._store.append_pareto(record)
         frame = record.get('frame')
-        if frame and is_violation(record):
+        if frame and is_violation(record) and self._channels.wants_followups():
             path = Path(self._store.directory) / frame
             if path.is_file():
                 self._channels.log_followup(record, self._time(record), path.read_bytes())
