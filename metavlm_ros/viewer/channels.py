@@ -222,9 +222,9 @@ class ViolationChannels:
             channel.close()
 
 
-def _jsonable(message: dict) -> dict:
-    # Records hold plain JSON already; a round trip drops NaN-free numpy leftovers of live records.
-    return json.loads(json.dumps(message, default=_plain))
+def _jsonable(message: dict) -> bytes:
+    # Serialised once, here (the SDK would dump a dict again); numpy leftovers of live records become lists.
+    return json.dumps(message, default=_plain).encode()
 
 
 def _plain(value: Any) -> Any:
