@@ -243,7 +243,9 @@ def export_mcap(
     """Write a results directory (and optionally its footage bag) to one MCAP file.
 
     Everything is read and verified first; the MCAP is written beside `out` under a hidden name and
-    renamed in at the end, so `out` is either the whole export or untouched.
+    renamed in at the end, so `out` is either the whole export or untouched. Every violation gets
+    its follow-up: the kept PNG, else one rendered (method/render.py) from its search's stored source
+    frame; searches that stored none (older results, a refused budget, cut short) keep the record only.
 
     Args:
         results_dir: A results directory, or a folder of them (a demo, a campaign).

@@ -300,3 +300,21 @@ def test_a_testers_results_are_exported(tester_runs, which, tmp_path):
     assert any(r['frame'] is None for r in read_jsonl(results / 'violations.jsonl'))
     assert main(args) == 0
     check_export(results, out, tmp_path / 'scratch', bag_frames=frames)
+
+
+def test_searches_cut_short_keep_their_violations_without_follow_ups(bag_search, tmp_path, capsys):
+    # Killed mid-search: records only, no summary naming a stored source frame, no non-dominated set.
+    _, source, _ = bag_search
+    results = tmp_path / 'res'
+    shutil.copytree(source, results)
+    for name in ('summary.jsonl', 'pareto.jsonl'):
+        (results / name).unlink()
+    shutil.rmtree(results / 'frames')
+    out = tmp_path / 'cut.mcap'
+    assert main(['export', str(results), '--mcap', str(out)]) == 0
+    expected = violations_of(results)
+    line = capsys.readouterr().out
+    assert f'{len(expected)} violation(s) of searches without a stored source frame have no follow-up' in line
+    topics = read_mcap(out)['topics']
+    assert len(topics['/metavlm/violations']) == len(expected) > 0
+    assert '/metavlm/followup/image' not in topics and '/metavlm/source/image' not in topics
