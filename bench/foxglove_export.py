@@ -1,12 +1,14 @@
 """Benchmark: `metavlm export` throughput (violations/s, MB/s) on a large synthetic tester results directory.
 
 Usage: python bench/foxglove_export.py [--searches 300] [--evaluations 100] [--violations 5]
-       [--size 640x480] [--repeats 3]
-Writes a results directory shaped as the tester node's (evaluations.jsonl, violations.jsonl with a
-follow-up PNG each, pareto.jsonl, summary.jsonl, search.json) without a model, then times, interleaved,
-reading every record strictly (what any reader of the directory pays) and the whole export to MCAP.
-Checks: the MCAP holds every violation and follow-up, read back with the mcap library.
-The live server's cost on the tester's evaluations/s is not measured here.
+       [--kept 3] [--size 640x480] [--repeats 3]
+Writes a results directory shaped as the tester node's (evaluations.jsonl, violations.jsonl,
+summary.jsonl, search.json, each search's stored source frame under sources/, and a follow-up PNG for
+the first --kept violations of each search, as the tester's violation_pngs_per_search keeps them)
+without a model, then times, interleaved, reading every record strictly (what any reader of the
+directory pays) and the whole export to MCAP, which makes the other violations' follow-ups again from
+the stored source frames. Checks: the MCAP holds every violation and follow-up, read back with the
+mcap library. The live server's cost on evaluations/s: bench/foxglove_live.py.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, fmt, interleaved  # noqa: E402
 
 from metavlm_ros.common.images import encode_png
-from metavlm_ros.common.results import iter_jsonl
+from metavlm_ros.common.results import iter_jsonl, source_digest
 from metavlm_ros.footage.scenes import SceneGenerator
 from metavlm_ros.viewer.export import export_mcap
 
@@ -51,10 +53,13 @@ def record(rng: np.random.Generator, search: int, index: int, violating: bool) -
     }  # fmt: skip
 
 
-def make_results(directory: Path, searches: int, evaluations: int, violations: int, size: tuple) -> int:
+def make_results(
+    directory: Path, searches: int, evaluations: int, violations: int, kept: int, size: tuple
+) -> int:
     """Write the synthetic results directory; returns the number of violations."""
     rng = np.random.default_rng(0)
     (directory / 'frames').mkdir(parents=True)
+    (directory / 'sources').mkdir()
     (directory / 'search.json').write_text(
         json.dumps({'format': 1, 'identity': {'model': {'backend': 'clip'}}})
     )
@@ -68,19 +73,26 @@ def make_results(directory: Path, searches: int, evaluations: int, violations: i
     ):
         for search in range(searches):
             # A rendered underwater frame per search: a PNG as large as a real follow-up's.
-            png = encode_png(scenes.frame(search)[0])
+            rgb = scenes.frame(search)[0]
+            png = encode_png(rgb)
+            source = f'sources/{source_digest(rgb)}.png'
+            (directory / source).write_bytes(png)
             for index in range(evaluations):
                 rec = record(rng, search, index, index < violations)
                 evals.write(json.dumps(rec) + '\n')
                 if index < violations:
-                    name = f'frames/s{search:05d}_e{index:05d}.png'
-                    (directory / name).write_bytes(png)
+                    name = f'frames/s{search:05d}_e{index:05d}.png' if index < kept else None
+                    if name:
+                        (directory / name).write_bytes(png)
                     viols.write(json.dumps({**rec, 'frame': name}) + '\n')
                     count += 1
             summary = {
                 k: rec[k] for k in ('image', 'algorithm', 'seed', 'model', 'backend', 'kind', 'stamp_ns')
             }
-            sums.write(json.dumps({**summary, 'evaluations': evaluations, 'hypervolume': 0.3}) + '\n')
+            stored = {'source_frame': source, 'source_sha256': source_digest(rgb), 'warp': 'fused'}
+            sums.write(
+                json.dumps({**summary, **stored, 'evaluations': evaluations, 'hypervolume': 0.3}) + '\n'
+            )
     return count
 
 
@@ -88,7 +100,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--searches', type=int, default=300, help='searches (10 min at one per 2 s: 300)')
     parser.add_argument('--evaluations', type=int, default=100, help='evaluations per search')
-    parser.add_argument('--violations', type=int, default=5, help='violations (with a PNG) per search')
+    parser.add_argument('--violations', type=int, default=5, help='violations per search')
+    parser.add_argument(
+        '--kept', type=int, default=3, help="violations per search with a kept PNG (the tester's default: 3)"
+    )
     parser.add_argument('--size', default='640x480', help='follow-up PNG size')
     parser.add_argument('--repeats', type=int, default=3)
     args = parser.parse_args()
@@ -97,7 +112,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix='metavlm-bench-') as root:
         root = Path(root)
         results, out = root / 'results', root / 'run.mcap'
-        violations = make_results(results, args.searches, args.evaluations, args.violations, size)
+        violations = make_results(results, args.searches, args.evaluations, args.violations, args.kept, size)
         in_bytes = sum(p.stat().st_size for p in results.rglob('*') if p.is_file())
 
         def read() -> None:
@@ -111,8 +126,9 @@ def main() -> int:
         samples = interleaved({'read records': read, 'export': export}, args.repeats)
         out_bytes = out.stat().st_size
         print(
-            f'{args.searches} searches x {args.evaluations} evaluations, {violations} violations with '
-            f'{args.size} PNGs; results {in_bytes / 2**20:.1f} MiB, MCAP {out_bytes / 2**20:.1f} MiB; '
+            f'{args.searches} searches x {args.evaluations} evaluations, {violations} violations, '
+            f'{min(args.kept, args.violations)} a search with a kept {args.size} PNG, the rest rendered; '
+            f'results {in_bytes / 2**20:.1f} MiB, MCAP {out_bytes / 2**20:.1f} MiB; '
             f'{args.repeats} interleaved repeats (min / median / max)'
         )
         print(f'  read records strictly: seconds {fmt(samples["read records"], digits=2)}')

@@ -124,13 +124,17 @@ def changed_classes(record: dict) -> list[str]:
 
 
 def overlay_lines(record: dict) -> list[str]:
-    """The text drawn on a violation's follow-up: relations, parameters, objectives, changes."""
+    """The text drawn on a violation's follow-up: evaluation, relations, parameters, objectives, changes."""
     parameters = ', '.join(f'{k}={v:.4g}' for k, v in (record.get('parameters') or {}).items())
     source, followup = record.get('source') or {}, record.get('followup') or {}
     changes = ', '.join(
         f'{name} {source[name]:.3g}->{followup[name]:.3g}' for name in changed_classes(record)
     )
+    run = f', run {record["run"]}' if record.get('run') is not None else ''
     return [
+        # What `metavlm render` needs to make this follow-up again, and what names it in the table.
+        f'evaluation {record.get("index")} of {record.get("image")} '
+        f'({record.get("algorithm")}, seed {record.get("seed")}{run})',
         f'composition {record.get("composition")} (order {record.get("order")}): {parameters or "-"}',
         f'f_trans {record.get("f_trans", 0.0):.4f}  f_pred {record.get("f_pred", 0.0):.4f}',
         f'changed: {changes or "-"}',
@@ -145,7 +149,8 @@ class ViolationChannels:
     """The channels one results directory (or one live search) logs to, in one SDK context.
 
     The same class feeds an MCAP writer (export) and a WebSocket server (live): both see the same
-    topics, schemas and overlay text.
+    topics, schemas and overlay text. A message nobody receives (a live server without a subscriber
+    to its channel) is not built: the search pays for a viewer only while one watches.
     """
 
     def __init__(self, context: foxglove.Context, prefix: str = '/metavlm') -> None:
@@ -161,19 +166,24 @@ class ViolationChannels:
 
     def log_source(self, stamp_ns: int, png: bytes) -> None:
         """A source frame (PNG bytes) at its camera time."""
+        if not self.source.has_sinks():
+            return
         message = CompressedImage(timestamp=_timestamp(stamp_ns), frame_id='source', data=png, format='png')
         self.source.log(message, log_time=stamp_ns)
 
     def log_violation(self, record: dict, stamp_ns: int, png: bytes | None = None) -> None:
         """A violation's record, and its follow-up frame with the overlay when its PNG is given."""
-        message = {**record, 'changed': changed_classes(record), 'stamp_ns': int(stamp_ns)}
-        message.setdefault('frame', None)
-        self.violations.log(_jsonable(message), log_time=stamp_ns)
+        if self.violations.has_sinks():
+            message = {**record, 'changed': changed_classes(record), 'stamp_ns': int(stamp_ns)}
+            message.setdefault('frame', None)
+            self.violations.log(_jsonable(message), log_time=stamp_ns)
         if png is not None:
             self.log_followup(record, stamp_ns, png)
 
     def log_followup(self, record: dict, stamp_ns: int, png: bytes) -> None:
         """A violating follow-up frame (PNG bytes) and its overlay, at the source frame's time."""
+        if not self.wants_followups():
+            return
         when = _timestamp(stamp_ns)
         self.followup.log(
             CompressedImage(timestamp=when, frame_id='followup', data=png, format='png'), log_time=stamp_ns
@@ -191,8 +201,18 @@ class ViolationChannels:
         ]
         self.annotations.log(ImageAnnotations(timestamp=when, texts=texts), log_time=stamp_ns)
 
+    def wants_sources(self) -> bool:
+        """Whether a source frame would reach anyone (a live server without a subscriber: no)."""
+        return self.source.has_sinks()
+
+    def wants_followups(self) -> bool:
+        """Whether a follow-up would reach anyone: callers skip making its PNG when not."""
+        return self.followup.has_sinks() or self.annotations.has_sinks()
+
     def log_summary(self, summary: dict, violations: int, stamp_ns: int) -> None:
         """A search's summary record with its violation count."""
+        if not self.summary.has_sinks():
+            return
         message = {**summary, 'violations': int(violations), 'stamp_ns': int(stamp_ns)}
         self.summary.log(_jsonable(message), log_time=stamp_ns)
 
@@ -202,9 +222,9 @@ class ViolationChannels:
             channel.close()
 
 
-def _jsonable(message: dict) -> dict:
-    # Records hold plain JSON already; a round trip drops NaN-free numpy leftovers of live records.
-    return json.loads(json.dumps(message, default=_plain))
+def _jsonable(message: dict) -> bytes:
+    # Serialised once, here (the SDK would dump a dict again); numpy leftovers of live records become lists.
+    return json.dumps(message, default=_plain).encode()
 
 
 def _plain(value: Any) -> Any:

@@ -16,6 +16,7 @@ from foxglove.mcap import MCAPWriteOptions
 
 from metavlm_ros.campaign.cells import CELL_FILE, UNVERIFIED, verify_cell
 from metavlm_ros.common.errors import InputError, ParameterError, ResultsError
+from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.results import (
     EVALUATIONS,
     IDENTITY,
@@ -23,11 +24,14 @@ from metavlm_ros.common.results import (
     SUMMARY,
     iter_jsonl,
     read_identity,
+    read_source_frame,
     record_key,
+    search_key,
 )
 
 # The PNG check load_image runs before decoding; decoding every follow-up would be 80% of an export.
 from metavlm_ros.footage.frames import _check_png
+from metavlm_ros.method.render import render_followup
 from metavlm_ros.viewer.channels import ViolationChannels
 
 __all__ = ['ExportResult', 'export_mcap', 'find_results', 'is_violation', 'time_of']
@@ -47,6 +51,8 @@ class ExportResult:
     directories: list[str] = field(default_factory=list)
     violations: int = 0
     followups: int = 0
+    rendered: int = 0  # follow-ups made again from the stored source frame (no PNG was kept)
+    unrendered: int = 0  # violations of searches without a stored source frame: record only
     sources: int = 0
     summaries: int = 0
     bag_messages: int = 0
@@ -64,6 +70,13 @@ class _Results:
     summaries: list[dict]
     frames: dict[tuple, str]  # record key -> follow-up PNG (relative to the directory)
     searches: list[tuple]  # search keys in the order their first record was written
+    finished: dict[tuple, dict] = field(default_factory=dict)  # search key -> its summary (if written)
+
+    def summary_of(self, record: dict) -> dict | None:
+        """The summary of the search a record belongs to (None: the search wrote none, it was cut short)."""
+        key = search_key(record)
+        # A summary names its model even where the records do not (as method/render.py matches).
+        return self.finished.get(key) or self.finished.get((*key[:3], None, key[4]))
 
 
 def find_results(root: str | Path) -> list[tuple[Path, str]]:
@@ -155,7 +168,56 @@ def _read_results(directory: Path, prefix: str) -> _Results:
         key = record_key(record)[:-1]
         if key not in searches:
             searches.append(key)
-    return _Results(directory, prefix, identity, violations, _records(directory / SUMMARY), frames, searches)
+    summaries = _records(directory / SUMMARY)
+    finished: dict[tuple, dict] = {}
+    for summary in summaries:
+        # A stopped search's summary names its stored source too: its records render all the same.
+        finished[search_key(summary)] = summary
+        finished.setdefault((*search_key(summary)[:3], None, summary.get('run')), summary)
+    return _Results(directory, prefix, identity, violations, summaries, frames, searches, finished)
+
+
+def _source_png(results: _Results, summary: dict, *, pixels: bool = True) -> bytes | None:
+    """A search's stored source frame (PNG bytes), checked whole and (`pixels`) against its `source_sha256`.
+
+    None: the search stored none (written before source frames were, or the disk budget refused it).
+    """
+    relative = summary.get('source_frame')
+    if not relative or not summary.get('source_sha256'):
+        return None
+    path = results.path / relative
+    if not path.is_file():
+        raise ResultsError(
+            f'{path}: the source frame of {summary.get("image")} is named by its summary but missing'
+        )
+    data = path.read_bytes()
+    # The chunk CRCs first: libpng would print its own lines for a damaged file before failing.
+    problem = _check_png(data) if data.startswith(b'\x89PNG\r\n\x1a\n') else 'not a PNG'
+    if problem:
+        raise ResultsError(f'{path}: damaged source frame ({problem})')
+    if pixels:
+        read_source_frame(results.path, summary)  # the pixels against source_sha256
+    return data
+
+
+class _Renderer:
+    """Follow-ups made again from stored source frames, one decoded source held at a time."""
+
+    def __init__(self, results: _Results) -> None:
+        self.results = results
+        self._digest: str | None = None
+        self._source = None
+
+    def followup(self, record: dict) -> bytes | None:
+        """The follow-up PNG of a violation whose PNG was not kept (None: no stored source frame)."""
+        summary = self.results.summary_of(record)
+        if summary is None or not summary.get('source_frame') or not summary.get('source_sha256'):
+            return None
+        if summary['source_sha256'] != self._digest:
+            # Records come search by search: one source in memory, not a whole run's worth.
+            self._source = read_source_frame(self.results.path, summary)
+            self._digest = summary['source_sha256']
+        return encode_png(render_followup(self._source, record, summary.get('warp', 'fused')))
 
 
 def _png(results: _Results, relative: str) -> bytes:
@@ -181,7 +243,9 @@ def export_mcap(
     """Write a results directory (and optionally its footage bag) to one MCAP file.
 
     Everything is read and verified first; the MCAP is written beside `out` under a hidden name and
-    renamed in at the end, so `out` is either the whole export or untouched.
+    renamed in at the end, so `out` is either the whole export or untouched. Every violation gets
+    its follow-up: the kept PNG, else one rendered (method/render.py) from its search's stored source
+    frame; searches that stored none (older results, a refused budget, cut short) keep the record only.
 
     Args:
         results_dir: A results directory, or a folder of them (a demo, a campaign).
@@ -211,6 +275,9 @@ def export_mcap(
     for results in sets:  # checked first; read again when written, so that memory stays small
         for relative in results.frames.values():
             _png(results, relative)
+        for digest, summary in {s.get('source_sha256'): s for s in results.finished.values()}.items():
+            if digest:
+                _source_png(results, summary)
     bag_frames: dict[int, bytes] = {}
     if bag is not None:
         from metavlm_ros.viewer.bag_merge import check_bag_frames
@@ -227,8 +294,15 @@ def export_mcap(
     result.bytes = out.stat().st_size
     if log:
         log(
-            f'{out}: {result.violations} violation(s), {result.followups} follow-up frame(s), '
+            f'{out}: {result.violations} violation(s), {result.followups} follow-up frame(s) '
+            f'({result.rendered} rendered from stored source frames), '
             f'{result.sources} source frame(s), {result.summaries} search summar(ies)'
+            + (
+                f'; {result.unrendered} violation(s) of searches without a stored source frame '
+                'have no follow-up image'
+                if result.unrendered
+                else ''
+            )
             + (f', {result.bag_messages} bag message(s)' if bag is not None else '')
         )
     return result
@@ -265,13 +339,16 @@ def _write(
         for results in sets:
             channels = ViolationChannels(context, results.prefix)
             _write_identity(writer, results, now)
+            renderer = _Renderer(results)
             for record in results.violations:
                 stamp = time_of(record, results.searches)
                 relative = results.frames.get(record_key(record))
-                png = _png(results, relative) if relative else None
+                png = _png(results, relative) if relative else renderer.followup(record)
                 channels.log_violation(record, stamp, png)
                 result.violations += 1
                 result.followups += png is not None
+                result.rendered += png is not None and not relative
+                result.unrendered += png is None
             counts: dict[tuple, int] = {}
             for record in results.violations:
                 key = record_key(record)[:-1]
@@ -280,14 +357,30 @@ def _write(
                 stamp = time_of(summary, results.searches)
                 channels.log_summary(summary, counts.get(record_key(summary)[:-1], 0), stamp)
                 result.summaries += 1
-            for stamp in sorted({time_of(r, results.searches) for r in results.violations}):
-                if stamp in bag_frames:
-                    channels.log_source(stamp, bag_frames[stamp])
-                    result.sources += 1
+            result.sources += _write_sources(channels, results, bag_frames)
         if bag is not None:
             from metavlm_ros.viewer.bag_merge import merge_bag
 
             result.bag_messages = merge_bag(bag, context)
+
+
+def _write_sources(channels: ViolationChannels, results: _Results, bag_frames: dict[int, bytes]) -> int:
+    """Each searched frame once, at its time: the bag's own pixels, else the stored source frame."""
+    stored: dict[int, dict] = {}
+    for summary in results.finished.values():
+        if summary.get('source_frame'):
+            stored.setdefault(time_of(summary, results.searches), summary)
+    stamps = {time_of(r, results.searches) for r in [*results.violations, *results.summaries]}
+    logged = 0
+    for stamp in sorted(stamps):
+        png = bag_frames.get(stamp)
+        if png is None and stamp in stored:
+            # Its pixels were checked before writing began; the chunk CRCs catch a change since.
+            png = _source_png(results, stored[stamp], pixels=False)
+        if png is not None:
+            channels.log_source(stamp, png)
+            logged += 1
+    return logged
 
 
 def _write_identity(writer: foxglove.mcap.MCAPWriter, results: _Results, now: int) -> None:

@@ -83,10 +83,22 @@ class LiveResults:
         self._searches: list[tuple] = []
         self._violations: dict[tuple, int] = {}
         self._source: np.ndarray | None = None
+        self._source_file: Path | None = None
 
     def next_source(self, rgb: np.ndarray) -> None:
-        """The frame of the next search: published with its first record (its time is known then)."""
+        """The frame of the next search: published with its first record (its time is known then).
+
+        Encoded only when the search stores no source frame of its own (see save_source).
+        """
         self._source = rgb
+
+    def save_source(self, rgb: np.ndarray) -> tuple[str, str] | None:
+        """Store the search's source frame; the stored PNG is what goes out (no second encoding)."""
+        stored = self._store.save_source(rgb)
+        if stored is not None:
+            self._source_file = Path(self._store.directory) / stored[0]
+            self._source = None
+        return stored
 
     def _time(self, record: dict) -> int:
         key = record_key(record)[:-1]
@@ -98,9 +110,13 @@ class LiveResults:
         """Write an evaluation record; publish it when it is a violation."""
         self._store.append_evaluation(record)
         stamp = self._time(record)
-        if self._source is not None:
-            self._channels.log_source(stamp, encode_png(self._source))
-            self._source = None
+        if self._channels.wants_sources():  # a PNG costs milliseconds: only for a viewer
+            if self._source_file is not None:
+                # The stored source (lossless, at the working size): what the export shows too.
+                self._channels.log_source(stamp, self._source_file.read_bytes())
+            elif self._source is not None:
+                self._channels.log_source(stamp, encode_png(self._source))
+        self._source, self._source_file = None, None
         if is_violation(record):
             key = record_key(record)[:-1]
             self._violations[key] = self._violations.get(key, 0) + 1
@@ -110,7 +126,7 @@ class LiveResults:
         """Write a non-dominated record; publish its follow-up and overlay when it violates."""
         self._store.append_pareto(record)
         frame = record.get('frame')
-        if frame and is_violation(record):
+        if frame and is_violation(record) and self._channels.wants_followups():
             path = Path(self._store.directory) / frame
             if path.is_file():
                 self._channels.log_followup(record, self._time(record), path.read_bytes())

@@ -5,13 +5,17 @@ import shutil
 from pathlib import Path
 
 import cv2
-import numpy as np
 import pytest
 
+from metavlm_ros.campaign.runner import run_campaign
 from metavlm_ros.cli import main
-from metavlm_ros.common.results import read_jsonl, record_key
-from metavlm_ros.footage.bags import iter_bag_frames
+from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.footage.bags import iter_bag_frames, write_bag
+from metavlm_ros.ros.launcher import run_nodes
+from test.campaign.test_campaign import small_config
 from test.conftest import make_frame
+from test.ros.test_run_command import write_params
+from test.viewer.export_check import check_export, expected_violations
 from test.viewer.mcap_decode import read_mcap
 
 SCENES = ['--frames', '3', '--size', '64x48', '--fps', '5', '--environment', 'deep']
@@ -32,16 +36,8 @@ def bag_search(tmp_path_factory, tiny_clip_dir):
     return bag, results, other
 
 
-def expected_changed(record):
-    # Independent of the exporter: Eq. 4 (counts differ by >= 1) or Eq. 5 at the smallest violated threshold.
-    limit = 1.0 if record['kind'] == 'count' else min(float(t) for t, v in record['violation'].items() if v)
-    return [c for c in record['source'] if abs(record['followup'][c] - record['source'][c]) >= limit]
-
-
 def violations_of(results):
-    return [
-        r for r in read_jsonl(results / 'evaluations.jsonl') if r['order'] and any(r['violation'].values())
-    ]
+    return expected_violations(results)
 
 
 def test_export_holds_every_violation_at_its_frame_time_with_its_overlay(bag_search, tmp_path, capsys):
@@ -50,46 +46,15 @@ def test_export_holds_every_violation_at_its_frame_time_with_its_overlay(bag_sea
     assert main(['export', str(results), '--mcap', str(out), '--bag', str(bag)]) == 0
     assert str(out) in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ['run.mcap']  # no scratch left
-    data = read_mcap(out)
+    # The budget keeps few PNGs: most follow-ups must come from the stored source frames.
+    kept = [r for r in read_jsonl(results / 'pareto.jsonl') if r['frame']]
+    assert len(kept) < len(violations_of(results))
+    data = check_export(results, out, tmp_path / 'scratch', bag_frames=bag_frames_of(bag))
     topics = data['topics']
-
-    expected = violations_of(results)
-    assert expected, 'the tiny CLIP search should find violations'
     logged = topics['/metavlm/violations']
-    assert len(logged) == len(expected)
-    by_key = {record_key(m): (t, m) for t, m, _ in logged}
-    for record in expected:
-        time, message = by_key[record_key(record)]
-        assert time == record['stamp_ns'] == message['stamp_ns']
-        assert message['composition'] == record['composition'] and message['f_pred'] == record['f_pred']
-        assert message['changed'] == expected_changed(record)
     assert all(schema.encoding == 'jsonschema' for _, _, schema in logged)
     schema = json.loads(logged[0][2].data)
     assert schema['title'] == 'metavlm.Violation' and 'f_trans' in schema['required']
-
-    # Each saved follow-up (the non-dominated violations' PNGs) is on the image topic, annotated.
-    framed = [r for r in read_jsonl(results / 'pareto.jsonl') if r['frame'] and any(r['violation'].values())]
-    images = topics['/metavlm/followup/image']
-    annotations = topics['/metavlm/followup/annotations']
-    assert len(images) == len(annotations) == len(framed) > 0
-    for record in framed:
-        stamp = record['stamp_ns']
-        image = next(m for t, m, _ in images if t == stamp)
-        assert image.format == 'png' and image.data == (results / record['frame']).read_bytes()
-        assert image.timestamp.seconds * 10**9 + image.timestamp.nanos == stamp
-        (note,) = [m for t, m, _ in annotations if t == stamp]
-        text = '\n'.join(t.text for t in note.texts)
-        assert record['composition'] in text and f'f_trans {record["f_trans"]:.4f}' in text
-        assert f'f_pred {record["f_pred"]:.4f}' in text
-        assert all(f'{c} ' in text for c in expected_changed(record))
-
-    # Source frames: the bag's own pixels, at their stamps.
-    bag_frames = {f.stamp_ns: f.rgb for f in iter_bag_frames(bag)}
-    sources = topics['/metavlm/source/image']
-    assert sorted(t for t, _, _ in sources) == sorted({r['stamp_ns'] for r in expected})
-    for time, message, _ in sources:
-        rgb = cv2.imdecode(np.frombuffer(message.data, np.uint8), cv2.IMREAD_COLOR)[..., ::-1]
-        assert np.array_equal(rgb, bag_frames[time])
 
     # The bag merged as it is: every message of every topic.
     assert len(topics['/camera/image_raw']) == 3 and all(
@@ -104,6 +69,23 @@ def test_export_holds_every_violation_at_its_frame_time_with_its_overlay(bag_sea
     assert data['attachments']['metavlm/search.json'] == (results / 'search.json').read_bytes()
 
 
+def bag_frames_of(bag):
+    return {f.stamp_ns: f.rgb for f in iter_bag_frames(bag)}
+
+
+def test_without_a_bag_the_stored_source_frames_are_exported(bag_search, tmp_path, capsys):
+    _, results, _ = bag_search
+    out = tmp_path / 'run.mcap'
+    assert main(['export', str(results), '--mcap', str(out)]) == 0
+    line = capsys.readouterr().out
+    assert 'rendered from stored source frames' in line and 'without a stored source frame' not in line
+    data = check_export(results, out, tmp_path / 'scratch')
+    stored = {s['source_frame'] for s in read_jsonl(results / 'summary.jsonl')}
+    sources = data['topics']['/metavlm/source/image']
+    # The stored files as they are: lossless, at the working size.
+    assert {m.data for _, m, _ in sources} == {(results / name).read_bytes() for name in stored}
+
+
 def test_image_files_are_laid_one_second_per_search(tmp_path, tiny_clip_dir):
     images = tmp_path / 'frames'
     images.mkdir()
@@ -114,10 +96,9 @@ def test_image_files_are_laid_one_second_per_search(tmp_path, tiny_clip_dir):
     assert main(['search', '--backend', 'clip', '--model', str(tiny_clip_dir), '--quiet', *args]) == 0
     out = tmp_path / 'images.mcap'
     assert main(['export', str(results), '--mcap', str(out)]) == 0
-    logged = read_mcap(out)['topics']['/metavlm/violations']
+    logged = check_export(results, out, tmp_path / 'scratch')['topics']['/metavlm/violations']
     times = {m['image']: t for t, m, _ in logged}
     assert times == {'f1': 10**9, 'f2': 2 * 10**9}
-    assert len(logged) == len(violations_of(results))
 
 
 def test_a_folder_of_results_gets_a_prefix_per_subfolder(bag_search, tmp_path):
@@ -176,6 +157,23 @@ BAD = {
         ),
         'damaged follow-up frame (truncated PNG',
     ),
+    'truncated source': (
+        lambda r, b, o: (
+            ([f.write_bytes(f.read_bytes()[:-30]) for f in (r / 'sources').iterdir()], r)[1:] + (None,)
+        ),
+        'damaged source frame (truncated PNG',
+    ),
+    # A whole PNG of other pixels under the source's name: only the sha256 of its pixels tells.
+    'source of other pixels': (
+        lambda r, b, o: (
+            (
+                [cv2.imwrite(str(f), make_frame(64, 48, seed=99)) for f in (r / 'sources').iterdir()],
+                r,
+            )[1:]
+            + (None,)
+        ),
+        'do not match the sha256',
+    ),
     'another bag': (lambda r, b, o: (r, o), 'does not match the results'),
     # Cut short, as a copy interrupted half way leaves it.
     'truncated bag': (lambda r, b, o: (r, Path(shutil.copy(b, r.parent / 'cut.mcap'))), 'unreadable bag'),
@@ -199,3 +197,124 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, bag_search, tmp_p
     err = capsys.readouterr().err
     assert err.startswith('metavlm: error: ') and err.count('\n') == 1 and needle in err, err
     assert list(out_dir.iterdir()) == []
+
+
+@pytest.fixture(scope='module')
+def campaign(tmp_path_factory, tiny_clip_dir):
+    """A real campaign (tiny CLIP, one frame, both algorithms): its results folder."""
+    root = tmp_path_factory.mktemp('campaign')
+    images = root / 'images'
+    images.mkdir()
+    cv2.imwrite(str(images / 'img0.png'), make_frame(48, 36, seed=0)[..., ::-1])
+    config = small_config(images, tiny_clip_dir, runs=1, evaluations=12)
+    run_campaign(config, root / 'results', progress=False, threads=1)
+    return root / 'results'
+
+
+def test_a_campaign_cell_and_a_whole_campaign_are_exported(campaign, tmp_path):
+    cells = sorted(p for p in (campaign / 'cells').iterdir() if not p.name.startswith('.'))
+    assert len(cells) == 2
+    out = tmp_path / 'cell.mcap'
+    assert main(['export', str(cells[0]), '--mcap', str(out)]) == 0
+    data = check_export(cells[0], out, tmp_path / 'scratch')
+    assert data['attachments']['metavlm/cell.json'] == (cells[0] / 'cell.json').read_bytes()
+    # The whole campaign: each cell under its own prefix, the campaign's record attached.
+    whole = tmp_path / 'campaign.mcap'
+    assert main(['export', str(campaign), '--mcap', str(whole)]) == 0
+    for cell in cells:
+        check_export(cell, whole, tmp_path / f'scratch-{cell.name}', prefix=f'/metavlm/cells/{cell.name}')
+    attachments = read_mcap(whole)['attachments']
+    assert attachments['campaign.json'] == (campaign / 'campaign.json').read_bytes()
+    for cell in cells:
+        assert attachments[f'metavlm.cells.{cell.name}/cell.json'] == (cell / 'cell.json').read_bytes()
+
+
+def _edit(path, old, new):
+    path.write_text(path.read_text().replace(old, new, 1))
+
+
+CELL_DAMAGE = {
+    # One byte added to a record: the line still parses, only the cell's checksum tells.
+    'record edited': (
+        lambda c: _edit(c / 'summary.jsonl', '"seed":', '"seed": '),
+        'summary.jsonl does not match',
+    ),
+    'source removed': (lambda c: [p.unlink() for p in (c / 'sources').iterdir()], '.png is missing'),
+    'file added': (lambda c: (c / 'notes.txt').write_text('x'), 'notes.txt was not part of the cell'),
+    'cell.json edited': (
+        lambda c: _edit(c / 'cell.json', '"evaluations": 12', '"evaluations": 13'),
+        'its checksum',
+    ),
+}
+
+
+@pytest.mark.parametrize('damage', sorted(CELL_DAMAGE))
+def test_a_damaged_campaign_cell_is_one_line_exit_2_and_writes_nothing(damage, campaign, tmp_path, capsys):
+    cell = tmp_path / 'cell'
+    shutil.copytree(sorted((campaign / 'cells').iterdir())[0], cell)
+    make, needle = CELL_DAMAGE[damage]
+    make(cell)
+    out_dir = tmp_path / 'out'
+    out_dir.mkdir()
+    assert main(['export', str(cell), '--mcap', str(out_dir / 'x.mcap')]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('metavlm: error: ') and err.count('\n') == 1, err
+    assert 'damaged campaign cell' in err and needle in err, err
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.fixture(scope='module')
+def tester_runs(tmp_path_factory, tiny_clip_dir):
+    """The tester node's directories: `metavlm run` through the perception node, and in-process on a bag."""
+    root = tmp_path_factory.mktemp('tester')
+    folder = root / 'frames'
+    folder.mkdir()
+    for i in range(2):
+        cv2.imwrite(str(folder / f'frame{i}.png'), make_frame(64, 48, seed=i)[..., ::-1])
+    # One violation PNG per search: the others' follow-ups must be rendered from the stored source.
+    params = write_params(root, tiny_clip_dir, violation_pngs_per_search=1)
+    assert main(['run', '--params', str(params), '--source', str(folder), '--rate', '4']) == 0
+    bag = write_bag(root / 'bag', [(make_frame(64, 48, seed=7), None)], fps=10.0, start_ns=5_000_000_000)
+    inprocess = root / 'inprocess'
+    run_nodes(
+        write_params(root, tiny_clip_dir, vlm_endpoint='inprocess', violation_pngs_per_search=1),
+        source=bag,
+        duration=1.5,
+        loop=False,
+        results_dir=inprocess,
+        log=lambda line: None,
+    )
+    return root / 'results', inprocess, bag
+
+
+@pytest.mark.parametrize('which', ['metavlm run', 'tester in-process, with its bag'])
+def test_a_testers_results_are_exported(tester_runs, which, tmp_path):
+    run, inprocess, bag = tester_runs
+    results = run if which == 'metavlm run' else inprocess
+    out = tmp_path / 'tester.mcap'
+    args = ['export', str(results), '--mcap', str(out)]
+    frames = None
+    if results == inprocess:
+        args += ['--bag', str(bag)]
+        frames = bag_frames_of(bag)
+    assert any(r['frame'] is None for r in read_jsonl(results / 'violations.jsonl'))
+    assert main(args) == 0
+    check_export(results, out, tmp_path / 'scratch', bag_frames=frames)
+
+
+def test_searches_cut_short_keep_their_violations_without_follow_ups(bag_search, tmp_path, capsys):
+    # Killed mid-search: records only, no summary naming a stored source frame, no non-dominated set.
+    _, source, _ = bag_search
+    results = tmp_path / 'res'
+    shutil.copytree(source, results)
+    for name in ('summary.jsonl', 'pareto.jsonl'):
+        (results / name).unlink()
+    shutil.rmtree(results / 'frames')
+    out = tmp_path / 'cut.mcap'
+    assert main(['export', str(results), '--mcap', str(out)]) == 0
+    expected = violations_of(results)
+    line = capsys.readouterr().out
+    assert f'{len(expected)} violation(s) of searches without a stored source frame have no follow-up' in line
+    topics = read_mcap(out)['topics']
+    assert len(topics['/metavlm/violations']) == len(expected) > 0
+    assert '/metavlm/followup/image' not in topics and '/metavlm/source/image' not in topics

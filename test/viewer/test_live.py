@@ -110,7 +110,9 @@ def test_a_live_search_is_watched_over_the_foxglove_websocket(tmp_path, tiny_cli
     images = received['/metavlm/followup/image']
     assert [m.data for _, m in images] == [(out / r['frame']).read_bytes() for r in framed]
     (source,) = received['/metavlm/source/image']
-    assert source[1].format == 'png'
+    # The search's stored source frame as it is on disk: what the export shows without a bag.
+    (summary,) = read_jsonl(out / 'summary.jsonl')
+    assert source[1].format == 'png' and source[1].data == (out / summary['source_frame']).read_bytes()
 
 
 def test_a_port_in_use_is_one_line_exit_2_before_anything_is_written(tmp_path, tiny_clip_dir, capsys):
