@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     'ALGORITHMS',
     'Evaluation',
+    'PreparedFrame',
     'SearchConfig',
     'RandSampling',
     'SearchResult',
@@ -54,6 +55,7 @@ __all__ = [
     'followup_name',
     'parse_pareto_pngs',
     'pareto_png_members',
+    'prepare_frame',
     'rand_genotypes',
     'run_search',
     'searched_frame',
@@ -130,6 +132,10 @@ class Evaluation:
     strength: dict[str, float | None]
     cached: bool = False
     failed: bool = False
+    #: The follow-up pixels the model judged (the search's own warp), on the evaluation that paid for
+    #: them, while `on_evaluation` runs; released after it, so a search holds no more than a batch.
+    #: A caller that publishes or saves a follow-up takes it here instead of rendering it again.
+    followup_frame: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -170,12 +176,31 @@ class SearchResult:
         return table
 
 
-def searched_frame(frame: Any, config: SearchConfig, backend: VLMBackend) -> np.ndarray:
-    """The frame as the search sees it: validated and shrunk to the working size for `backend`."""
+@dataclass(frozen=True)
+class PreparedFrame:
+    """A frame checked once and brought to the search's working size once: what `run_search` searches."""
+
+    rgb: np.ndarray
+    #: (width, height) of the frame as it entered, before the working size.
+    source_size: tuple[int, int]
+
+
+def prepare_frame(frame: Any, config: SearchConfig, input_side: int = 0) -> PreparedFrame:
+    """Check `frame` and shrink it to the working size for a model that sees `input_side` pixels.
+
+    Raises:
+        InputError: not RGB uint8 (H, W, 3), or under 2 pixels a side (relations interpolate).
+    """
     frame = check_frame(frame, min_side=2, what='the frame')
     height, width = frame.shape[:2]
-    size = working_size_for(config.working_size, width, height, getattr(backend, 'input_size', 0))
-    return np.ascontiguousarray(resize_longer_side(frame, size)) if size else frame
+    size = working_size_for(config.working_size, width, height, input_side)
+    rgb = np.ascontiguousarray(resize_longer_side(frame, size)) if size else frame
+    return PreparedFrame(rgb, (int(width), int(height)))
+
+
+def searched_frame(frame: Any, config: SearchConfig, backend: VLMBackend) -> np.ndarray:
+    """The frame as the search sees it: validated and shrunk to the working size for `backend`."""
+    return prepare_frame(frame, config, getattr(backend, 'input_size', 0)).rgb
 
 
 def parse_pareto_pngs(value: object) -> int | None:
@@ -245,8 +270,10 @@ class _Judge:
             if comp.order > 0 and comp.key not in self.cache:
                 pending.setdefault(comp.key, comp)
         fresh: dict[tuple, Prediction | None] = {}
+        rendered: dict[tuple, np.ndarray] = {}
         if pending:
-            followups = [self.followup_frame(comp) for comp in pending.values()]
+            rendered = {key: self.followup_frame(comp) for key, comp in pending.items()}
+            followups = list(rendered.values())
             predictions = self.backend.predict(followups)
             self.model_calls += 1
             self.frames_judged += len(followups)
@@ -284,6 +311,7 @@ class _Judge:
                     strength=strength,
                     cached=cached and comp.order > 0 and not failed,
                     failed=failed,
+                    followup_frame=None if cached else rendered.get(comp.key),
                 )
             )
         return evaluations
@@ -318,7 +346,7 @@ def _bounds(space: SearchSpace) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_search(
-    frame: np.ndarray,
+    frame: np.ndarray | PreparedFrame,
     backend: VLMBackend,
     config: SearchConfig,
     *,
@@ -333,26 +361,28 @@ def run_search(
     """Search one frame for the smallest compositions that change the model's answer.
 
     Args:
-        frame: the source frame, RGB uint8.
+        frame: the source frame, RGB uint8, or a `PreparedFrame` (checked and at its working size
+            already: searched as it is).
         backend: the VLM; `predict` is called once for the source and once per generation; it may raise
             SearchInterrupted to end the search (the generation in progress is dropped, the rest finished).
         config: algorithm, budget, seed, search space, thresholds, working size.
         image_id: the name recorded with every evaluation.
         store: where evaluations, the non-dominated set and the summary are appended (flushed).
         progress: called with the number of evaluations finished since the last call.
-        on_evaluation: called for every evaluation after it is stored.
+        on_evaluation: called for every evaluation after it is stored; the evaluation that paid for a
+            follow-up carries its judged pixels (`followup_frame`) during the call only.
         should_stop: polled between generations; True ends the search early (result.stopped).
         extra_fields: added to every stored record (e.g. model, run, source stamp).
         source: the source prediction when the caller already has it (never recomputed here); it must
-            be the prediction of the frame as searched: `searched_frame(frame, config, backend)`.
+            be the prediction of the frame as searched: `prepare_frame(frame, config, ...).rgb`.
 
     Returns:
         The evaluations, the non-dominated set and its hypervolume.
     """
     config.validate()
-    frame = check_frame(frame, min_side=2, what='the frame')
-    source_size = (int(frame.shape[1]), int(frame.shape[0]))
-    frame = searched_frame(frame, config, backend)
+    if not isinstance(frame, PreparedFrame):
+        frame = prepare_frame(frame, config, getattr(backend, 'input_size', 0))
+    source_size, frame = frame.source_size, frame.rgb
     started = time.perf_counter()
     if source is None:
         source = backend.predict([frame])[0]
@@ -388,6 +418,7 @@ def run_search(
                 store.append_evaluation(evaluation_record(ev, result, extra))
             if on_evaluation is not None:
                 on_evaluation(ev, result)
+            ev.followup_frame = None  # judged and handed over: a search holds no frame beyond its batch
         if progress is not None:
             progress(len(batch))
 

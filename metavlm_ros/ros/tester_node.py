@@ -26,10 +26,10 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 
 from metavlm_ros.common.errors import InputError, MetaVLMError, ResultsError, StorageError
-from metavlm_ros.common.images import check_frame, resize_longer_side
 from metavlm_ros.common.process import finish
 from metavlm_ros.common.results import (
     IDENTITY,
+    VIOLATIONS,
     ResultsStore,
     WriteRate,
     free_disk_bytes,
@@ -38,13 +38,12 @@ from metavlm_ros.common.results import (
 )
 from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.method.prediction import VLMBackend
-from metavlm_ros.method.relations import apply_composition
 from metavlm_ros.method.search import (
     Evaluation,
     SearchResult,
     evaluation_record,
+    prepare_frame,
     run_search,
-    searched_frame,
 )
 from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
@@ -65,7 +64,6 @@ from metavlm_ros.ros.visualisation import violation_image
 __all__ = ['TesterNode', 'main']
 
 DIAGNOSTIC_STATUS = 'metavlm_tester: search'
-VIOLATIONS_FILE = 'violations.jsonl'
 # Consecutive probe rounds with no answer at all after which a search is given up (its results are
 # kept) and the tester waits for the perception node instead of recording failure after failure.
 FAILED_ROUNDS_TO_PAUSE = 3
@@ -91,8 +89,17 @@ RESULT_QOS = QoSProfile(
 class _Job:
     """The search in progress: its frame and what it has produced so far."""
 
-    def __init__(self, frame: np.ndarray, msg: Any, stamp_ns: int, image_id: str, settings: TesterSettings):
-        self.frame = frame
+    def __init__(
+        self,
+        frame: np.ndarray,
+        msg: Any,
+        stamp_ns: int,
+        image_id: str,
+        settings: TesterSettings,
+        backend: TransportSizeBackend,
+    ):
+        self.frame = frame  # the source frame at its working size, as searched
+        self.backend = backend  # the model as this search sends it frames (its transport size)
         self.header = msg.header
         self.stamp_ns = stamp_ns
         self.image_id = image_id
@@ -178,9 +185,8 @@ class TesterNode(ManagedNode):
         self._wake = threading.Condition()
         self._pending: tuple[Any, TesterSettings] | None = None
         self._store: ResultsStore | None = None
-        self._violations_file: Any = None
         self._worker: threading.Thread | None = None
-        self.backend: TransportSizeBackend | None = None
+        self.backend: VLMBackend | None = None  # the model: the probe topics or an inprocess one
         self.probe: RosProbeBackend | None = None
         self._camera: Any = None
         self._made: list[Any] = []  # publishers and timers of the configured node
@@ -271,7 +277,6 @@ class TesterNode(ManagedNode):
             self._worker = None
         if self._store is not None:
             self._store.close()
-            self._violations_file.close()
             self._store = None
         self.destroy_entities(self._made)
         self._made = []
@@ -357,9 +362,8 @@ class TesterNode(ManagedNode):
             return None, None
         if settings.endpoint == 'ros':
             return self.backend.model_id or None, None
-        inner = self.backend.inner
-        digest = getattr(inner, 'weights_hash', None)
-        return inner.model_id, (digest() if callable(digest) else '') or None
+        digest = getattr(self.backend, 'weights_hash', None)
+        return self.backend.model_id, (digest() if callable(digest) else '') or None
 
     def _parameter_values(self) -> dict[str, Any]:
         names = self.list_parameters([], 0).names
@@ -384,7 +388,7 @@ class TesterNode(ManagedNode):
 
     # -- the model endpoint ---------------------------------------------------------------------
 
-    def _make_backend(self, settings: TesterSettings) -> TransportSizeBackend:
+    def _make_backend(self, settings: TesterSettings) -> VLMBackend:
         if settings.endpoint == 'ros':
             self.probe = RosProbeBackend(
                 self,
@@ -392,15 +396,12 @@ class TesterNode(ManagedNode):
                 classes=settings.model['resolved']['classes'],
                 callback_group=MutuallyExclusiveCallbackGroup(),
             )
-            inner: VLMBackend = self.probe
-        else:
-            self.probe = None
-            if self._given_backend is not None:
-                inner = self._given_backend
-            else:
-                model = settings.model
-                inner = create_backend(model['backend'], model['model'], **model['options'])
-        return TransportSizeBackend(inner, settings.transport_size)
+            return self.probe
+        self.probe = None
+        if self._given_backend is not None:
+            return self._given_backend
+        model = settings.model
+        return create_backend(model['backend'], model['model'], **model['options'])
 
     @property
     def perception_answering(self) -> bool | None:
@@ -506,9 +507,14 @@ class TesterNode(ManagedNode):
             if self.storage_failure is None:
                 self.state = 'paused: results disk below min_free_disk_mb'
             return
+        # Run-time changes of the transport size take effect here, between searches, never within one:
+        # each search sends its frames through a reduction of its own.
+        backend = TransportSizeBackend(self.backend, settings.transport_size)
         try:
-            # What the search would refuse (a 1x1 frame) is unreadable too.
-            frame = check_frame(image_msg_to_rgb(msg), min_side=2, what='the frame')
+            # The frame's one check and its one resize, where it enters: what the search would refuse
+            # (a 1x1 frame) is unreadable. The auto working size follows the transport size.
+            camera = image_msg_to_rgb(msg)
+            prepared = prepare_frame(camera, settings.search, backend.input_size)
         except InputError as exc:
             self.frames_unreadable += 1
             self._error(f'camera frame unreadable: {exc}')
@@ -517,17 +523,13 @@ class TesterNode(ManagedNode):
                 throttle_duration_sec=WARN_PERIOD_S,
             )
             return
-        # Run-time changes of these take effect here, between searches, never within one.
-        self.backend.transport_size = settings.transport_size
-        # After the transport size: the auto working size follows it.
-        camera_frame, frame = frame, searched_frame(frame, settings.search, self.backend)
         if self.probe is not None:
             self.probe.timeout_s = settings.probe_timeout_s
         stamp_ns = stamp_to_ns(msg.header.stamp)
         image_id = f'{msg.header.frame_id or "camera"}@{stamp_ns}'
         self.state = 'judging the source frame'
         # The source prediction doubles as a health check of the perception node.
-        source = self.backend.predict([frame])[0]
+        source = backend.predict([prepared.rgb])[0]
         if source is None and self.probe is not None and 0 in self.probe.errors:
             self.frames_unreadable += 1
             self._error(f'the perception node refused the frame: {self.probe.errors[0]}')
@@ -546,16 +548,16 @@ class TesterNode(ManagedNode):
         store.reserve_bytes = settings.min_free_disk_mb * MIB
         store.max_bytes = settings.results_max_mb * MIB
         self._stopped_for_disk = False
-        job = _Job(frame, msg, stamp_ns, image_id, settings)
-        job.extra['model'] = self.backend.model_id
-        # Which pixels were searched (once per search): the frame part of the searches' identity.
-        job.extra['frame_sha256'] = frame_digest(camera_frame)
+        job = _Job(prepared.rgb, msg, stamp_ns, image_id, settings, backend)
+        job.extra['model'] = backend.model_id
+        # Which camera pixels were searched (once per search): the frame part of the searches' identity.
+        job.extra['frame_sha256'] = frame_digest(camera)
         with self._lock:
             self._job = job
         self.state = 'searching'
         result = run_search(
-            camera_frame,
-            self.backend,
+            prepared,
+            backend,
             settings.search,
             image_id=image_id,
             store=store,
@@ -642,9 +644,10 @@ class TesterNode(ManagedNode):
         if self._store is None or self._store.directory != Path(directory):
             if self._store is not None:
                 self._store.close()
-                self._violations_file.close()
             self._store = ResultsStore(directory)
-            self._violations_file = open(self._store.directory / VIOLATIONS_FILE, 'a', encoding='utf-8')  # noqa: SIM115
+            # violations.jsonl exists from configure on (empty until a violation), as users know it;
+            # the store appends to it.
+            (self._store.directory / VIOLATIONS).touch()
         return self._store
 
     def _on_evaluation(self, ev: Evaluation, result: SearchResult) -> None:
@@ -667,7 +670,8 @@ class TesterNode(ManagedNode):
         self._publish_violation(ev, result, job)
 
     def _publish_violation(self, ev: Evaluation, result: SearchResult, job: _Job) -> None:
-        followup = apply_composition(job.frame, ev.composition)
+        # The very pixels the search judged (its own warp), never rendered again.
+        followup = ev.followup_frame
         store = self._results(job.settings.results_dir)
         name = f'{_safe(job.image_id)}_violation_e{ev.index:05d}'
         path = None
@@ -689,10 +693,10 @@ class TesterNode(ManagedNode):
         ]
         self.violations_pub.publish(array)
         if job.settings.publish_violation_images:
-            size = job.settings.transport_size
+            # Both frames as the model was sent them (the search's transport size).
             picture = violation_image(
-                resize_longer_side(job.frame, size),
-                resize_longer_side(followup, size),
+                job.backend.reduce(job.frame),
+                job.backend.reduce(followup),
                 ev.composition.label,
                 result.source.values,
                 ev.followup.values if ev.followup else {},
