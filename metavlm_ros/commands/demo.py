@@ -182,7 +182,8 @@ def run_demo(
     Returns:
         Paths (bag, results per model, report.md, report.json, montage) and the run summaries.
     """
-    from metavlm_ros.campaign.demo_report import (
+    from metavlm_ros.common.results import read_jsonl
+    from metavlm_ros.demo.report import (
         DemoSection,
         montage,
         pair_panel,
@@ -190,7 +191,6 @@ def run_demo(
         strongest,
         write_demo_report,
     )
-    from metavlm_ros.common.results import read_jsonl
     from metavlm_ros.method.encoding import Composition
     from metavlm_ros.method.relations import apply_composition
     from metavlm_ros.models.registry import backend_class

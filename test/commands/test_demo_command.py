@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from metavlm_ros import cli
-from metavlm_ros.campaign.demo_report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.results import read_identity, read_jsonl
+from metavlm_ros.demo.report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
 from metavlm_ros.models.vlm import model_identity
 
 
