@@ -21,7 +21,7 @@ from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.method.relations import apply_composition
 from metavlm_ros.method.search import Evaluation
-from metavlm_ros.ros import tester_node
+from metavlm_ros.ros import tester_output
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg
 from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
@@ -477,7 +477,7 @@ def test_a_disk_filling_during_a_search_stops_it_and_keeps_records_without_pngs(
         # Plenty until the model has answered the source frame and two generations, then 1 MiB.
         return (10_000 if backend.calls < 3 else 1) * 2**20
 
-    monkeypatch.setattr(tester_node, 'free_disk_bytes', free_bytes)
+    monkeypatch.setattr(tester_output, 'free_disk_bytes', free_bytes)
     monkeypatch.setattr(results_module, 'free_disk_bytes', free_bytes)
     g = graph(
         backend=backend,
