@@ -35,18 +35,6 @@ def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
     return Composition(tuple(active), tuple(values))
 
 
-def _geometry(composition: Any, width: int, height: int) -> np.ndarray | None:
-    """The 3x3 pixel matrix of a composition's geometric relations (applied in order), or None."""
-    from metavlm_ros.method.relations import RELATIONS
-
-    matrix = None
-    for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
-        if active and relation.geometric:
-            step = np.vstack([relation.matrix(value, width, height), [0.0, 0.0, 1.0]])
-            matrix = step if matrix is None else step @ matrix
-    return matrix
-
-
 def _paired_indices(
     rng: np.random.Generator, n: int, batch_size: int, pairs: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -76,7 +64,7 @@ def _batch(
     """
     import cv2
 
-    from metavlm_ros.method.relations import apply_composition
+    from metavlm_ros.method.relations import apply_composition, composition_matrix
 
     small = train.small[idx].copy()
     density = None if train.density is None else train.density[idx].copy()
@@ -89,9 +77,11 @@ def _batch(
         for j in np.flatnonzero(chosen):
             composition = _augmentation(rng, config.augment_magnitude)
             small[j] = _resize(apply_composition(train.mid[idx[j]], composition), config.image_size)
-            matrix = _geometry(composition, width, height)
-            if matrix is None:
+            # Where the relations move the pixels (method/relations.py's matrix fusion), as 3x3.
+            moved = composition_matrix(composition, width, height)
+            if moved is None:
                 continue
+            matrix = np.vstack([moved, [0.0, 0.0, 1.0]])
             for maps in (density, coverage):
                 if maps is None:
                     continue
