@@ -2,181 +2,41 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metavlm_ros.campaign.spec import (
+    _FRAME_KEYS,
+    _GENERATE_KEYS,
+    _MODEL_KEYS,
+    _RELATION_KEYS,
+    _TOP_KEYS,
+    EXECUTORS,
+    PAPER_ALGORITHMS,
+    CampaignConfig,
+    FrameSpec,
+    ModelSpec,
+    _search_space,
+    sha256_text,
+)
 from metavlm_ros.common.errors import MetaVLMError, ParameterError
 from metavlm_ros.method import defaults
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 
-#: The algorithms a campaign compares when its file names none: the paper's pair (MetaVLM and Rand).
-PAPER_ALGORITHMS = ('nsga2', 'random')
-
+# The configuration's types live in campaign/spec.py; `metavlm_ros.campaign.config` stays their one
+# import for callers (cells, executors, runner, commands, the tests).
 __all__ = [
     'CampaignConfig',
     'EXECUTORS',
     'FrameSpec',
     'ModelSpec',
+    'PAPER_ALGORITHMS',
     'load_config',
     'parse_config',
     'sha256_text',
 ]
-
-EXECUTORS = ('local', 'dask')
-
-
-_TOP_KEYS = {
-    'frames',
-    'models',
-    'algorithms',
-    'runs',
-    'population',
-    'evaluations',
-    'seed',
-    'thresholds',
-    'working_size',
-    'relations',
-    'warp',
-    'pareto_pngs',
-    'threads',
-    'baseline',
-}
-
-
-_FRAME_KEYS = {'sources', 'topic', 'every', 'start', 'end', 'max_frames', 'size', 'generate'}
-
-
-_GENERATE_KEYS = {'count', 'size', 'seed'}
-
-
-_MODEL_KEYS = {'name', 'backend', 'model'}  # and the options the backend declares (models/registry.py)
-
-
-_RELATION_KEYS = {'enabled', 'ranges'}
-
-
-@dataclass(frozen=True)
-class FrameSpec:
-    """Where a campaign's images come from: files, folders or bags, or generated scenes."""
-
-    sources: tuple[str, ...] = ()
-    topic: str | None = None
-    every: int = 1
-    start: float | None = None
-    end: float | None = None
-    max_frames: int | None = None
-    size: int | None = None
-    generate: dict | None = None
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One model under test: its name in the campaign, backend, model and the backend's options, every
-    default filled in (create_backend's keywords; models/registry.py)."""
-
-    name: str
-    backend: str
-    model: str
-    options: dict = field(default_factory=dict)
-
-    @property
-    def needs_gpu(self) -> bool:
-        """Whether cells of this model must run on a worker that offers a GPU."""
-        return str(self.options.get('device') or 'auto').startswith('cuda')
-
-    def key(self) -> str:
-        """A stable text key: equal keys build identical backends."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-
-@dataclass(frozen=True)
-class CampaignConfig:
-    """A validated campaign: frames, models, algorithms, runs, budget and base seed."""
-
-    frames: FrameSpec
-    models: tuple[ModelSpec, ...]
-    algorithms: tuple[str, ...] = PAPER_ALGORITHMS
-    runs: int = 10
-    population: int = defaults.POPULATION
-    evaluations: int = defaults.EVALUATIONS
-    seed: int = defaults.SEED
-    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    working_size: int | None = None
-    relations: dict | None = None
-    # Campaigns reproduce the paper, which resamples after every relation (docs/method.md §8).
-    warp: str = 'sequential'
-    # Follow-up PNGs per search for its non-dominated set (None: all). It changes no record (every
-    # follow-up is re-rendered from the stored source frame), so it is no part of the identity.
-    pareto_pngs: int | None = defaults.PARETO_PNGS
-    # Torch threads per cell, whatever the executor: float sums (and so the tables) depend on it.
-    threads: int = 1
-    # The algorithm the report compares every other one against (None: Rand, as the paper; 'all':
-    # every pair). It changes no cell, so it is no part of the campaign's identity.
-    baseline: str | None = None
-
-    def to_dict(self) -> dict:
-        """The normalised configuration (every default filled in) as plain JSON values.
-
-        `baseline` appears only when set, so a configuration without one is what it was before.
-        """
-        values = json.loads(json.dumps(asdict(self)))
-        if values['baseline'] is None:
-            del values['baseline']
-        if values['pareto_pngs'] == defaults.PARETO_PNGS:
-            del values['pareto_pngs']
-        return values
-
-    def identity(self) -> dict:
-        """The configuration that decides the cells' results: to_dict() without the report's baseline.
-
-        With a relation that has extras (MR10's angle), their ranges as searched are added under
-        `extras`, defaults included: campaigns that search other angles never mix, and those
-        without such a relation keep the identity they had.
-        """
-        values = self.to_dict()
-        values.pop('baseline', None)
-        values.pop('pareto_pngs', None)
-        extras = _search_space(self.relations).as_record().get('extras')
-        if extras:
-            values['extras'] = extras
-        return values
-
-    def fingerprint(self) -> str:
-        """A short hash of the normalised configuration (its identity)."""
-        return sha256_text(json.dumps(self.identity(), sort_keys=True))[:16]
-
-    def search_config(self, algorithm: str, seed: int):
-        """The SearchConfig of one cell."""
-        from metavlm_ros.method.search import SearchConfig
-
-        return SearchConfig(
-            algorithm=algorithm,
-            population=self.population,
-            evaluations=self.evaluations,
-            seed=seed,
-            space=_search_space(self.relations),
-            thresholds=tuple(self.thresholds),
-            working_size=self.working_size,
-            warp=self.warp,
-            pareto_pngs=self.pareto_pngs,
-        )
-
-
-def _search_space(relations: Mapping | None):
-    from metavlm_ros.method.encoding import SearchSpace
-
-    if not relations:
-        return SearchSpace.default()
-    ranges = relations.get('ranges')
-    return SearchSpace.from_options(
-        enabled=relations.get('enabled'),
-        ranges={k: tuple(v) for k, v in ranges.items()} if ranges else None,
-    )
 
 
 def load_config(path: str | Path) -> CampaignConfig:
@@ -526,7 +386,3 @@ def _resolve_model(model: str, backend: str | None, base_dir: Path, where: str, 
         except ModelError as exc:
             problems.add(where, str(exc))
     return model
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()

@@ -141,7 +141,7 @@ def _rand_searches(
     NSGA-II vs Rand trade-off; results kept in `out` like any search's. Returns their evaluation records."""
     from metavlm_ros.common.results import ResultsStore, read_jsonl
     from metavlm_ros.method.search import SearchConfig, run_search
-    from metavlm_ros.models.vlm import create_backend
+    from metavlm_ros.models.vlm import create_backend, model_identity
 
     images = {}
     for record in records:
@@ -157,10 +157,9 @@ def _rand_searches(
         evaluations=evaluations,
         seed=seed,
     )
-    identity = {
-        'settings': config.identity(),
-        'model': {'backend': backend, 'model': 'demo', 'weights_sha256': model.weights_hash() or None},
-    }
+    # The identity record of `metavlm search` (one shape for every search): the model part read by the
+    # same builder, so the demo's Rand searches and a user's `metavlm search --model demo` compare.
+    identity = {'settings': config.identity(), 'model': model_identity(backend, 'demo', {'device': 'cpu'})}
     with ResultsStore(out, identity=identity) as store:
         for image, stamp in images.items():
             extra = {'source_stamp': stamp, 'model': model.model_id, 'endpoint': 'inprocess'}
@@ -183,7 +182,8 @@ def run_demo(
     Returns:
         Paths (bag, results per model, report.md, report.json, montage) and the run summaries.
     """
-    from metavlm_ros.campaign.demo_report import (
+    from metavlm_ros.common.results import read_jsonl
+    from metavlm_ros.demo.report import (
         DemoSection,
         montage,
         pair_panel,
@@ -191,7 +191,6 @@ def run_demo(
         strongest,
         write_demo_report,
     )
-    from metavlm_ros.common.results import read_jsonl
     from metavlm_ros.method.encoding import Composition
     from metavlm_ros.method.relations import apply_composition
     from metavlm_ros.models.registry import backend_class

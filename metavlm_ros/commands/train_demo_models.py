@@ -14,7 +14,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent.parent / 'models'
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the `train-demo-models` subcommand."""
-    from metavlm_ros.models.training import TrainingConfig
+    from metavlm_ros.demo.config import TrainingConfig
 
     defaults = TrainingConfig()
     parser = subparsers.add_parser(
@@ -173,7 +173,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Train and save the demo models; print progress, loss curves and held-out metrics."""
-    from metavlm_ros.models.training import TrainingConfig, train_demo_models, write_model_card
+    from metavlm_ros.demo.config import TrainingConfig
+    from metavlm_ros.demo.training import train_demo_models, write_model_card
 
     models = [m.strip() for m in args.models.split(',') if m.strip()]
     unknown = sorted(set(models) - {'clip', 'blip'})

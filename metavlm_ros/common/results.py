@@ -8,25 +8,60 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
-from metavlm_ros import __version__
-from metavlm_ros.common.errors import InputError, ParameterError, ResultsError, StorageError
+from metavlm_ros.common.directories import (
+    _identity_bytes,
+    _staged_directory,
+    check_output_dir,
+    check_results_dir,
+    holds_results,
+    identity_differences,
+    read_identity,
+    replace_directory,
+    storage_error,
+    write_file_atomic,
+    write_identity,
+)
+from metavlm_ros.common.errors import InputError, ResultsError, StorageError
 from metavlm_ros.common.images import encode_png
-from metavlm_ros.common.scratch import LEGACY_FRAME_SCRATCH, is_stale, remove_stale, scratch_path
+from metavlm_ros.common.record_format import (
+    EVALUATIONS,
+    FRAMES,
+    HEADER,
+    IDENTITY,
+    PARETO,
+    PER_EVALUATION,
+    PER_PARETO,
+    RECORD_FILES,
+    SOURCES,
+    SUMMARY,
+    VIOLATIONS,
+    _evaluation_hash,
+    _pareto_key,
+    _repair_torn_tail,
+    iter_jsonl,
+    read_jsonl,
+    record_key,
+    search_key,
+    to_jsonable,
+)
+from metavlm_ros.common.scratch import LEGACY_FRAME_SCRATCH, remove_stale
 
+# The store's neighbours' public names too: `metavlm_ros.common.results` stays the one import of the
+# results for callers (commands, nodes, campaigns, the tests).
 __all__ = [
     'EVALUATIONS',
     'IDENTITY',
     'PARETO',
     'SUMMARY',
     'SOURCES',
+    'VIOLATIONS',
     'ResultsStore',
     'WriteRate',
     'check_output_dir',
@@ -48,313 +83,6 @@ __all__ = [
     'write_file_atomic',
     'write_identity',
 ]
-
-EVALUATIONS = 'evaluations.jsonl'
-PARETO = 'pareto.jsonl'
-SUMMARY = 'summary.jsonl'
-IDENTITY = 'search.json'
-FRAMES = 'frames'
-# Source frames, one lossless PNG per distinct frame searched (named by its pixels' sha256).
-SOURCES = 'sources'
-RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
-# What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).
-RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, SOURCES, 'violations.jsonl'})  # the tester's
-IDENTITY_FORMAT = 1
-# The fields of an evaluation record that change from one evaluation to the next; every other field
-# (image, model, source prediction, stamps...) is the search's, written once in a header line
-# (`{"header": {...}}`) that the records after it share, and put back by `iter_jsonl`.
-PER_EVALUATION = frozenset(
-    {
-        'index', 'generation', 'genotype', 'composition', 'order', 'parameters', 'f_trans', 'f_pred',
-        'followup', 'followup_text', 'violation', 'strength', 'cached', 'failed',
-    }
-)  # fmt: skip
-# pareto.jsonl lines add their rank and PNG.
-PER_PARETO = PER_EVALUATION | {'rank', 'frame'}
-HEADER = 'header'
-VIOLATIONS = 'violations.jsonl'
-
-
-def to_jsonable(value: Any) -> Any:
-    """Turn numpy scalars and arrays (and nested containers of them) into plain JSON values."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return to_jsonable(value.tolist())
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        # JSON has no NaN: a missing value is null.
-        return None if value != value else value
-    return value
-
-
-def storage_error(
-    path: str | Path, exc: OSError, what: str = 'results', kept: str = 'everything written before is intact'
-) -> StorageError:
-    """The one-line error for an OSError (disk full, read-only, removed directory) while writing."""
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    return StorageError(f'{path}: cannot write {what} ({reason}); {kept}')
-
-
-def check_output_dir(directory: str | Path, *, need_bytes: int = 0, what: str = 'results') -> Path:
-    """Check, before any work, that `directory` can be created or written: it changes nothing there.
-
-    The directory (or its nearest existing parent) must be a writable directory of a file system
-    with at least `need_bytes` free.
-
-    Raises:
-        StorageError: A path component is a file, the file system is read-only or full, or
-            permission is denied.
-    """
-    path = Path(directory)
-    nearest = path
-    while not nearest.exists() and nearest != nearest.parent:
-        nearest = nearest.parent
-    if not nearest.is_dir():
-        raise StorageError(f'{directory}: {nearest} is a file, not a directory')
-    try:
-        handle, probe = tempfile.mkstemp(prefix='.metavlm-probe-', dir=nearest)
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as exc:
-        raise StorageError(f'{directory}: cannot write {what} there ({exc.strerror or exc})') from None
-    free = shutil.disk_usage(nearest).free
-    if need_bytes and free < need_bytes:
-        raise StorageError(
-            f'{directory}: only {free / 2**20:.1f} MiB free on its disk, {need_bytes / 2**20:.1f} MiB needed'
-        )
-    return nearest
-
-
-def holds_results(directory: str | Path) -> bool:
-    """Whether a directory holds records or follow-up frames."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return False
-    for name in RECORD_FILES:
-        path = directory / name
-        if path.is_file() and path.stat().st_size > 0:
-            return True
-    frames = directory / FRAMES
-    return frames.is_dir() and any(frames.iterdir())
-
-
-def check_results_dir(
-    directory: str | Path,
-    *,
-    overwrite: bool = False,
-    resume: bool = False,
-    identity: dict | None = None,
-    refuse_existing: bool = False,
-    need_bytes: int = 0,
-) -> None:
-    """Everything that can be checked about a results directory without changing it.
-
-    Args:
-        directory: The results directory.
-        overwrite: It will be replaced: it must hold results only (nothing else is ever deleted).
-        resume: Its searches will be continued: its identity record must equal `identity`.
-        identity: What identifies the searches (settings, model, weights); None: not checked.
-        refuse_existing: Existing results are an error unless `overwrite` or `resume`.
-        need_bytes: Free space needed on its file system.
-
-    Raises:
-        StorageError: The location cannot be written (see `check_output_dir`).
-        ParameterError: Both overwrite and resume; existing results refused; foreign files to replace.
-        ResultsError: `resume` into results of another search, or results without an identity.
-    """
-    if overwrite and resume:
-        raise ParameterError('resume and overwrite exclude each other')
-    directory = Path(directory)
-    check_output_dir(directory, need_bytes=need_bytes)
-    if not directory.exists():
-        return
-    if refuse_existing and not (overwrite or resume) and holds_results(directory):
-        raise ParameterError(
-            f'{directory} already holds results: pass --resume to continue or --overwrite to replace'
-        )
-    if overwrite:
-        # Scratch files a killed writer left are not foreign; a running writer's are.
-        foreign = sorted(
-            p.name for p in directory.iterdir() if p.name not in RESULT_NAMES and not is_stale(p)
-        )
-        if foreign:
-            shown = ', '.join(foreign[:5]) + (', ...' if len(foreign) > 5 else '')
-            raise ParameterError(
-                f'{directory}: holds files that are not results ({shown}); refusing to replace it'
-            )
-    if resume and identity is not None and holds_results(directory):
-        differences = identity_differences(directory, identity)
-        if differences is None:
-            raise ResultsError(
-                f'{directory}: its results carry no identity record ({IDENTITY}), so --resume cannot '
-                'check that they are of the same search; use another --out'
-            )
-        if differences:
-            raise ResultsError(
-                f'{directory} holds another search ({"; ".join(differences)}); --resume continues only '
-                'the same search: use another --out, or --overwrite to replace it'
-            )
-
-
-def read_identity(directory: str | Path) -> dict | None:
-    """The identity record of a results directory (None when it has none).
-
-    Raises:
-        ResultsError: The record is damaged.
-    """
-    path = Path(directory) / IDENTITY
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding='utf-8'))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f'{path}: damaged identity record ({exc})') from None
-    if not isinstance(data, dict) or not isinstance(data.get('identity'), dict):
-        raise ResultsError(f'{path}: damaged identity record (no identity mapping)')
-    return data['identity']
-
-
-def identity_differences(
-    directory: str | Path, identity: dict, *, ignore: tuple[str, ...] = ()
-) -> list[str] | None:
-    """How `identity` differs from the identity record of a results directory.
-
-    Args:
-        directory: The results directory.
-        identity: What identifies the searches about to be written there.
-        ignore: Flattened keys (`model.model`) not compared, for parts not known yet.
-
-    Returns:
-        None when the directory has no identity record; else one `key: A there, B here` per
-        difference (empty: the same searches).
-
-    Raises:
-        ResultsError: The record is damaged.
-    """
-    stored = read_identity(directory)
-    if stored is None:
-        return None
-    return [
-        line for line in _differences(stored, _normalised(identity)) if line.split(':', 1)[0] not in ignore
-    ]
-
-
-def write_identity(directory: str | Path, identity: dict) -> None:
-    """Write the identity record of a results directory (search.json), whole or not at all."""
-    write_file_atomic(Path(directory) / IDENTITY, _identity_bytes(identity))
-
-
-def _normalised(identity: dict) -> dict:
-    # The stored form: what a JSON round trip gives (tuples become lists, numpy values plain).
-    return json.loads(json.dumps(to_jsonable(identity), sort_keys=True))
-
-
-def _flatten(value: Any, prefix: str = '') -> dict[str, Any]:
-    if isinstance(value, dict) and value:
-        out: dict[str, Any] = {}
-        for key in sorted(value):
-            out.update(_flatten(value[key], f'{prefix}.{key}' if prefix else str(key)))
-        return out
-    return {prefix: value}
-
-
-def _differences(stored: dict, new: dict) -> list[str]:
-    old, now = _flatten(stored), _flatten(new)
-
-    def shown(value: Any) -> str:
-        text = json.dumps(value) if value is not None else 'none'
-        return text if len(text) <= 40 else text[:37] + '...'
-
-    return [
-        f'{key}: {shown(old.get(key))} there, {shown(now.get(key))} here'
-        for key in sorted(set(old) | set(now))
-        if old.get(key) != now.get(key)
-    ]
-
-
-def write_file_atomic(path: str | Path, data: bytes) -> None:
-    """Write a whole file under a temporary name, sync it and rename it in: readers see all or nothing.
-
-    Raises:
-        OSError: The write failed; nothing is left under either name.
-    """
-    path = Path(path)
-    tmp = scratch_path(path)
-    try:
-        with open(tmp, 'wb') as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
-def _identity_bytes(identity: dict) -> bytes:
-    record = {
-        'format': IDENTITY_FORMAT,
-        'package': 'metavlm_ros',
-        'version': __version__,
-        'identity': _normalised(identity),
-    }
-    return (json.dumps(record, indent=1, sort_keys=True) + '\n').encode()
-
-
-def _staged_directory(directory: Path) -> Path:
-    # A sibling (same file system: renames are atomic), made like any directory (umask applies);
-    # those that killed runs left are removed first.
-    remove_stale(directory.parent, directory.name)
-    staged = scratch_path(directory)
-    staged.mkdir()
-    return staged
-
-
-def replace_directory(
-    directory: str | Path,
-    *,
-    fill: Callable[[Path], None] | None = None,
-    log: Callable[[str], None] | None = None,
-) -> None:
-    """Replace a directory whole by a new one, built aside and renamed in; only then delete the old one.
-
-    Args:
-        directory: The directory to replace (it must exist).
-        fill: Called with the new directory, still under its temporary name, to put files in it.
-        log: Told when the replaced directory could not all be removed.
-
-    Raises:
-        OSError: Building or renaming failed: the old directory is in place, whole, and the new one gone.
-    """
-    directory = Path(directory)
-    staged = _staged_directory(directory)
-    # Not a scratch name: if this process dies between the two renames, the replaced directory stays
-    # there, whole, and nothing removes it.
-    old = directory.parent / f'.{directory.name}.replaced-{os.getpid()}-{time.time_ns()}'
-    try:
-        if fill is not None:
-            fill(staged)
-        os.rename(directory, old)
-        try:
-            os.rename(staged, directory)
-        except OSError:
-            os.rename(old, directory)
-            raise
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    # The new directory is in place: the replaced one goes, as asked.
-    shutil.rmtree(old, ignore_errors=True)
-    if old.exists() and log is not None:
-        log(f'{old}: the replaced results could not all be removed')
 
 
 class ResultsStore:
@@ -723,117 +451,3 @@ def free_disk_bytes(path: str | Path) -> int:
     while not path.exists() and path != path.parent:
         path = path.parent
     return shutil.disk_usage(path).free
-
-
-def search_key(record: dict) -> tuple:
-    """What identifies one search: the image, algorithm, seed and model (and run, for campaigns)."""
-    return (
-        record.get('image'),
-        record.get('algorithm'),
-        record.get('seed'),
-        record.get('model'),
-        record.get('run'),
-    )
-
-
-def record_key(record: dict) -> tuple:
-    """What identifies one evaluation record: its search and its index."""
-    return (*search_key(record), record.get('index'))
-
-
-def _pareto_key(record: dict) -> tuple:
-    return (*record_key(record), record.get('rank'))
-
-
-def _evaluation_hash(record: dict) -> int:
-    # What a resumed search must reproduce exactly: the genotype and both objectives.
-    values = to_jsonable([record.get('genotype') or [], record.get('f_trans'), record.get('f_pred')])
-    return hash(json.dumps(values))
-
-
-def _repair_torn_tail(path: Path) -> str | None:
-    """Make a file end with its last whole record; returns what was repaired, or None.
-
-    A line cut short by a kill or a full disk is removed; a whole record that only lacks its
-    newline gets it.
-    """
-    if not path.is_file():
-        return None
-    with open(path, 'rb+') as handle:
-        size = handle.seek(0, os.SEEK_END)
-        if size == 0:
-            return None
-        handle.seek(size - 1)
-        if handle.read(1) == b'\n':
-            return None
-        # Find the start of the last line, reading backwards in blocks.
-        start, block = size, 1 << 16
-        while start > 0:
-            begin = max(0, start - block)
-            handle.seek(begin)
-            chunk = handle.read(start - begin)
-            cut = chunk.rfind(b'\n')
-            if cut >= 0:
-                start = begin + cut + 1
-                break
-            start = begin
-        handle.seek(start)
-        tail = handle.read()
-        try:
-            whole = isinstance(json.loads(tail), dict)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            whole = False
-        if whole:
-            handle.seek(0, os.SEEK_END)
-            handle.write(b'\n')
-            return f'{path}: its last record lacked its newline; added'
-        handle.truncate(start)
-    return f'{path}: removed a torn last line ({len(tail)} bytes) left by an interrupted write'
-
-
-def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
-    """Yield the records of a JSON Lines file whole, skipping a last line cut short by a killed writer.
-
-    The one reader of results: a header line (`{"header": {...}}`, the fields a search's records
-    share, written once by `ResultsStore`) is not a record; its fields are put back into every
-    record after it, before the record's own. Files written before there were headers read as they are.
-
-    Args:
-        path: The file; a missing file yields nothing.
-        strict: Raise on a damaged line that is not the last one (instead of skipping it).
-
-    Raises:
-        ResultsError: `strict` and a line before the last one is not a JSON record.
-    """
-    path = Path(path)
-    if not path.exists():
-        return
-    with open(path, encoding='utf-8', errors='replace') as handle:
-        damaged: int | None = None
-        shared: dict = {}
-        for number, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if damaged is not None and strict:
-                raise ResultsError(
-                    f'{path}: line {damaged} is damaged (not a JSON record) and records follow it'
-                )
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                record = None
-            if not isinstance(record, dict):
-                damaged = number  # a partial record from an interrupted write; everything else is intact
-                continue
-            damaged = None
-            if len(record) == 1 and isinstance(record.get(HEADER), dict):
-                # The fields the search's records share, for the lines after it (docs/results.md).
-                shared = record[HEADER]
-                continue
-            yield {**shared, **record} if shared else record
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Read every complete record of a JSON Lines file (missing file: empty list)."""
-    return list(iter_jsonl(path))

@@ -26,6 +26,7 @@ __all__ = [
     'Relation',
     'apply_composition',
     'apply_relation',
+    'composition_matrix',
     'relation_matrix',
 ]
 
@@ -299,6 +300,20 @@ def relation_matrix(relation_id: str, value: float, width: int, height: int) -> 
 def _then(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """The 2x3 matrix applying ``first`` and then ``second``."""
     return second[:, :2] @ first + np.hstack([np.zeros((2, 2)), second[:, 2:]])
+
+
+def composition_matrix(composition: Composed, width: int, height: int) -> np.ndarray | None:
+    """The 2x3 matrix that moves a pixel as a composition's active geometric relations do, in order.
+
+    The relations between them (CLAHE, downsampling, the underwater ones) move no pixel, so this is
+    the fused warp's matrix when none of those is active. None when no geometric relation is active.
+    """
+    matrix = None
+    for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
+        if active and relation.geometric:
+            step = relation.matrix(relation.check_value(value), width, height)
+            matrix = step if matrix is None else _then(matrix, step)
+    return matrix
 
 
 def _flush(frame: np.ndarray, matrix: np.ndarray | None) -> np.ndarray:

@@ -1,2 +1,2 @@
-"""VLM backends with no ROS import (CLIP, BLIP, InstructBLIP), the count parser, tiny models, demo-model
-training, and the embedded demo models (demo-clip, demo-blip) shipped as package data; see their README.md."""
+"""VLM backends with no ROS import behind one registry, the count parser, tiny models, and the embedded
+demo models (demo-clip, demo-blip: package data, trained by metavlm_ros.demo); see their README.md."""

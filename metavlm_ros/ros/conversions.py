@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import cv2
 import numpy as np
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -14,6 +13,7 @@ from std_msgs.msg import Header
 
 from metavlm_ros.common.codec import decode_compressed, decode_raw, encode_compressed, encode_raw
 from metavlm_ros.common.errors import InputError
+from metavlm_ros.common.images import resize_longer_side
 
 if TYPE_CHECKING:
     from metavlm_ros.method.prediction import Prediction
@@ -66,13 +66,11 @@ def convert_image_msg(msg: Image | CompressedImage, max_side: int = MAX_SIDE) ->
         rgb = decode_compressed(msg.format, msg.data)
     else:
         rgb = decode_raw(msg.encoding, msg.width, msg.height, msg.step, msg.is_bigendian, msg.data)
-    height, width = rgb.shape[:2]
-    longer = max(height, width)
-    if max_side and longer > max_side:
-        scale = max_side / longer
-        size = (max(1, round(width * scale)), max(1, round(height * scale)))
-        return np.ascontiguousarray(cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)), True
-    return rgb, False
+    # The one resize (common/images.py), as the search's working size uses it.
+    reduced = resize_longer_side(rgb, max_side)
+    if reduced is rgb:
+        return rgb, False
+    return np.ascontiguousarray(reduced), True
 
 
 def image_msg_to_rgb(msg: Image | CompressedImage) -> np.ndarray:

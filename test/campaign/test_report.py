@@ -58,7 +58,7 @@ def test_rq1_per_image_comparison(report):
 
 
 def test_rq1_note_says_nothing_of_detectable_effects_when_nothing_was_compared():
-    from metavlm_ros.campaign.report import _detectable
+    from metavlm_ros.campaign.tables import _detectable
 
     assert _detectable(set(), 0.05) == ''
 

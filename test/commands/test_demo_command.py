@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from metavlm_ros import cli
-from metavlm_ros.campaign.demo_report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.results import read_identity, read_jsonl
+from metavlm_ros.demo.report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
+from metavlm_ros.models.vlm import model_identity
 
 
 def _record(
@@ -109,6 +110,9 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         # Every results directory says what its searches were.
         assert read_identity(out / f'{backend}_rand')['settings']['algorithm'] == 'random'
         assert read_identity(out / f'{backend}_rand')['model']['weights_sha256']
+        # The shape of `metavlm search`'s identity, from the same builder.
+        expected = model_identity(backend, 'demo', {'device': 'cpu'})
+        assert read_identity(out / f'{backend}_rand')['model'] == expected
         assert read_identity(out / backend)['model'] == {
             'endpoint': 'ros', 'model': 'demo', 'classes': ['animal', 'vegetation', 'object', 'trash']
         }  # fmt: skip

@@ -332,3 +332,17 @@ def test_the_searched_angle_reaches_the_motion_blur():
         apply_relation(stripes, 'motion_blur', 0.01, 91.0)
     with pytest.raises(ParameterError, match='MR10 motion_blur takes 1 extra values, got 2'):
         apply_relation(stripes, 'motion_blur', 0.01, 0.0, 1.0)
+
+
+def test_the_composition_matrix_is_the_fused_warps_matrix():
+    from metavlm_ros.method import relations
+
+    frame = make_frame(80, 60, seed=4)
+    parameters = {'rotation': 3.0, 'scaling': 1.1, 'shear': -0.05, 'translation': 0.02}
+    composition = Composition.from_parameters(parameters)
+    matrix = relations.composition_matrix(composition, 80, 60)
+    # Nothing between the four geometric relations: the fused warp is this one matrix.
+    assert np.array_equal(apply_composition(frame, composition, fuse=True), relations._warp(frame, matrix))
+    with_clahe = Composition.from_parameters({**parameters, 'histogram_equalization': 1.5})
+    assert np.allclose(relations.composition_matrix(with_clahe, 80, 60), matrix)
+    assert relations.composition_matrix(Composition.from_parameters({'downsampling': 0.95}), 80, 60) is None

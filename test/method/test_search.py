@@ -12,7 +12,14 @@ from metavlm_ros.method.encoding import SearchSpace, decode
 from metavlm_ros.method.metrics import hypervolume, non_dominated
 from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, apply_composition
-from metavlm_ros.method.search import ALGORITHMS, SearchConfig, rand_genotypes, run_search, summary_record
+from metavlm_ros.method.search import (
+    ALGORITHMS,
+    SearchConfig,
+    prepare_frame,
+    rand_genotypes,
+    run_search,
+    summary_record,
+)
 from metavlm_ros.method.stats import a12
 from test.conftest import make_frame
 from test.fakes import BlackCountBackend, ImageStatsBackend
@@ -164,6 +171,50 @@ def test_the_warp_setting_decides_how_follow_ups_are_resampled(warp, frame):
             apply_composition(frame, ev.composition, fuse=False),
         )
     assert fused_differs > 0  # the setting matters for some of these compositions
+
+
+def test_each_evaluation_hands_over_the_pixels_it_judged_during_its_callback_only(frame):
+    judged = []
+    handed = {}
+
+    class Spy(ImageStatsBackend):
+        def predict(self, frames):
+            judged.extend(frames)
+            return super().predict(frames)
+
+    def on_evaluation(ev, result):
+        if ev.followup_frame is not None:
+            handed[ev.index] = ev.followup_frame
+
+    config = SearchConfig(algorithm='random', population=10, evaluations=20, seed=3, warp='sequential')
+    prepared = prepare_frame(frame, config)
+    result = run_search(prepared, Spy(), config, on_evaluation=on_evaluation)
+    fresh = [ev for ev in result.evaluations if not ev.cached]
+    # The same objects the model was given, one per evaluation that paid for a follow-up.
+    assert len(judged) == 1 + len(fresh)
+    assert all(handed[ev.index] is followup for ev, followup in zip(fresh, judged[1:], strict=True))
+    assert set(handed) == {ev.index for ev in fresh}
+    # Released once handed over: a search keeps no follow-up beyond its batch.
+    assert all(ev.followup_frame is None for ev in result.evaluations)
+    assert result.source_size == (frame.shape[1], frame.shape[0])
+
+
+def test_a_prepared_frame_is_searched_as_it_is(frame):
+    config = SearchConfig(algorithm='random', population=4, evaluations=4, working_size=32)
+    prepared = prepare_frame(frame, config)
+    assert max(prepared.rgb.shape[:2]) == 32
+    assert prepared.source_size == (frame.shape[1], frame.shape[0])
+    shapes = []
+
+    class Spy(ImageStatsBackend):
+        def predict(self, frames):
+            shapes.extend(f.shape for f in frames)
+            return super().predict(frames)
+
+    result = run_search(prepared, Spy(), config)
+    # Not brought to the working size a second time, and the size it came in with is recorded.
+    assert set(shapes) == {prepared.rgb.shape}
+    assert result.source_size == prepared.source_size and result.working_size == 32
 
 
 def test_order_zero_is_never_a_violation(frame):

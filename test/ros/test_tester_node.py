@@ -16,11 +16,12 @@ from metavlm_ros.cli import main as cli_main
 from metavlm_ros.common import results as results_module
 from metavlm_ros.common.errors import ParameterError, ResultsError
 from metavlm_ros.common.results import read_identity, read_jsonl
-from metavlm_ros.footage.frames import frame_digest
+from metavlm_ros.footage.frames import frame_digest, load_image
 from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.prediction import Prediction, VLMBackend
+from metavlm_ros.method.relations import apply_composition
 from metavlm_ros.method.search import Evaluation
-from metavlm_ros.ros import tester_node
+from metavlm_ros.ros import tester_output
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg
 from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
@@ -207,6 +208,48 @@ def test_violation_images_show_both_frames(graph):
     panel = picture[title_h : title_h + 120]
     # Below the caption, the left panel is the source frame, untouched.
     assert np.array_equal(panel[40:, :160], frame[40:])
+
+
+class RecordingBackend(StatsBackend):
+    """The stand-in model, keeping a copy of every frame it was sent."""
+
+    def __init__(self):
+        super().__init__()
+        self.judged: list[np.ndarray] = []
+
+    def predict(self, frames):
+        self.judged.extend(np.array(f) for f in frames)
+        return super().predict(frames)
+
+
+@pytest.mark.parametrize('warp', ['fused', 'sequential'])
+def test_a_published_violation_shows_and_saves_the_very_follow_up_that_was_judged(graph, warp):
+    g = graph(backend=RecordingBackend(), violation_image_height=120, violation_pngs_per_search=1000)
+    # The tester has no warp parameter: the search's own warp is set on its settings directly.
+    g.tester.settings.search.warp = warp
+    frame = make_frame(160, 120, seed=5)
+    g.camera.publish(frame)
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    stored = read_jsonl(g.results / 'violations.jsonl')
+    assert stored and all(r['frame'] for r in stored)
+    g.wait(lambda: len(g.images.messages) == len(stored), 5, 'the violation images')
+    judged = {f.tobytes() for f in g.backend.judged}
+    rendered_otherwise = 0
+    for record, msg in zip(stored, g.images.messages, strict=True):
+        png = load_image(g.results / record['frame'])
+        # The saved PNG holds the pixels the model judged for this evaluation ...
+        assert png.tobytes() in judged
+        assert StatsBackend().predict([png])[0].values == pytest.approx(record['followup'])
+        # ... and so does the published image's follow-up half, below its caption.
+        picture = image_msg_to_rgb(msg)
+        title_h = (picture.shape[0] - 120 - 4) // 5
+        half = picture[title_h : title_h + 120, 164:]
+        assert np.array_equal(half[40:], png[40:])
+        composition = Composition.from_parameters(record['parameters'])
+        other = apply_composition(frame, composition, fuse=warp != 'fused')
+        rendered_otherwise += not np.array_equal(other, png)
+    # The other warp gives other pixels for some of them: rendering again with a fixed warp shows.
+    assert rendered_otherwise > 0
 
 
 def test_diagnostics_report_the_search(graph):
@@ -434,7 +477,7 @@ def test_a_disk_filling_during_a_search_stops_it_and_keeps_records_without_pngs(
         # Plenty until the model has answered the source frame and two generations, then 1 MiB.
         return (10_000 if backend.calls < 3 else 1) * 2**20
 
-    monkeypatch.setattr(tester_node, 'free_disk_bytes', free_bytes)
+    monkeypatch.setattr(tester_output, 'free_disk_bytes', free_bytes)
     monkeypatch.setattr(results_module, 'free_disk_bytes', free_bytes)
     g = graph(
         backend=backend,

@@ -1,0 +1,193 @@
+"""The results' record format: file names, header lines, record keys and the one JSON Lines reader."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metavlm_ros.common.errors import ResultsError
+
+__all__ = [
+    'EVALUATIONS',
+    'FRAMES',
+    'HEADER',
+    'IDENTITY',
+    'IDENTITY_FORMAT',
+    'PARETO',
+    'PER_EVALUATION',
+    'PER_PARETO',
+    'RECORD_FILES',
+    'RESULT_NAMES',
+    'SOURCES',
+    'SUMMARY',
+    'VIOLATIONS',
+    'iter_jsonl',
+    'read_jsonl',
+    'record_key',
+    'search_key',
+    'to_jsonable',
+]
+
+
+EVALUATIONS = 'evaluations.jsonl'
+PARETO = 'pareto.jsonl'
+SUMMARY = 'summary.jsonl'
+IDENTITY = 'search.json'
+FRAMES = 'frames'
+# Source frames, one lossless PNG per distinct frame searched (named by its pixels' sha256).
+SOURCES = 'sources'
+RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
+# What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).
+RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, SOURCES, 'violations.jsonl'})  # the tester's
+IDENTITY_FORMAT = 1
+# The fields of an evaluation record that change from one evaluation to the next; every other field
+# (image, model, source prediction, stamps...) is the search's, written once in a header line
+# (`{"header": {...}}`) that the records after it share, and put back by `iter_jsonl`.
+PER_EVALUATION = frozenset(
+    {
+        'index', 'generation', 'genotype', 'composition', 'order', 'parameters', 'f_trans', 'f_pred',
+        'followup', 'followup_text', 'violation', 'strength', 'cached', 'failed',
+    }
+)  # fmt: skip
+# pareto.jsonl lines add their rank and PNG.
+PER_PARETO = PER_EVALUATION | {'rank', 'frame'}
+HEADER = 'header'
+VIOLATIONS = 'violations.jsonl'
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn numpy scalars and arrays (and nested containers of them) into plain JSON values."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return to_jsonable(value.tolist())
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        # JSON has no NaN: a missing value is null.
+        return None if value != value else value
+    return value
+
+
+def search_key(record: dict) -> tuple:
+    """What identifies one search: the image, algorithm, seed and model (and run, for campaigns)."""
+    return (
+        record.get('image'),
+        record.get('algorithm'),
+        record.get('seed'),
+        record.get('model'),
+        record.get('run'),
+    )
+
+
+def record_key(record: dict) -> tuple:
+    """What identifies one evaluation record: its search and its index."""
+    return (*search_key(record), record.get('index'))
+
+
+def _pareto_key(record: dict) -> tuple:
+    return (*record_key(record), record.get('rank'))
+
+
+def _evaluation_hash(record: dict) -> int:
+    # What a resumed search must reproduce exactly: the genotype and both objectives.
+    values = to_jsonable([record.get('genotype') or [], record.get('f_trans'), record.get('f_pred')])
+    return hash(json.dumps(values))
+
+
+def _repair_torn_tail(path: Path) -> str | None:
+    """Make a file end with its last whole record; returns what was repaired, or None.
+
+    A line cut short by a kill or a full disk is removed; a whole record that only lacks its
+    newline gets it.
+    """
+    if not path.is_file():
+        return None
+    with open(path, 'rb+') as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        handle.seek(size - 1)
+        if handle.read(1) == b'\n':
+            return None
+        # Find the start of the last line, reading backwards in blocks.
+        start, block = size, 1 << 16
+        while start > 0:
+            begin = max(0, start - block)
+            handle.seek(begin)
+            chunk = handle.read(start - begin)
+            cut = chunk.rfind(b'\n')
+            if cut >= 0:
+                start = begin + cut + 1
+                break
+            start = begin
+        handle.seek(start)
+        tail = handle.read()
+        try:
+            whole = isinstance(json.loads(tail), dict)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            whole = False
+        if whole:
+            handle.seek(0, os.SEEK_END)
+            handle.write(b'\n')
+            return f'{path}: its last record lacked its newline; added'
+        handle.truncate(start)
+    return f'{path}: removed a torn last line ({len(tail)} bytes) left by an interrupted write'
+
+
+def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
+    """Yield the records of a JSON Lines file whole, skipping a last line cut short by a killed writer.
+
+    The one reader of results: a header line (`{"header": {...}}`, the fields a search's records
+    share, written once by `ResultsStore`) is not a record; its fields are put back into every
+    record after it, before the record's own. Files written before there were headers read as they are.
+
+    Args:
+        path: The file; a missing file yields nothing.
+        strict: Raise on a damaged line that is not the last one (instead of skipping it).
+
+    Raises:
+        ResultsError: `strict` and a line before the last one is not a JSON record.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, encoding='utf-8', errors='replace') as handle:
+        damaged: int | None = None
+        shared: dict = {}
+        for number, line in enumerate(handle, 1):
+            line = line.strip()
+            if not line:
+                continue
+            if damaged is not None and strict:
+                raise ResultsError(
+                    f'{path}: line {damaged} is damaged (not a JSON record) and records follow it'
+                )
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict):
+                damaged = number  # a partial record from an interrupted write; everything else is intact
+                continue
+            damaged = None
+            if len(record) == 1 and isinstance(record.get(HEADER), dict):
+                # The fields the search's records share, for the lines after it (docs/results.md).
+                shared = record[HEADER]
+                continue
+            yield {**shared, **record} if shared else record
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read every complete record of a JSON Lines file (missing file: empty list)."""
+    return list(iter_jsonl(path))

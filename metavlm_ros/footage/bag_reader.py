@@ -1,0 +1,308 @@
+"""Reading ROS 2 bags without a ROS installation: verified, frames and messages streamed."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metavlm_ros.common.codec import (
+    decode_compressed,
+    decode_raw,
+)
+from metavlm_ros.common.errors import BagError, InputError, ParameterError
+from metavlm_ros.common.images import Frame
+from metavlm_ros.footage.bag_format import (
+    DIGEST_KEY,
+    GROUND_TRUTH_TOPIC,
+    IMAGE_MSGTYPES,
+    _ground_truth_from_message,
+    bag_name,
+    bag_typestore,
+    resolve_bag,
+)
+from metavlm_ros.footage.bag_writer import _MessageDigest
+from metavlm_ros.footage.truth import GroundTruth
+
+__all__ = [
+    'decode_image',
+    'iter_bag_frames',
+    'iter_bag_messages',
+    'list_image_topics',
+    'open_bag',
+    'read_ground_truth',
+    'verify_bag',
+]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@contextmanager
+def open_bag(path: str | Path) -> Iterator[Any]:
+    """The one bag opener: a rosbag2 bag (directory, .mcap or .db3) read-only, as a rosbags Reader.
+
+    Raises:
+        BagError: no such bag, not a rosbag2 bag (a ROS 1 bag says how to convert it), or unreadable.
+    """
+    from rosbags.rosbag2 import Reader
+
+    path = resolve_bag(path)
+    if path.is_file() and path.suffix == '.bag':
+        raise BagError(f'{path} is a ROS 1 bag; convert it first (rosbags-convert --src {path.name})')
+    if path.is_dir() and not (path / 'metadata.yaml').is_file():
+        # A directory holding one storage file but no metadata (copied by hand): read the file.
+        files = sorted(p for p in path.iterdir() if p.suffix in ('.mcap', '.db3'))
+        if len(files) != 1:
+            raise BagError(f'{path}: not a bag (no metadata.yaml)')
+        path = files[0]
+    if path.is_file() and path.suffix not in ('.mcap', '.db3'):
+        raise BagError(
+            f'{path}: unknown bag storage {path.suffix!r} (expected .mcap or .db3 or a bag directory)'
+        )
+    try:
+        reader = Reader(path)
+        reader.open()
+    except Exception as exc:  # rosbags raises several types (ReaderError, KeyError, sqlite3, mcap)
+        raise BagError(f'{path}: unreadable bag ({_one_line(exc)})') from None
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def verify_bag(path: str | Path) -> None:
+    """Read every message of a bag to check it is whole: mcap chunk CRCs, and the message digest of
+    bags written by `write_bag` (the only check sqlite3 storage has).
+
+    Raises:
+        BagError: The bag is unreadable, truncated, or its content does not match its checksums.
+    """
+    with open_bag(path) as reader:
+        digest = _MessageDigest()
+        messages = reader.messages()
+        while True:
+            try:
+                conn, timestamp, raw = next(messages)
+            except StopIteration:
+                break
+            except Exception as exc:  # rosbags raises several types for damaged storage
+                raise BagError(f'{path}: damaged bag ({_one_line(exc)})') from None
+            digest.update(conn.topic, timestamp, raw)
+        expected = _stored_digest(reader, Path(path))
+        if expected and expected != digest.hexdigest():
+            raise BagError(f'{path}: damaged bag (its messages do not match the digest written with them)')
+
+
+def _stored_digest(reader: Any, path: Path) -> str | None:
+    """The message digest `write_bag` stored: in metadata.yaml, or inside a single-file sqlite3 bag."""
+    custom = getattr(getattr(reader.storage, 'metadata', None), 'custom', None) or {}
+    if DIGEST_KEY in custom:
+        return custom[DIGEST_KEY]
+    if not (path.is_file() and path.suffix.lower() == '.db3'):
+        return None  # a single mcap file: its chunk CRCs are the check
+    import sqlite3
+
+    import yaml
+
+    try:
+        with contextlib.closing(sqlite3.connect(f'{path.absolute().as_uri()}?immutable=1', uri=True)) as db:
+            row = db.execute('SELECT metadata FROM metadata ORDER BY id DESC LIMIT 1').fetchone()
+        info = yaml.safe_load(row[0]) if row else None
+        return ((info or {}).get('custom_data') or {}).get(DIGEST_KEY)
+    except (sqlite3.Error, yaml.YAMLError, AttributeError, TypeError):
+        return None  # bags recorded before rosbag2 stored its metadata inside the database
+
+
+def _image_connections(reader: Any) -> dict[str, Any]:
+    conns: dict[str, list] = {}
+    for conn in reader.connections:
+        if conn.msgtype in IMAGE_MSGTYPES:
+            conns.setdefault(conn.topic, []).append(conn)
+    return conns
+
+
+def list_image_topics(path: str | Path) -> list[str]:
+    """The image topics (sensor_msgs/Image or CompressedImage) of a bag, sorted.
+
+    Raises:
+        BagError: The bag cannot be read.
+    """
+    with open_bag(path) as reader:
+        return sorted(_image_connections(reader))
+
+
+def decode_image(msg: Any, msgtype: str | None = None) -> np.ndarray:
+    """Decode a sensor_msgs/Image or CompressedImage message (rosbags object) to RGB uint8.
+
+    The nodes decode with the same codec (common/codec.py), so a bag gives the same pixels offline
+    and through them. Supported: Image encodings RAW_ENCODINGS, CompressedImage JPEG and PNG.
+
+    Raises:
+        InputError: Unsupported encoding or format, or data that does not decode.
+    """
+    if hasattr(msg, 'format'):
+        return decode_compressed(msg.format, msg.data)
+    return decode_raw(msg.encoding, msg.width, msg.height, msg.step, msg.is_bigendian, msg.data)
+
+
+def _header_stamp(msg: Any) -> int:
+    stamp = msg.header.stamp
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def _raw_messages(messages: Iterator[Any], path: Path) -> Iterator[tuple[Any, int, bytes]]:
+    """A bag reader's (connection, timestamp, raw) items; a damaged bag is a BagError, not rosbags' own."""
+    while True:
+        try:
+            item = next(messages)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
+        yield item
+
+
+def _deserialise(typestore: Any, conn: Any, timestamp: int, raw: bytes, path: Path) -> Any:
+    """One message from its CDR bytes; a damaged one is a BagError naming its type and time."""
+    try:
+        return typestore.deserialize_cdr(raw, conn.msgtype)
+    except Exception as exc:
+        raise BagError(f'{path}: corrupt {conn.msgtype} message at {timestamp} ({_one_line(exc)})') from None
+
+
+def iter_bag_frames(
+    path: str | Path,
+    topic: str | None = None,
+    *,
+    every: int = 1,
+    start: float | None = None,
+    end: float | None = None,
+    max_frames: int | None = None,
+) -> Iterator[Frame]:
+    """Stream the frames of an image topic of a bag, one message at a time, read-only.
+
+    Args:
+        path: A bag directory, or an .mcap / .db3 storage file.
+        topic: The image topic; default the bag's only image topic.
+        every: Keep every n-th message of the selected time window.
+        start: Skip messages earlier than this many seconds after the bag's first message.
+        end: Stop after messages later than this many seconds after the bag's first message.
+        max_frames: Stop after this many frames.
+
+    Yields:
+        Frame with id '<bag name>@<stamp_ns>' and stamp_ns the header stamp (the bag time when
+        the header stamp is zero).
+
+    Raises:
+        BagError: Unreadable, truncated or corrupt bag; no image topic; unknown topic; several image
+            topics and none chosen.
+        InputError: An image in an unsupported encoding.
+    """
+    if every < 1:
+        raise ParameterError(f'every must be an integer >= 1, got {every!r}')
+    name = bag_name(path)
+    with open_bag(path) as reader:
+        conns = _image_connections(reader)
+        if not conns:
+            raise BagError(f'{path}: no image topics (sensor_msgs/Image or CompressedImage)')
+        if topic is None:
+            if len(conns) > 1:
+                raise BagError(
+                    f'{path}: several image topics, choose one with --topic: {", ".join(sorted(conns))}'
+                )
+            topic = next(iter(conns))
+        if topic not in conns:
+            raise BagError(f'{path}: no image topic {topic!r}; image topics: {", ".join(sorted(conns))}')
+        t0 = reader.start_time
+        kwargs: dict[str, int] = {}
+        if start is not None:
+            kwargs['start'] = t0 + round(start * 1e9)
+        if end is not None:
+            kwargs['stop'] = t0 + round(end * 1e9) + 1  # rosbags' stop is exclusive, our end inclusive
+        typestore = bag_typestore()
+        yielded = 0
+        position = 0
+        if max_frames is not None and max_frames <= 0:
+            return
+        messages = reader.messages(connections=conns[topic], **kwargs)
+        for conn, timestamp, raw in _raw_messages(messages, path):
+            keep = position % every == 0
+            position += 1
+            if not keep:
+                continue
+            msg = _deserialise(typestore, conn, timestamp, raw, path)
+            try:
+                rgb = decode_image(msg)
+            except InputError as exc:
+                raise InputError(f'{path}: {topic} at {timestamp}: {exc}') from None
+            stamp = _header_stamp(msg) or int(timestamp)
+            yield Frame(id=f'{name}@{stamp}', rgb=rgb, stamp_ns=stamp)
+            yielded += 1
+            if max_frames is not None and yielded >= max_frames:
+                return  # before the next message is read: what follows may be damaged
+
+
+def iter_bag_messages(
+    path: str | Path, topics: Iterable[str] | None = None
+) -> Iterator[tuple[str, str, int, Any]]:
+    """Stream every message of a bag (or of `topics`) in time order, deserialised, read-only.
+
+    Message types unknown to `bag_typestore()` are registered from the definitions stored in the bag.
+
+    Yields:
+        (topic, msgtype, timestamp_ns, rosbags message object).
+
+    Raises:
+        BagError: Unreadable, truncated or corrupt bag, or a requested topic missing.
+    """
+    from rosbags.typesys import get_types_from_msg
+
+    typestore = bag_typestore()
+    with open_bag(path) as reader:
+        conns = reader.connections
+        if topics is not None:
+            wanted = set(topics)
+            missing = wanted - {c.topic for c in conns}
+            if missing:
+                present = ', '.join(sorted({c.topic for c in conns}))
+                raise BagError(f'{path}: no topic {", ".join(sorted(missing))}; topics: {present}')
+            conns = [c for c in conns if c.topic in wanted]
+        known = dict(typestore.fielddefs)
+        extra: dict = {}
+        for conn in conns:
+            if conn.msgtype not in known and conn.msgtype not in extra and conn.msgdef.data:
+                try:
+                    extra.update(get_types_from_msg(conn.msgdef.data, conn.msgtype))
+                except Exception as exc:
+                    raise BagError(
+                        f'{path}: unreadable definition of {conn.msgtype} ({_one_line(exc)})'
+                    ) from None
+        if extra:
+            # A private copy: registering a bag's own types must not change the shared typestore.
+            from rosbags.typesys import Stores, get_typestore
+
+            typestore = get_typestore(Stores.ROS2_JAZZY)
+            typestore.register(extra)
+        messages = reader.messages(connections=conns)
+        for conn, timestamp, raw in _raw_messages(messages, path):
+            msg = _deserialise(typestore, conn, timestamp, raw, path)
+            yield conn.topic, conn.msgtype, int(timestamp), msg
+
+
+def read_ground_truth(path: str | Path) -> list[tuple[int, GroundTruth]]:
+    """The ground truth stored in a bag written by `write_bag`: (header stamp ns, GroundTruth) in order.
+
+    Raises:
+        BagError: The bag cannot be read or has no /metavlm/ground_truth topic.
+    """
+    out = []
+    for _topic, _type, _t, msg in iter_bag_messages(path, [GROUND_TRUTH_TOPIC]):
+        out.append((_header_stamp(msg), _ground_truth_from_message(msg)))
+    return out

@@ -1,0 +1,227 @@
+"""Writing scene footage into a ROS 2 bag (mcap, sqlite3), checksummed and reproducible from a seed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metavlm_ros.common.codec import (
+    JPEG_QUALITY,
+)
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.scratch import remove_stale, scratch_path
+from metavlm_ros.footage.bag_format import (
+    _MAGIC,
+    BAG_VERSION,
+    CAMERA_INFO_TOPIC,
+    COMPRESSED_MSGTYPE,
+    COMPRESSED_TOPIC,
+    DEFAULT_START_NS,
+    DIGEST_KEY,
+    GROUND_TRUTH_TOPIC,
+    IMAGE_MSGTYPE,
+    IMAGE_TOPIC,
+    STORAGE_SUFFIXES,
+    STORAGES,
+    _offered_qos,
+    bag_typestore,
+    camera_info_message,
+    ground_truth_message,
+    image_message,
+)
+from metavlm_ros.footage.truth import GroundTruth
+
+__all__ = [
+    'write_bag',
+]
+
+
+def _is_storage_file(path: Path, storage: str) -> bool:
+    with open(path, 'rb') as handle:
+        return handle.read(len(_MAGIC[storage])) == _MAGIC[storage]
+
+
+@lru_cache(maxsize=1)
+def _checksummed_writer() -> Any:
+    """rosbags' Writer, with mcap chunks that carry the CRC of their records.
+
+    rosbags writes chunk CRC 0 ('not computed'), so readers could not tell a damaged chunk; with
+    the CRC set, rosbags, the mcap library and ros2 bag all report a mismatch.
+    """
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.rosbag2.storage_mcap import McapWriter
+
+    class ChecksummedMcapWriter(McapWriter):
+        def close_chunk(self) -> None:
+            crc = zlib.crc32(self.chunk.bio.getvalue())
+            start = self.bio.tell()
+            super().close_chunk()
+            end = self.bio.tell()
+            # Chunk record: opcode (1), length (8), start and end time, records size (8 each), CRC (4).
+            self.bio.seek(start + 9 + 24)
+            self.bio.write(struct.pack('<I', crc))
+            self.bio.seek(end)
+
+    class ChecksummedWriter(Writer):
+        STORAGE_PLUGINS = {**Writer.STORAGE_PLUGINS, StoragePlugin.MCAP: ChecksummedMcapWriter}
+
+    return ChecksummedWriter
+
+
+class _MessageDigest:
+    """A digest of a bag's messages, per topic in time order, independent of how topics interleave."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, Any] = {}
+
+    def update(self, topic: str, timestamp: int, data: bytes | memoryview) -> None:
+        digest = self.topics.get(topic)
+        if digest is None:
+            digest = self.topics[topic] = hashlib.sha256()
+        digest.update(struct.pack('<qQ', int(timestamp), len(data)))
+        digest.update(data)
+
+    def hexdigest(self) -> str:
+        lines = ''.join(f'{topic}\n{d.hexdigest()}\n' for topic, d in sorted(self.topics.items()))
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+
+@contextmanager
+def _staging(bag: Path, storage: str, overwrite: bool) -> Iterator[Path]:
+    """A fresh directory for rosbags' Writer whose bag replaces `bag` only once complete.
+
+    `bag` is a bag directory, or a single storage file (.mcap / .db3), which is taken out of the
+    written directory (its metadata is inside it). The bag is written next to its final place, under
+    a scratch name; scratch bags of killed runs for the same name are removed first.
+    """
+    single = bag.suffix.lower() in STORAGE_SUFFIXES
+    if bag.exists() or bag.is_symlink():
+        if not overwrite:
+            raise InputError(f'{bag}: already exists (use --overwrite to replace it)')
+        if single:
+            if not bag.is_file() or not _is_storage_file(bag, storage):
+                raise InputError(f'{bag}: exists and is not a {storage} bag; refusing to replace it')
+        elif not bag.is_dir():
+            raise InputError(f'{bag}: exists and is not a directory; refusing to replace it')
+        elif any(bag.iterdir()) and not (bag / 'metadata.yaml').is_file():
+            raise InputError(f'{bag}: exists and is not a bag; refusing to replace it')
+    bag.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(bag.parent, bag.name)
+    tmp = scratch_path(bag)
+    tmp.mkdir()
+    try:
+        # rosbags names the storage file after the bag directory, so the staged bag has the final name.
+        staged = tmp / (bag.stem if single else bag.name)
+        yield staged
+        if single:
+            os.replace(staged / f'{staged.name}{".mcap" if storage == "mcap" else ".db3"}', bag)
+        else:
+            if bag.exists():
+                shutil.rmtree(bag)
+            staged.rename(bag)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_bag(
+    bag_dir: str | Path,
+    frames: Iterable[tuple[np.ndarray, GroundTruth | None]],
+    *,
+    fps: float,
+    storage: str = 'mcap',
+    compressed: bool = False,
+    overwrite: bool = False,
+    start_ns: int = DEFAULT_START_NS,
+    frame_id: str = 'camera',
+    quality: int = JPEG_QUALITY,
+) -> Path:
+    """Write frames (and their ground truth) as a ROS 2 bag: a directory, or one .mcap / .db3 file.
+
+    Topics: /camera/image_raw (sensor_msgs/Image, rgb8) or, when `compressed`,
+    /camera/image_raw/compressed (sensor_msgs/CompressedImage, JPEG); /camera/camera_info
+    (sensor_msgs/CameraInfo); /metavlm/ground_truth (diagnostic_msgs/DiagnosticArray) for frames
+    with ground truth. Message i is stamped start_ns + i / fps seconds, in the header and the bag.
+    The bag appears at `bag_dir` only when complete; an interrupted write leaves the previous bag
+    intact, and its scratch copy is removed by the next write of the same name.
+
+    Args:
+        bag_dir: The bag directory to create, or a path ending in .mcap / .db3 for a single-file bag
+            of that storage (see `resolve_bag_output`).
+        frames: (rgb, ground truth or None) pairs, consumed one at a time.
+        fps: Frame rate of the stamps.
+        storage: 'mcap' or 'sqlite3'.
+        compressed: Write JPEG CompressedImage instead of raw Image.
+        overwrite: Replace an existing bag at `bag_dir`.
+        start_ns: Stamp of the first frame.
+        frame_id: Header frame id.
+        quality: JPEG quality when compressed.
+
+    Returns:
+        The bag (directory or file).
+
+    Raises:
+        InputError: The output exists (without overwrite) or a frame is not RGB uint8.
+        ParameterError: Unknown storage, a storage that contradicts the suffix, or invalid fps.
+    """
+    from rosbags.rosbag2 import StoragePlugin
+
+    bag_dir = Path(bag_dir)
+    if storage not in STORAGES:
+        raise ParameterError(f'unknown bag storage {storage!r}; choose one of {", ".join(STORAGES)}')
+    if not fps or fps <= 0:
+        raise ParameterError(f'fps must be > 0, got {fps}')
+    implied = STORAGE_SUFFIXES.get(bag_dir.suffix.lower())
+    if implied is not None and implied != storage:
+        raise ParameterError(f'{bag_dir}: a {bag_dir.suffix} bag is {implied} storage, not {storage}')
+    typestore = bag_typestore()
+    plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
+    image_topic, image_type = (
+        (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
+    )
+    with _staging(bag_dir, storage, overwrite) as staged:
+        digest = _MessageDigest()
+        with _checksummed_writer()(staged, version=BAG_VERSION, storage_plugin=plugin) as writer:
+
+            def put(connection: Any, stamp: int, data: Any) -> None:
+                digest.update(connection.topic, stamp, data)
+                writer.write(connection, stamp, data)
+
+            qos = _offered_qos()
+            image_conn = writer.add_connection(
+                image_topic, image_type, typestore=typestore, offered_qos_profiles=qos
+            )
+            info_type, gt_type = 'sensor_msgs/msg/CameraInfo', 'diagnostic_msgs/msg/DiagnosticArray'
+            info_conn = writer.add_connection(
+                CAMERA_INFO_TOPIC, info_type, typestore=typestore, offered_qos_profiles=qos
+            )
+            gt_conn = writer.add_connection(
+                GROUND_TRUTH_TOPIC, gt_type, typestore=typestore, offered_qos_profiles=qos
+            )
+            for index, (rgb, gt) in enumerate(frames):
+                if not (
+                    isinstance(rgb, np.ndarray)
+                    and rgb.dtype == np.uint8
+                    and rgb.ndim == 3
+                    and rgb.shape[2] == 3
+                ):
+                    raise InputError(f'frame {index}: expected an RGB uint8 (H, W, 3) array')
+                stamp = start_ns + round(index * 1e9 / fps)
+                msg = image_message(rgb, stamp, compressed=compressed, frame_id=frame_id, quality=quality)
+                put(image_conn, stamp, typestore.serialize_cdr(msg, image_type))
+                info = camera_info_message(rgb.shape[1], rgb.shape[0], stamp, frame_id=frame_id)
+                put(info_conn, stamp, typestore.serialize_cdr(info, 'sensor_msgs/msg/CameraInfo'))
+                if gt is not None:
+                    diag = ground_truth_message(gt, stamp, frame_id=frame_id)
+                    put(gt_conn, stamp, typestore.serialize_cdr(diag, 'diagnostic_msgs/msg/DiagnosticArray'))
+            writer.set_custom_data(DIGEST_KEY, digest.hexdigest())
+    return bag_dir

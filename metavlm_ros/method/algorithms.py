@@ -1,0 +1,146 @@
+"""The optimisers of the search (docs/method.md §7): NSGA-II (MetaVLM), the paper's Rand, and pymoo's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+from pymoo.algorithms.moo.moead import ParallelMOEAD
+from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.algorithms.moo.nsga3 import NSGA3
+from pymoo.algorithms.moo.sms import SMSEMOA
+from pymoo.algorithms.soo.nonconvex.random_search import RandomSearch
+from pymoo.core.algorithm import Algorithm
+from pymoo.core.sampling import Sampling
+from pymoo.operators.crossover.sbx import SBX
+from pymoo.operators.mutation.pm import PM
+from pymoo.operators.sampling.rnd import FloatRandomSampling
+from pymoo.util.display.multi import MultiObjectiveOutput
+from pymoo.util.ref_dirs import get_reference_directions
+
+from metavlm_ros.method.encoding import N_VAR, SearchSpace
+
+__all__ = [
+    'ALGORITHMS',
+    'SearchSettings',
+    'RandSampling',
+    'rand_genotypes',
+]
+
+
+class SearchSettings(Protocol):
+    """What an optimiser's factory reads of the search's configuration (a `SearchConfig`)."""
+
+    population: int
+    space: SearchSpace
+
+
+# The authors' NSGA-II operator settings (docs/method.md §7): mutation touches one variable in
+# n_var on average, 1/12 for the paper's six relations.
+SBX_PROB, SBX_ETA = 0.9, 15
+PM_PROB_VAR, PM_ETA = 1 / N_VAR, 10
+
+
+class RandSampling(Sampling):
+    """The paper's Rand: order k uniform in 1..n, a uniformly random k-subset, uniform parameters.
+
+    n is the number of relations the search space enables (6 by default), so every order gets
+    about 1/n of the budget and the identity is never drawn. Genotypes are ordinary genotypes of
+    the space (flags 1.0 / 0.0, parameters and extras uniform in the space's ranges): `decode` turns
+    them into compositions applied in the fixed relation order, exactly as for NSGA-II.
+    """
+
+    def __init__(self, space: SearchSpace):
+        super().__init__()
+        self.space = space
+
+    def _do(self, problem, n_samples, *args, random_state=None, **kwargs) -> np.ndarray:
+        return rand_genotypes(self.space, int(n_samples), random_state)
+
+
+def rand_genotypes(space: SearchSpace, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` genotypes of the paper's Rand (docs/method.md §7) drawn with `rng`."""
+    enabled = space.indices
+    orders = rng.integers(1, enabled.size + 1, size=n)
+    # A uniformly random k-subset: the k enabled relations with the smallest random keys.
+    keys = rng.random((n, enabled.size))
+    rank = np.argsort(np.argsort(keys, axis=1), axis=1)
+    low, high = np.asarray(space.low, float)[enabled], np.asarray(space.high, float)[enabled]
+    genotypes = np.empty((n, space.n_var))
+    m = 2 * enabled.size
+    genotypes[:, 0:m:2] = rank < orders[:, None]
+    genotypes[:, 1:m:2] = low + (high - low) * rng.random((n, enabled.size))
+    if m < space.n_var:
+        # The extras (MR10's angle), uniform in their ranges; drawn last, so a space without them
+        # draws exactly what it drew before there were any.
+        extra_low, extra_high = space.extra_bounds()
+        genotypes[:, m:] = extra_low + (extra_high - extra_low) * rng.random((n, space.n_var - m))
+    return genotypes
+
+
+def _nsga2(config: SearchSettings) -> Algorithm:
+    return NSGA2(
+        pop_size=config.population,
+        sampling=FloatRandomSampling(),
+        crossover=SBX(prob=SBX_PROB, eta=SBX_ETA),
+        mutation=PM(prob=1.0, prob_var=1 / config.space.n_var, eta=PM_ETA),
+        eliminate_duplicates=True,
+    )
+
+
+def _rand(config: SearchSettings) -> Algorithm:
+    return RandomSearch(
+        n_points_per_iteration=config.population,
+        sampling=RandSampling(config.space),
+        output=MultiObjectiveOutput(),
+    )
+
+
+def _operators(config: SearchSettings) -> dict:
+    """The paper's variation operators (those of its NSGA-II), shared by the other genetic algorithms."""
+    return {
+        'sampling': FloatRandomSampling(),
+        'crossover': SBX(prob=SBX_PROB, eta=SBX_ETA),
+        'mutation': PM(prob=1.0, prob_var=1 / config.space.n_var, eta=PM_ETA),
+    }
+
+
+def _directions(config: SearchSettings) -> np.ndarray:
+    """One reference direction per individual, evenly spread over the two objectives (Das-Dennis)."""
+    return get_reference_directions('das-dennis', 2, n_partitions=config.population - 1)
+
+
+def _nsga3(config: SearchSettings) -> Algorithm:
+    return NSGA3(
+        ref_dirs=_directions(config),
+        pop_size=config.population,
+        eliminate_duplicates=True,
+        **_operators(config),
+    )
+
+
+def _smsemoa(config: SearchSettings) -> Algorithm:
+    # pymoo's SMS-EMOA makes a population of offspring per generation (one model call each) and
+    # drops the least hypervolume contributors one by one: the (mu + mu) form of the steady state.
+    return SMSEMOA(pop_size=config.population, eliminate_duplicates=True, **_operators(config))
+
+
+def _moead(config: SearchSettings) -> Algorithm:
+    # The parallel form asks for one offspring per subproblem at once: one model call a generation.
+    # Neighbourhoods of a fifth of the population (20 of pymoo's 100 by default), at least 2.
+    return ParallelMOEAD(
+        _directions(config), n_neighbors=max(2, config.population // 5), **_operators(config)
+    )
+
+
+# One registry of algorithms: every caller reads it, one loop (_drive) runs them all. The paper's
+# two come first; the others are pymoo's, with the same budget, population, operators and seed.
+_ALGORITHM_FACTORIES: dict[str, Callable[[SearchSettings], Algorithm]] = {
+    'nsga2': _nsga2,
+    'random': _rand,
+    'nsga3': _nsga3,
+    'smsemoa': _smsemoa,
+    'moead': _moead,
+}
+ALGORITHMS = tuple(_ALGORITHM_FACTORIES)
