@@ -36,6 +36,8 @@ def fixture_for(here: dict) -> Path | None:
         if json.loads((folder / 'platform.json').read_text()) == here:
             return folder
     return None
+
+
 # The tiny CLIP and BLIP, and a count-type fake whose counts do change (the tiny BLIP's answer never does).
 BACKENDS = ('clip', 'blip', 'black-count')
 ALGORITHMS = ('nsga2', 'random')
