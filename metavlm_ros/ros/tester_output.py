@@ -224,6 +224,11 @@ class TesterOutput:
                 reason = job.stop_reason
             elif self._stopped_for_disk:
                 reason = 'the results disk fell below min_free_disk_mb'
+            elif getattr(self.backend, 'failure', ''):
+                # An inprocess served model says why it stopped (its server went away): /diagnostics
+                # shows it until a search runs to its end again, as when the server is back.
+                reason = str(self.backend.failure)
+                self._error(reason)
             else:
                 reason = 'the perception node stopped answering'
             self.state = 'search stopped: ' + reason

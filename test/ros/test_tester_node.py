@@ -710,3 +710,34 @@ def test_unreadable_frames_are_counted_and_the_error_clears_after_a_good_search(
     assert kv['frames_unreadable'] == '1'
     assert kv['last_error'] == ''
     assert kv['last_error_age_s'] == 'nan'
+
+
+def test_a_served_model_lost_mid_search_is_reported_and_searching_resumes_when_it_is_back(graph):
+    from metavlm_ros.models.vlm import create_backend
+    from test.models.served_server import ScriptedServer, chat_body
+
+    fail_after: list[int | None] = [None]  # requests answered before the server goes away
+
+    def chat(body):
+        if fail_after[0] is not None and len(server.requests) > fail_after[0]:
+            return 503, {'error': {'message': 'overloaded'}}, 0.0
+        return 200, chat_body('Animals: 2 fish Vegetation: None Objects: None Trash: None'), 0.0
+
+    with ScriptedServer(chat) as server:
+        served = create_backend('openai', 'recorded', endpoint=server.endpoint, retries=1, max_new_tokens=8)
+        g = graph(backend=served, population=4, evaluations=8)
+        g.camera.publish(make_frame(64, 48, seed=1), 1_000_000_000)
+        g.wait(lambda: g.tester.searches_done == 1, 30, 'a search through the server')
+        assert g.tester.last_error == '' and g.tester.searches_stopped == 0
+        fail_after[0] = len(server.requests) + 1  # the next source frame is answered, its follow-ups not
+        g.camera.publish(make_frame(64, 48, seed=2), 2_000_000_000)
+        g.wait(lambda: g.tester.searches_done == 2, 30, 'the search the server left')
+        assert g.tester.searches_stopped == 1
+        assert '503' in g.tester.last_error and server.endpoint.split('//')[1] in g.tester.last_error
+        assert g.tester.state.startswith('search stopped: ')
+        fail_after[0] = None  # the server is back
+        g.camera.publish(make_frame(64, 48, seed=3), 3_000_000_000)
+        g.wait(lambda: g.tester.searches_done == 3, 30, 'a search once the server is back')
+        assert g.tester.last_error == '' and g.tester.searches_stopped == 1
+    summaries = read_jsonl(g.results / 'summary.jsonl')
+    assert [s['stopped'] for s in summaries] == [False, True, False]
