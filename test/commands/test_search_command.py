@@ -386,13 +386,14 @@ def _cli(*argv: str) -> list[str]:
 
 def _stop_while_front_is_written(command, out, env, signal_number) -> bool:
     """Run a search and signal it while it writes its non-dominated set (some pareto lines, no
-    summary). It is frozen (SIGSTOP) as soon as pareto.jsonl has a line, and signalled only if
+    summary). It is frozen (SIGSTOP) as soon as pareto.jsonl has a record, and signalled only if
     the summary is not written yet; returns False when that moment was missed."""
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     pareto, summary = out / 'pareto.jsonl', out / 'summary.jsonl'
     deadline = time.monotonic() + 120
     while process.poll() is None and time.monotonic() < deadline:
-        if pareto.exists() and pareto.stat().st_size:
+        # Two whole lines: the search's header line (docs/results.md) and a first record after it.
+        if pareto.exists() and pareto.read_bytes().count(b'\n') >= 2:
             process.send_signal(signal.SIGSTOP)
             break
         time.sleep(0.001)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -13,6 +12,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image
 
+from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.footage.scenes import SceneGenerator
 from metavlm_ros.ros.conversions import rgb_to_image_msg
 
@@ -82,10 +82,11 @@ def ros2(*args: str, timeout: float = 60.0) -> str:
 
 
 def records(path: Path) -> list[dict]:
-    """The JSON Lines records of a results file (empty when it does not exist)."""
+    """The JSON Lines records of a results file, whole (its header lines read back in by the one
+    reader, docs/results.md); empty when it does not exist."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 def clean_output_problems(proc_output, names: tuple[str, ...] = ('perception_node', 'tester_node')) -> list:

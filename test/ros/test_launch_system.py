@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from metavlm_ros.models.registry import BACKENDS
 from test.launch.support import records
 from test.ros_domain import claim_domain
 from test.ros_tools import BIN, ROOT
@@ -210,7 +211,7 @@ def test_a_signal_to_the_process_group_stops_the_search_cleanly(ros_env, tmp_pat
         (
             'metavlm.launch.py',
             'backend:=gpt',
-            'launch argument backend: expected one of clip, blip, instructblip',
+            f'launch argument backend: expected one of {", ".join(BACKENDS)}',
         ),
         ('replay.launch.py', 'rate:=fast', "launch argument rate: expected a positive number, got 'fast'"),
     ],
