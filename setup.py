@@ -38,6 +38,8 @@ setup(
         'matplotlib',
         'pillow',
         'foxglove-sdk>=0.30',
+        # the served backend (--backend openai), imported only when it is used
+        'openai',
     ],
     extras_require={
         'ros': [

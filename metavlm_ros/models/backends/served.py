@@ -288,7 +288,10 @@ class ServedBackend(Backend):
                 raise ParameterError(
                     f'api_key_env: the environment variable {api_key_env} is not set or empty'
                 )
-        import openai
+        try:
+            import openai
+        except ImportError:
+            raise ModelError('the openai backend needs the openai package: pip install openai') from None
 
         self._openai = openai
         # Retries are ours (counted, with our backoff); the client's own would be invisible.
