@@ -16,7 +16,8 @@ from test.ros.helpers import ros_context
 RCLPY_PARAMETERS = {'use_sim_time', 'start_type_description_service'}
 
 # parameter -> wrong values (each must be refused, naming the parameter).
-PERCEPTION_WRONG = {
+# The backends' options, the same parameters in both nodes (models/registry.py).
+BACKEND_OPTIONS_WRONG = {
     'answer_format': ['yaml'],
     'confidence_question': ['Is it there?'],
     'kind': ['caption'],
@@ -31,6 +32,9 @@ PERCEPTION_WRONG = {
     'max_in_flight': [0],
     'input_side': [-1],
     'cache_size': [-1],
+}
+PERCEPTION_WRONG = {
+    **BACKEND_OPTIONS_WRONG,
     'autostart': ['maybe'],
     'backend': ['gpt', 3],
     'batch_wait_ms': [1001, -1, 'soon'],
@@ -45,20 +49,7 @@ PERCEPTION_WRONG = {
     'prompt': [5],
 }
 TESTER_WRONG = {
-    'answer_format': ['yaml'],
-    'confidence_question': ['Is it there?'],
-    'kind': ['caption'],
-    'max_new_tokens': [0, 5000],
-    'preprocess': ['opencv'],
-    'prompts': ['authors'],
-    'vocabularies': [['trash'], ['mammal=seal']],
-    'endpoint': ['http://127.0.0.1:9/v1'],  # the default backend (clip) takes no endpoint
-    'api_key_env': ['KEY'],
-    'timeout_s': [0.0, -1.0],
-    'retries': [-1],
-    'max_in_flight': [0],
-    'input_side': [-1],
-    'cache_size': [-1],
+    **BACKEND_OPTIONS_WRONG,
     'algorithm': ['sgd'],
     'autostart': ['maybe'],
     'backend': ['gpt'],
