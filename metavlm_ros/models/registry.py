@@ -37,6 +37,11 @@ class _Registry(Mapping[str, type[Backend]]):
 
             for module in pkgutil.iter_modules(backends.__path__):
                 importlib.import_module(f'{backends.__name__}.{module.name}')
+            # Whichever backend module was imported first, the order is the modules' (by name), then
+            # each module's own: help texts and messages list the backends the same way everywhere.
+            order = list(self.classes)
+            ranked = sorted(self.classes.items(), key=lambda item: (item[1].__module__, order.index(item[0])))
+            self.classes = dict(ranked)
         return self.classes
 
     def __getitem__(self, name: str) -> type[Backend]:

@@ -205,3 +205,17 @@ def test_no_module_outside_a_backends_own_branches_on_its_name():
             if pattern.search(line):
                 offenders.append(f'{relative}:{number}: {line.strip()}')
     assert offenders == []
+
+
+def test_the_backends_are_listed_in_one_order_whichever_module_was_imported_first():
+    listed = set()
+    for first in (
+        'metavlm_ros.models.backends.served',
+        'metavlm_ros.models.backends.chat',
+        'metavlm_ros.models.vlm',
+    ):
+        code = f'import {first}; from metavlm_ros.models.registry import BACKENDS; print(list(BACKENDS))'
+        listed.add(
+            subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout
+        )
+    assert listed == {str(list(BACKENDS)) + '\n'}
