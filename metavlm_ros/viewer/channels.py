@@ -37,16 +37,20 @@ TOPICS = {
 
 _NUMBER = {'type': 'number'}
 _VALUES = {'type': 'object', 'additionalProperties': _NUMBER}
+#: What names a search, in a violation's record and in a summary alike.
+_SEARCH = {
+    'image': {'type': 'string'},
+    'algorithm': {'type': 'string'},
+    'seed': {'type': 'integer'},
+    'model': {'type': 'string'},
+}
 #: The evaluation record of a violation (docs/results.md) plus where the export put it; further
 #: record fields pass through (commands add some), so the schema names what every record has.
 VIOLATION_SCHEMA = {
     'title': 'metavlm.Violation',
     'type': 'object',
     'properties': {
-        'image': {'type': 'string'},
-        'algorithm': {'type': 'string'},
-        'seed': {'type': 'integer'},
-        'model': {'type': 'string'},
+        **_SEARCH,
         'index': {'type': 'integer'},
         'composition': {'type': 'string'},
         'order': {'type': 'integer'},
@@ -78,10 +82,7 @@ SUMMARY_SCHEMA = {
     'title': 'metavlm.SearchSummary',
     'type': 'object',
     'properties': {
-        'image': {'type': 'string'},
-        'algorithm': {'type': 'string'},
-        'seed': {'type': 'integer'},
-        'model': {'type': 'string'},
+        **_SEARCH,
         'evaluations': {'type': 'integer'},
         'violations': {'type': 'integer'},
         'hypervolume': _NUMBER,
