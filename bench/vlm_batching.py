@@ -13,9 +13,12 @@ By default the processor does not split frames into tiles (`--splitting off`: on
 processor (frames resized to 2048 px and cut into 512-pixel tiles: about 13 tiles a frame).
 
 Variants, interleaved: the count kind (greedy answers, --max-new-tokens) and the confidence kind
-(P(yes) of four yes/no questions, one prefill each), each batched (all frames in one call) and one
-frame per call. Printed: images/s (min / median / max) and the batched/single ratio. Checks (exit 1
-on failure): batched count answers equal one-at-a-time ones; confidences within --tolerance.
+(P(yes) of four yes/no questions after one cached prefill of each frame's image), each batched (all
+frames in one call) and one frame per call; and the confidence kind as it ran before the cached
+prefix (all frames batched, one whole prefill per (frame, class): the image encoded four times).
+Printed: images/s (min / median / max) and the batched/single ratio. Checks (exit 1 on failure):
+batched count answers equal one-at-a-time ones; confidences within --tolerance, and the cached-prefix
+confidences within --tolerance of the whole prefills.
 
 Then one `run_search` (Rand, --evaluations) with the batched count backend: the seconds inside the
 model (ChatModel.generate) against the search's wall time, and the share outside the model.
@@ -41,6 +44,7 @@ from metavlm_ros.models.tiny import build_base_model
 from metavlm_ros.models.vlm import create_backend
 
 DEMO_SIZE = (384, 216)
+PER_CLASS = 'confidence, a prefill per class'
 
 
 def frames_of(count: int, seed: int = 0) -> list[np.ndarray]:
@@ -84,6 +88,8 @@ def main() -> int:
         }
         backends = {**count, **confidence}
         answers: dict[str, list] = {}
+        unshared = confidence['confidence, batched']
+        per_class: dict[str, np.ndarray] = {}
 
         def judge(name: str):
             def run() -> None:
@@ -91,12 +97,21 @@ def main() -> int:
 
             return run
 
+        def one_prefill_per_class() -> None:
+            # The way before the cached image prefix: every (frame, class) prefilled whole, the
+            # image encoded once per class (a single question never shares a prefix).
+            questions = unshared.asked.questions
+            columns = [unshared.chat.yes_probability(frames, [q])[:, 0] for q in questions]
+            per_class['values'] = np.stack(columns, axis=1)
+
         print(
             f'SmolVLM-256M-shaped model, {args.frames} frames {DEMO_SIZE[0]}x{DEMO_SIZE[1]}, '
             f'splitting {args.splitting}, input side {count["count, batched"].input_size} px, '
             f'{args.repeats} repetitions'
         )
-        samples = interleaved({name: judge(name) for name in backends}, args.repeats)
+        variants = {name: judge(name) for name in backends}
+        variants[PER_CLASS] = one_prefill_per_class
+        samples = interleaved(variants, args.repeats)
         rates = {name: [args.frames / s for s in values] for name, values in samples.items()}
         for name, values in rates.items():
             print(f'  {name:28s} images/s {fmt(values, digits=2)}')
@@ -104,11 +119,18 @@ def main() -> int:
             batched = spread(rates[f'{kind}, batched'])[1]
             single = spread(rates[f'{kind}, one at a time'])[1]
             print(f'  {kind}: batched / one at a time (medians) = {batched / single:.2f}x (target >= 3x)')
+        shared = spread(rates['confidence, batched'])[1] / spread(rates[PER_CLASS])[1]
+        print(f'  confidence: image prefix cached / {PER_CLASS} (medians) = {shared:.2f}x')
         texts = [[p.text for p in answers[name]] for name in count]
         checks.check(texts[0] == texts[1], 'batched count answers equal one-at-a-time ones')
         values = [np.array([list(p.values.values()) for p in answers[name]]) for name in confidence]
         difference = float(np.abs(values[0] - values[1]).max())
         checks.check(difference <= args.tolerance, f'confidences within {args.tolerance} ({difference:.2e})')
+        difference = float(np.abs(values[0] - per_class['values']).max())
+        checks.check(
+            difference <= args.tolerance,
+            f'cached-prefix confidences within {args.tolerance} of whole prefills ({difference:.2e})',
+        )
 
         backend = count['count, batched']
         inside = [0.0]

@@ -16,7 +16,16 @@ import numpy as np
 from metavlm_ros.common.errors import ModelError
 from metavlm_ros.common.images import check_frame
 
-__all__ = ['ANSWER_WORDS', 'PIXEL_SETTINGS', 'ChatModel']
+__all__ = ['ANSWER_WORDS', 'PIXEL_SETTINGS', 'PREFIX_FAMILIES', 'ChatModel']
+
+#: Model types whose yes/no questions run after one cached prefill of the frame's image: causal
+#: attention over the text after the image (PaliGemma attends both ways over its whole prefix, the
+#: question included; Qwen2-VL keeps its 3-D rope offsets on the model between calls), each proven
+#: equal to whole prefills by test/models/test_generative.py.
+PREFIX_FAMILIES = ('idefics3', 'smolvlm', 'llava', 'gemma3')
+
+#: Processor outputs laid out by token (batch, sequence): cut with input_ids to a shared prefix.
+_SEQUENCE_INPUTS = ('input_ids', 'attention_mask', 'token_type_ids', 'mm_token_type_ids')
 
 #: The spellings of each answer word counted for it when they are one token ('yes', 'Yes', ' yes'...).
 ANSWER_WORDS: dict[str, tuple[str, ...]] = {
@@ -162,6 +171,10 @@ class ChatModel:
         # be rows x tokens x vocabulary floats (GBs for SmolVLM's split images).
         self._last_logits_only = 'logits_to_keep' in inspect.signature(self.model.forward).parameters
         self._answer_ids: dict[str, list[int]] | None = None
+        self._shared: dict[tuple[str, ...], tuple[int, list[list[int]]] | None] = {}
+        forward = inspect.signature(self.model.forward).parameters
+        # transformers renames a forward's past_key_values to cache (5.24 warns, 5.40 removes it).
+        self._cache_argument = 'cache' if 'cache' in forward else 'past_key_values'
 
     # -- prompts and inputs ----------------------------------------------------------------------
     def _prompt(self, question: str) -> str:
@@ -240,8 +253,12 @@ class ChatModel:
     def yes_probability(self, frames: Sequence[np.ndarray], questions: Sequence[str]) -> np.ndarray:
         """P(yes) / (P(yes) + P(no)) of the first answer token, for every frame and question.
 
-        One prefill (a forward pass, no generation) per (frame, question), all in one padded batch;
-        the probabilities of a word's single-token spellings (answer_tokens) are summed.
+        No generation: a forward pass to the first answer position for every (frame, question), all in
+        one batch; the probabilities of a word's single-token spellings (answer_tokens) are summed.
+        Where the questions share the prompt up to the image (see `_shared_prompt`), each frame's image
+        and prompt prefix go through the model once and every question continues from that cached
+        prefix: the same causal computation as one whole prefill per (frame, question), with the vision
+        encoder and the image tokens paid once per frame instead of once per question.
 
         Args:
             frames: RGB uint8 frames of shape (H, W, 3).
@@ -259,20 +276,110 @@ class ChatModel:
         if not frames or not questions:
             return np.zeros((len(frames), len(questions)))
         prompts = [self._prompt(q) for q in questions]
-        pairs = [(frame, prompt) for frame in frames for prompt in prompts]
-        inputs = self._inputs([f for f, _ in pairs], [p for _, p in pairs])
+        shared = self._shared_prompt(frames[0], tuple(questions), prompts) if len(questions) > 1 else None
         with torch.inference_mode():
-            if self._encoder_decoder:
-                start = self.model.generation_config.decoder_start_token_id
-                inputs['decoder_input_ids'] = torch.full((len(pairs), 1), start, device=self.device)
-            keep = {'logits_to_keep': 1} if self._last_logits_only else {}
-            logits = self.model(**inputs, **keep).logits[:, -1, :].float()
-            logp = torch.log_softmax(logits, dim=-1)
+            if shared is not None:
+                logits = self._logits_after_prefix(frames, prompts, *shared)
+            else:
+                logits = self._logits_of_whole_prompts(frames, prompts)
+            logp = torch.log_softmax(logits.float(), dim=-1)
             yes = torch.logsumexp(logp[:, ids['yes']], dim=-1)
             no = torch.logsumexp(logp[:, ids['no']], dim=-1)
             # P(yes) / (P(yes) + P(no)) = sigmoid(log P(yes) - log P(no)), stable when both are tiny.
             probability = torch.sigmoid(yes - no)
         return probability.cpu().double().numpy().reshape(len(frames), len(questions))
+
+    def _logits_of_whole_prompts(self, frames: Sequence[np.ndarray], prompts: Sequence[str]) -> Any:
+        """Next-token logits after each (frame, prompt), frame-major: one prefill per pair."""
+        import torch
+
+        pairs = [(frame, prompt) for frame in frames for prompt in prompts]
+        inputs = self._inputs([f for f, _ in pairs], [p for _, p in pairs])
+        if self._encoder_decoder:
+            start = self.model.generation_config.decoder_start_token_id
+            inputs['decoder_input_ids'] = torch.full((len(pairs), 1), start, device=self.device)
+        keep = {'logits_to_keep': 1} if self._last_logits_only else {}
+        return self.model(**inputs, **keep).logits[:, -1, :]
+
+    def _logits_after_prefix(
+        self,
+        frames: Sequence[np.ndarray],
+        prompts: Sequence[str],
+        shared: int,
+        suffixes: Sequence[Sequence[int]],
+    ) -> Any:
+        """Next-token logits after each (frame, question), frame-major, from one cached prefix per frame.
+
+        Every frame's first prompt goes through the processor (the image once) and is cut to the
+        `shared` tokens all prompts have in common; those prefixes (left-padded) are prefilled once,
+        their cache repeated for every question, and the questions' own tokens (right-padded, so
+        every real token keeps its distance to the image) run on it; each row's logits are read at
+        its question's last token.
+        """
+        import torch
+
+        inputs = self._inputs(frames, [prompts[0]] * len(frames))
+        first = torch.tensor(suffixes[0], device=self.device)
+        if not bool((inputs['input_ids'][:, -len(first) :] == first).all()):
+            # A frame whose question tokens differ from the first frame's: whole prompts, as always.
+            return self._logits_of_whole_prompts(frames, prompts)
+        length = inputs['input_ids'].shape[1] - len(first)
+        for key in _SEQUENCE_INPUTS:
+            if key in inputs:
+                inputs[key] = inputs[key][:, :length]
+        output = self.model(**inputs, use_cache=True, logits_to_keep=1)
+        cache = output[self._cache_argument]
+        repeats = len(suffixes)
+        cache.batch_repeat_interleave(repeats)
+        width = max(len(s) for s in suffixes)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([list(s) + [pad] * (width - len(s)) for s in suffixes], device=self.device)
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in suffixes], device=self.device)
+        attention = torch.cat(
+            [inputs['attention_mask'].repeat_interleave(repeats, dim=0), mask.repeat(len(frames), 1)], dim=1
+        )
+        last = torch.tensor([len(s) - 1 for s in suffixes], device=self.device).repeat(len(frames))
+        output = self.model(
+            input_ids=ids.repeat(len(frames), 1),
+            attention_mask=attention,
+            cache_position=torch.arange(length, length + width, device=self.device),
+            logits_to_keep=last[:, None],
+            **{self._cache_argument: cache},
+        )
+        return output.logits[:, 0, :]
+
+    def _shared_prompt(
+        self, frame: np.ndarray, questions: tuple[str, ...], prompts: Sequence[str]
+    ) -> tuple[int, list[list[int]]] | None:
+        """How many tokens the questions' whole prompts share, and each question's tokens after them.
+
+        Read from the processor's own tokens for `frame` (once for these questions, then remembered):
+        the longest common start of the prompts' token ids, which must hold every image token and
+        leave every question at least one token of its own. None where the questions cannot run after
+        a shared prefix (a model outside PREFIX_FAMILIES, no known image token id, an image token
+        after the shared start).
+        """
+        if questions in self._shared:
+            return self._shared[questions]
+        shared = None
+        image_token = next(
+            (
+                getattr(self.model.config, name)
+                for name in ('image_token_id', 'image_token_index')
+                if isinstance(getattr(self.model.config, name, None), int)
+            ),
+            None,
+        )
+        if self.model_type in PREFIX_FAMILIES and not self._prefix_only and image_token is not None:
+            whole = [self._inputs([frame], [p])['input_ids'][0].tolist() for p in prompts]
+            length = 0
+            while length < min(map(len, whole)) - 1 and len({w[length] for w in whole}) == 1:
+                length += 1
+            suffixes = [w[length:] for w in whole]
+            if image_token in whole[0][:length] and not any(image_token in s for s in suffixes):
+                shared = (length, suffixes)
+        self._shared[questions] = shared
+        return shared
 
     def answer_tokens(self) -> dict[str, list[int]]:
         """The token ids counted as 'yes' and as 'no': their spellings that are one token each.

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from metavlm_ros.common.errors import ModelError
-from metavlm_ros.models.generative import ChatModel
+from metavlm_ros.models.generative import PREFIX_FAMILIES, ChatModel
 from metavlm_ros.models.tiny import build_tiny_model
 from metavlm_ros.models.tiny_families import FAMILIES, VIDEO_FAMILIES, build_tiny_vlm
 from test.conftest import make_frame
@@ -86,6 +86,26 @@ def test_yes_probability_batched_equals_one_at_a_time(models, family):
     np.testing.assert_allclose(batched, alone, rtol=0, atol=TOLERANCE)
     # The frame reaches the answer: a model blind to its image would give every frame one value.
     assert np.ptp(batched[:, 0]) > 0
+
+
+@pytest.mark.parametrize('family', PARAMS)
+def test_the_questions_run_after_one_cached_image_prefix_where_the_family_allows(models, family):
+    """The batched yes/no path above (two questions) is the cached-prefix one for the causal families:
+    its equality with one whole prefill per (frame, question) is what proves the cache right."""
+    model = models[family]
+    questions = [*QUESTIONS, 'Is there a plant in this image? Answer yes or no.']
+    values = model.yes_probability(FRAMES, questions)
+    prompts = [model._prompt(q) for q in questions]
+    shared = model._shared_prompt(FRAMES[0], tuple(questions), prompts)
+    assert (shared is not None) == (family in PREFIX_FAMILIES)
+    if shared is not None:
+        length, suffixes = shared
+        image_token = model.model.config.image_token_id
+        whole = model._inputs(FRAMES[:1], prompts[:1])['input_ids'][0].tolist()
+        assert image_token in whole[:length] and whole == whole[:length] + suffixes[0]
+        assert len({len(s) for s in suffixes}) > 1  # the questions' tokens really are padded
+    alone = np.stack([model.yes_probability(FRAMES, [q])[:, 0] for q in questions], axis=1)
+    np.testing.assert_allclose(values, alone, rtol=0, atol=TOLERANCE)
 
 
 @pytest.mark.parametrize('family', PARAMS)
