@@ -98,7 +98,8 @@ class ChatBackend(Backend):
     kind 'count': the question as a chat message with the image, greedy answers in one padded batch,
     parsed as Table 1 text or strict JSON (a JSON answer that does not parse is a parse failure).
     kind 'confidence': per class, P(yes) / (P(yes) + P(no)) of the first answer token of a yes/no
-    question, from one prefill per (frame, class) without generating (docs/method.md §9).
+    question, from one prefill per frame whose cache every class question continues (or one prefill
+    per (frame, class) where the family needs it), without generating (docs/method.md §9).
     """
 
     name = 'vlm'
