@@ -385,10 +385,20 @@ def test_the_results_directory_records_the_identity_of_its_searches(graph):
     g.wait(lambda: g.tester.searches_done == 1, message='the search')
     identity = read_identity(g.results)
     assert identity['settings']['population'] == 6 and identity['settings']['evaluations'] == 18
-    assert identity['settings']['transport_size'] == 0
     assert identity['settings']['relations']['enabled'] == [True] * 6
-    assert identity['model']['endpoint'] == 'inprocess' and identity['model']['model'] == 'stats'
-    assert identity['model']['classes'] == list(StatsBackend.classes)
+    assert identity['source'] == {
+        'endpoint': 'inprocess',
+        'transport_size': 0,
+        'image_transport': 'raw',
+        'report_threshold': 0.01,
+    }
+    # A model handed over ready-made is known by what it says of itself.
+    assert identity['model'] == {
+        'backend': 'stats',
+        'model': 'stats',
+        'weights_sha256': None,
+        'options': {'classes': list(StatsBackend.classes)},
+    }
     # Each record names the pixels its search searched.
     digest = frame_digest(make_frame(96, 72, seed=1))
     assert {r['frame_sha256'] for r in read_jsonl(g.results / 'evaluations.jsonl')} == {digest}
