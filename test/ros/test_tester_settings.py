@@ -1,21 +1,34 @@
-"""The tester's identity record: the shape `metavlm search` and the demo write, any change refused, and
-the records earlier testers wrote read as today's where they say as much (ros/tester_settings.py)."""
+"""The tester's settings (ros/tester_settings.py): parameters into settings, the violation status, and the
+identity record (the shape `metavlm search` and the demo write, any change refused, earlier records read
+as today's where they say as much)."""
 
 import json
 
 import cv2
+import numpy as np
 import pytest
+from diagnostic_msgs.msg import DiagnosticStatus
 
 from metavlm_ros import __version__
 from metavlm_ros.cli import main
-from metavlm_ros.common.errors import ResultsError
+from metavlm_ros.common.errors import ParameterError, ResultsError
 from metavlm_ros.common.record_format import SEARCH_SOURCE
 from metavlm_ros.common.results import read_identity, write_identity
+from metavlm_ros.method.encoding import Composition
+from metavlm_ros.method.prediction import Prediction
+from metavlm_ros.method.search import Evaluation
 from metavlm_ros.models.tiny import build_tiny_model
 from metavlm_ros.models.vlm import answered_model_identity
 from metavlm_ros.ros import tester_settings as ts
-from metavlm_ros.ros.tester_settings import check_identity, settings_from_parameters
+from metavlm_ros.ros.tester_settings import (
+    PARAMETERS,
+    check_identity,
+    coerce_parameters,
+    settings_from_parameters,
+    violation_status,
+)
 from test.conftest import make_frame
+from test.ros.tester_graph import values_of
 
 SMALL = {'population': 6, 'evaluations': 12, 'seed': 2}
 
@@ -174,3 +187,58 @@ def test_an_earlier_tester_record_of_an_inprocess_model_is_refused_in_one_line(t
         f'parameter results_dir: {tmp_path / "results" / "search.json"}: written by an earlier'
     )
     assert 'another directory' in message and '\n' not in message
+
+
+def test_settings_combine_generations_population_and_ranges():
+    settings = settings_from_parameters(
+        {'population': 5, 'generations': 3, 'evaluations': 999, 'ranges.rotation': [-2.0, 1.0], 'seed': 4}
+    )
+    assert settings.search.evaluations == 15
+    assert settings.search.seed == 4
+    assert settings.search.space.low[0] == -2.0 and settings.search.space.high[0] == 1.0
+    assert settings.endpoint == 'ros' and settings.transport_size == 384
+    # working_size: -1 (the default) is auto, 0 the camera's resolution.
+    assert settings.search.working_size == 'auto'
+    assert settings_from_parameters({'working_size': 0}).search.working_size is None
+    assert settings_from_parameters({'working_size': 512}).search.working_size == 512
+    with pytest.raises(ParameterError, match='class_prompts: 1 prompts for 4 classes'):
+        settings_from_parameters({'class_prompts': ['a fish']})
+    heave = settings_from_parameters({'relations': ['motion_blur'], 'ranges.motion_blur_angle': [90.0, 90.0]})
+    assert heave.search.space.extra_low[9] == heave.search.space.extra_high[9] == (90.0,)
+    with pytest.raises(
+        ParameterError, match=r'^ranges.motion_blur_angle must be \[low, high\], got \[1.0\]$'
+    ):
+        settings_from_parameters({'ranges.motion_blur_angle': [1.0]})
+
+
+def test_coerce_turns_integers_into_floats_only_for_double_parameters():
+    out = coerce_parameters({'probe_timeout_s': 5, 'ranges.scaling': [1, 1.3], 'population': 30, 'other': 1})
+    assert out == {'probe_timeout_s': 5.0, 'ranges.scaling': [1.0, 1.3], 'population': 30, 'other': 1}
+    assert isinstance(out['probe_timeout_s'], float) and isinstance(out['population'], int)
+    assert {p.name for p in PARAMETERS} >= {'vlm_endpoint', 'transport_size', 'frame_period_s', 'results_dir'}
+
+
+def test_violation_status_levels_and_values():
+    source = Prediction('count', {'animal': 2.0, 'vegetation': 0.0, 'object': 1.0, 'trash': 0.0})
+    followup = Prediction('count', {'animal': 0.0, 'vegetation': 1.0, 'object': 1.0, 'trash': 0.0})
+    comp = Composition.from_parameters({'rotation': 2.5, 'translation': -0.03})
+
+    def evaluation(f_pred):
+        return Evaluation(0, 0, np.zeros(12), comp, 1.5, f_pred, followup, {'count': True}, {'count': 3.0})
+
+    # Eq. 2: 2/3 + 1/2 = 1.1667 < 4/2: a warning; 2.0 reaches half the classes: an error.
+    warn = violation_status(evaluation(2 / 3 + 1 / 2), source, 42)
+    error = violation_status(evaluation(2.0), source, 42)
+    assert warn.level == DiagnosticStatus.WARN and error.level == DiagnosticStatus.ERROR
+    kv = values_of(warn)
+    assert warn.message == '{1,6}'
+    assert kv['composition'] == '{1,6}' and kv['order'] == '2'
+    assert float(kv['rotation']) == 2.5 and float(kv['translation']) == -0.03
+    assert float(kv['f_trans']) == 1.5
+    assert (
+        kv['source/animal'] == '2.0' and kv['followup/animal'] == '0.0' and kv['followup/vegetation'] == '1.0'
+    )
+    assert kv['source_stamp'] == '42'
+    blur = Composition.from_parameters({'motion_blur': 0.008, 'motion_blur_angle': -35.0})
+    status = violation_status(Evaluation(0, 0, np.zeros(3), blur, 0.8, 1.0, followup, {}, {}), source, 42)
+    assert values_of(status)['motion_blur'] == '0.008' and values_of(status)['motion_blur_angle'] == '-35.0'
