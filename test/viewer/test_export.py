@@ -1,4 +1,4 @@
-"""`metavlm export`: real results directories to MCAP, read back with the mcap library, and bad input."""
+"""The export (viewer/export.py, `metavlm export`): real results directories to MCAP, read back, bad input."""
 
 import json
 import shutil
