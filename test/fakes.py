@@ -71,3 +71,31 @@ class BlackCountBackend(VLMBackend):
                 )
             )
         return out
+
+
+class UnreadableEvery(VLMBackend):
+    """Counts black pixels, but every `every`-th follow-up's answer does not parse (a JSON-asked model
+    answering prose): the search must record those as failed evaluations, never as zero counts."""
+
+    kind = 'count'
+    name = 'fake-unreadable'
+    model_id = 'fake-unreadable'
+
+    def __init__(self, every: int, source_unreadable: bool = False):
+        self.inner = BlackCountBackend()
+        self.every = every
+        self.source_unreadable = source_unreadable
+        self.served = 0
+
+    def predict(self, frames):
+        out = []
+        for prediction in self.inner.predict(frames):
+            self.served += 1
+            if (self.served == 1 and self.source_unreadable) or (
+                self.served > 1 and self.served % self.every == 0
+            ):
+                prediction = Prediction(
+                    'count', {}, 'There are some fish.', error='unparseable answer: not JSON'
+                )
+            out.append(prediction)
+        return out

@@ -141,7 +141,7 @@ def _rand_searches(
     NSGA-II vs Rand trade-off; results kept in `out` like any search's. Returns their evaluation records."""
     from metavlm_ros.common.results import ResultsStore, read_jsonl
     from metavlm_ros.method.search import SearchConfig, run_search
-    from metavlm_ros.models.vlm import create_backend, model_identity
+    from metavlm_ros.models.vlm import create_backend, identity_record, model_identity
 
     images = {}
     for record in records:
@@ -157,9 +157,9 @@ def _rand_searches(
         evaluations=evaluations,
         seed=seed,
     )
-    # The identity record of `metavlm search` (one shape for every search): the model part read by the
-    # same builder, so the demo's Rand searches and a user's `metavlm search --model demo` compare.
-    identity = {'settings': config.identity(), 'model': model_identity(backend, 'demo', {'device': 'cpu'})}
+    # The identity record of `metavlm search`, from the same builder: the demo's Rand searches and a
+    # user's `metavlm search --model demo` compare.
+    identity = identity_record(config, model_identity(backend, 'demo', {'device': 'cpu'}))
     with ResultsStore(out, identity=identity) as store:
         for image, stamp in images.items():
             extra = {'source_stamp': stamp, 'model': model.model_id, 'endpoint': 'inprocess'}

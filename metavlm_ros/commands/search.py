@@ -168,14 +168,12 @@ RECORD_BYTES = 1024
 
 
 def search_identity(args: argparse.Namespace, config) -> dict:
-    """What identifies the searches of one `metavlm search` (search.json): settings and the model under
-    test (backend, options, weights, what the backend adds), read before the model loads."""
-    from metavlm_ros.models.vlm import model_identity
+    """What identifies the searches of one `metavlm search` (search.json): settings, the model under
+    test (backend, options, weights, what the backend adds, read before the model loads) and the
+    source (frames read and judged in process)."""
+    from metavlm_ros.models.vlm import identity_record, model_identity
 
-    return {
-        'settings': config.identity(),
-        'model': model_identity(args.backend, args.model, model_options(args)),
-    }
+    return identity_record(config, model_identity(args.backend, args.model, model_options(args)))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from metavlm_ros.common.record_format import (
     IDENTITY_FORMAT,
     RECORD_FILES,
     RESULT_NAMES,
+    SEARCH_SOURCE,
     to_jsonable,
 )
 from metavlm_ros.common.scratch import is_stale, remove_stale, scratch_path
@@ -184,9 +185,53 @@ def identity_differences(
     stored = read_identity(directory)
     if stored is None:
         return None
+    stored = _as_current(stored, Path(directory) / IDENTITY)
     return [
         line for line in _differences(stored, _normalised(identity)) if line.split(':', 1)[0] not in ignore
     ]
+
+
+#: The fields the tester's identity record held in its settings before the one shape (issue 28),
+#: now the record's `source` part with the endpoint.
+_TESTER_SOURCE_FIELDS = ('transport_size', 'image_transport', 'report_threshold')
+
+
+def _as_current(stored: dict, path: Path) -> dict:
+    """An identity record written before the one shape (format 1) as today's, where it says as much.
+
+    `metavlm search` and the demo's Rand searches recorded the settings and model parts as today, and
+    their frames came as today's `SEARCH_SOURCE` says. The tester recorded its endpoint in the model
+    part and its source fields in the settings: for the `ros` endpoint that is all today's record
+    says (the model the perception node names, the classes); for `inprocess` it lacks what identifies
+    a model today (the whole sha256 of its weights, what its backend adds), so it is refused rather
+    than compared in part.
+
+    Raises:
+        ResultsError: an earlier tester's record of an inprocess model.
+    """
+    if 'source' in stored:
+        return stored
+    settings = dict(stored.get('settings') or {})
+    model = dict(stored.get('model') or {})
+    if 'endpoint' not in model:
+        return {'settings': settings, 'model': model, 'source': dict(SEARCH_SOURCE)}
+    source = {
+        'endpoint': model['endpoint'],
+        **{key: settings.pop(key, None) for key in _TESTER_SOURCE_FIELDS},
+    }
+    if model['endpoint'] != 'ros':
+        raise ResultsError(
+            f'{path}: written by an earlier tester for an inprocess model, it lacks what identifies a '
+            'model today (the whole sha256 of its weights, what its backend adds), so its searches cannot '
+            'be told apart from these; write them to another directory'
+        )
+    # models/identity.py answered_model_identity: the model the perception node names, its classes.
+    answered = {'backend': None, 'model': model.get('model'), 'weights_sha256': None}
+    return {
+        'settings': settings,
+        'model': {**answered, 'options': {'classes': model.get('classes')}},
+        'source': source,
+    }
 
 
 def write_identity(directory: str | Path, identity: dict) -> None:

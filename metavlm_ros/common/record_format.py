@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ __all__ = [
     'PER_PARETO',
     'RECORD_FILES',
     'RESULT_NAMES',
+    'SEARCH_SOURCE',
     'SOURCES',
     'SUMMARY',
     'VIOLATIONS',
@@ -44,7 +46,16 @@ SOURCES = 'sources'
 RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
 # What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).
 RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, SOURCES, 'violations.jsonl'})  # the tester's
-IDENTITY_FORMAT = 1
+# 2: one shape for every command that searches (settings, model, source); 1: before it (issue 28),
+# read as 2 where it says as much (common/directories.py).
+IDENTITY_FORMAT = 2
+#: The source part of an identity record (how the searched frames reach the model) for a process that
+#: reads its frames itself and judges them in process, as they are (`metavlm search`, the demo's Rand
+#: searches): no ROS endpoint, no transport reduction, no camera transport, nothing published. The
+#: tester names its own (ros/tester_settings.py tester_source).
+SEARCH_SOURCE = MappingProxyType(
+    {'endpoint': 'inprocess', 'transport_size': 0, 'image_transport': None, 'report_threshold': None}
+)
 # The fields of an evaluation record that change from one evaluation to the next; every other field
 # (image, model, source prediction, stamps...) is the search's, written once in a header line
 # (`{"header": {...}}`) that the records after it share, and put back by `iter_jsonl`.

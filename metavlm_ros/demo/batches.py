@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -12,27 +13,36 @@ from metavlm_ros.demo.scenes import SceneSet, _resize
 from metavlm_ros.method.prediction import CLASSES
 
 
+@functools.lru_cache(maxsize=8)
+def _augmentation_space(magnitude: float) -> Any:
+    """The paper's six relations, each range narrowed to `magnitude` of its maximum deviation around
+    its nominal value, inside its own range (CLAHE upwards, downsampling downwards, the others either
+    way)."""
+    from metavlm_ros.method.encoding import SearchSpace
+    from metavlm_ros.method.relations import PAPER_RELATIONS
+
+    ranges = {
+        r.id: (
+            max(r.low, r.nominal - magnitude * r.max_deviation),
+            min(r.high, r.nominal + magnitude * r.max_deviation),
+        )
+        for r in PAPER_RELATIONS
+    }
+    return SearchSpace.from_options(None, ranges)
+
+
 def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
-    """A random composition of the paper's six relations at small magnitudes.
+    """A random composition of the paper's six relations at small magnitudes: one sample of the search's
+    Rand (method/algorithms.py rand_genotypes) over their ranges narrowed to `magnitude`.
 
-    The order k is uniform in 1..6 and the k relations a uniform subset, as the search's random
-    baseline draws them; each parameter deviates from its nominal value by a uniform fraction in
-    [0, magnitude] of the relation's maximum deviation, away from nominal into its range (CLAHE
-    upwards, downsampling downwards, the others either way).
+    The order k is uniform in 1..6, the k relations a uniform subset, and each parameter uniform within
+    a fraction `magnitude` of the relation's maximum deviation from its nominal value, into its range.
     """
-    from metavlm_ros.method.encoding import N_RELATIONS, Composition
-    from metavlm_ros.method.relations import PAPER_RELATIONS, RELATIONS
+    from metavlm_ros.method.algorithms import rand_genotypes
+    from metavlm_ros.method.encoding import decode
 
-    active = [False] * N_RELATIONS
-    values = [relation.nominal for relation in RELATIONS]
-    n = len(PAPER_RELATIONS)
-    for i in rng.choice(n, int(rng.integers(1, n + 1)), replace=False):
-        relation = RELATIONS[i]
-        sign = 1.0 if relation.nominal == relation.low else -1.0 if relation.nominal == relation.high else 0.0
-        sign = sign or float(rng.choice((-1.0, 1.0)))
-        active[i] = True
-        values[i] = relation.nominal + sign * rng.uniform(0, magnitude) * relation.max_deviation
-    return Composition(tuple(active), tuple(values))
+    space = _augmentation_space(float(magnitude))
+    return decode(rand_genotypes(space, 1, rng)[0], space)
 
 
 def _paired_indices(

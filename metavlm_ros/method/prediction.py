@@ -63,5 +63,5 @@ class VLMBackend:
         raise NotImplementedError
 
     def weights_hash(self) -> str:
-        """A short digest identifying the weights, for campaign records; '' when not applicable."""
+        """The sha256 of the weights (64 hex digits), for identity records; '' when not applicable."""
         return ''

@@ -420,9 +420,9 @@ class HFBackend(Backend):
         return predictions
 
     def weights_hash(self) -> str:
-        """Short sha256 of the loaded model's safetensors files (computed on first call)."""
+        """The sha256 of the loaded model's safetensors files, as identity records hold it (first call)."""
         if self._hash is None:
-            self._hash = weights_hash(self.model_path)
+            self._hash = weights_hash(self.model_path, length=64)
         return self._hash
 
 

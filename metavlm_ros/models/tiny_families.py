@@ -3,226 +3,51 @@
 from __future__ import annotations
 
 import importlib.util
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from metavlm_ros.common.errors import ModelError, ParameterError
-from metavlm_ros.method.prediction import CLASSES
-from metavlm_ros.models.tiny import corpus, quiet_seeded, t5_tokenizer
+from metavlm_ros.models.tiny import quiet_seeded
+from metavlm_ros.models.tiny_vocabularies import (
+    GEMMA3_TEMPLATE,
+    IDEFICS3_TEMPLATE,
+    LLAVA_ONEVISION_TEMPLATE,
+    LLAVA_TEMPLATE,
+    PALIGEMMA_TEMPLATE,
+    QWEN2_VL_TEMPLATE,
+    REQUIRED_WORDS,
+    byte_level_tokenizer,
+    check_vocabulary,
+    metaspace_tokenizer,
+)
 
 __all__ = [
     'FAMILIES',
+    'HEADS',
+    'HIDDEN',
+    'INTERMEDIATE',
+    'PATCH',
     'REQUIRED_WORDS',
+    'SIDE',
+    'SIGLIP_MEAN',
+    'SIGLIP_STD',
     'VIDEO_FAMILIES',
     'build_base_vlm',
-    'build_tiny_siglip',
     'build_tiny_vlm',
+    'save_tiny',
 ]
 
-#: Words every tiny vocabulary holds as single tokens (bare and after a space), so yes/no answers,
-#: JSON count answers and class names are representable by one token each.
-REQUIRED_WORDS = ('yes', 'no', 'Yes', 'No', *CLASSES, *'0123456789', '{', '}', '"', ':', ',')
-
 # One transformer shape for every tiny family: building, saving and loading take about a second.
-_HIDDEN = 32
-_HEADS = 2
-_INTERMEDIATE = 64
-_PATCH = 8
-_SIDE = 32  # the vision tower's input side
-_SIGLIP_MEAN = [0.5, 0.5, 0.5]
-_SIGLIP_STD = [0.5, 0.5, 0.5]
+HIDDEN = 32
+HEADS = 2
+INTERMEDIATE = 64
+PATCH = 8
+SIDE = 32  # the vision tower's input side
+SIGLIP_MEAN = [0.5, 0.5, 0.5]
+SIGLIP_STD = [0.5, 0.5, 0.5]
 _CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 _CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
-
-# -- chat templates ------------------------------------------------------------------------------
-# Each follows its family's released template's message layout (markers, where images go, the
-# generation prompt); written here so nothing is downloaded. Content is a list of {'type': ...}
-# parts as transformers' processors expect; a plain string content is accepted too.
-
-_QWEN2_VL_TEMPLATE = (
-    '{% for message in messages %}'
-    "{% if loop.first and message['role'] != 'system' %}"
-    '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}'
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content %}"
-    '<|vision_start|><|image_pad|><|vision_end|>'
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
-    '{% endfor %}<|im_end|>\n{% endif %}'
-    '{% endfor %}'
-    '{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}'
-)
-
-# SmolVLM (Idefics3 + SmolLM2): 'User:<image>question<end_of_utterance>\nAssistant:'.
-_IDEFICS3_TEMPLATE = (
-    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
-    "{% if message['content'] is string %}: {{ message['content'] }}"
-    "{% else %}{% if message['content'][0]['type'] == 'image' %}{{ ':' }}{% else %}{{ ': ' }}{% endif %}"
-    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{ line['text'] }}"
-    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}{% endif %}"
-    "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
-)
-
-# PaliGemma has no chat turns: its prompt is a prefix, the image tokens then the task text. The
-# processor itself inserts <bos> after the image tokens and the '\n' that separates prefix from
-# answer, so this template renders images first, then the user's text, and nothing else.
-_PALIGEMMA_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] == 'user' %}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for content in message['content'] %}{% if content['type'] == 'image' %}<image>{% endif %}{% endfor %}"
-    "{% for content in message['content'] %}{% if content['type'] == 'text' %}{{ content['text'] }}"
-    '{% endif %}{% endfor %}{% endif %}{% endif %}{% endfor %}'
-)
-
-# llava-hf/llava-1.5: 'USER: <image>\nquestion ASSISTANT:'.
-_LLAVA_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['role'].upper() + ': ' }}"
-    "{% endif %}{% if message['content'] is string %}{{ message['content'] + ' ' }}{% else %}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}{{ '<image>\n' }}"
-    "{% endfor %}{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
-    "{{ content['text'] + ' ' }}{% endfor %}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
-)
-
-# llava-hf/llava-onevision (Qwen2 chat markers): '<|im_start|>user <image>\nquestion<|im_end|>\n'.
-_LLAVA_ONEVISION_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + ' ' }}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}{{ '<image>\n' }}"
-    "{% endfor %}{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
-    "{{ content['text'] }}{% endfor %}{% endif %}{{ '<|im_end|>\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-# Gemma 3: '<bos><start_of_turn>user\n<start_of_image>question<end_of_turn>\n<start_of_turn>model\n';
-# a system message is folded into the first user turn, as the released template does.
-_GEMMA3_TEMPLATE = (
-    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
-    "{% if messages[0]['content'] is string %}{% set first = messages[0]['content'] + '\n\n' %}"
-    "{% else %}{% set first = messages[0]['content'][0]['text'] + '\n\n' %}{% endif %}"
-    "{% set loop_messages = messages[1:] %}{% else %}{% set first = '' %}{% set loop_messages = messages %}"
-    '{% endif %}{% for message in loop_messages %}'
-    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
-    "{{ '<start_of_turn>' + role + '\n' + (first if loop.first else '') }}"
-    "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}{{ '<start_of_image>' }}"
-    "{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}{% endfor %}{% endif %}"
-    "{{ '<end_of_turn>\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
-)
-
-
-# -- tokenizers ----------------------------------------------------------------------------------
-def _sentences() -> list[str]:
-    """The count corpus of tiny.py plus yes/no questions, JSON answers and chat role words."""
-    sentences = list(corpus())
-    sentences += [
-        'yes no Yes No yes. no. Yes. No. Yes, No, yes, no,',
-        'Answer yes or no. Answer: yes Answer: no',
-        *(
-            f'Is there {"an" if c[0] in "aeiou" else "a"} {c} in this image? Answer yes or no.'
-            for c in CLASSES
-        ),
-        '{"animal": 2, "vegetation": 0, "object": 1, "trash": 3}',
-        '{ } " : , 0 1 2 3 4 5 6 7 8 9 10',
-        'Answer only with JSON: {"animal": <number>, "vegetation": <number>, "object": <number>, '
-        '"trash": <number>}',
-        'animal vegetation object trash animals objects',
-        'You are a helpful assistant. user assistant system model User Assistant USER ASSISTANT',
-    ]
-    return sentences
-
-
-def _pieces(tokenizer: Any, sentences: list[str]) -> list[str]:
-    """Distinct pre-tokens of `sentences` as the tokenizer's own normaliser and pre-tokeniser make them."""
-    backend = tokenizer.backend_tokenizer
-    pieces: set[str] = set()
-    for sentence in [*sentences, *(' ' + w for w in REQUIRED_WORDS), *REQUIRED_WORDS]:
-        if backend.normalizer is not None:
-            sentence = backend.normalizer.normalize_str(sentence)
-        if backend.pre_tokenizer is None:
-            pieces.add(sentence)
-        else:
-            pieces.update(piece for piece, _ in backend.pre_tokenizer.pre_tokenize_str(sentence))
-    return sorted(p for p in pieces if p)
-
-
-def _merges_spelling(words: list[str], alphabet: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """A BPE vocabulary and merges under which every word is one token, built deterministically.
-
-    tiny.py's left-to-right merge chains can split a word: 'yes' becomes 'y' + 'es' when a merge
-    ('e', 's') from an earlier word outranks ('y', 'e'). Here each word is encoded with the merges so
-    far (lowest rank first, leftmost on ties, as the tokenizers library does) and, while it is still
-    in pieces, a merge of its first two pieces is appended. An appended merge has the highest rank, so
-    it never changes how an earlier word is encoded (that word became one token without it).
-    """
-    vocab: dict[str, int] = {}
-    for symbol in alphabet:
-        vocab.setdefault(symbol, len(vocab))
-    merges: list[tuple[str, str]] = []
-    ranks: dict[tuple[str, str], int] = {}
-    for word in sorted(words, key=lambda w: (len(w), w)):
-        symbols = list(word)
-        for symbol in symbols:
-            vocab.setdefault(symbol, len(vocab))
-        while len(symbols) > 1:
-            ranked = [
-                (ranks.get(pair, len(ranks)), i)
-                for i, pair in enumerate(zip(symbols, symbols[1:], strict=False))
-            ]
-            rank, i = min(ranked)
-            if rank == len(ranks):  # no known merge applies: teach one
-                pair = (symbols[0], symbols[1])
-                ranks[pair] = len(merges)
-                merges.append(pair)
-                vocab.setdefault(pair[0] + pair[1], len(vocab))
-                i = 0
-            symbols[i : i + 2] = [symbols[i] + symbols[i + 1]]
-    return vocab, merges
-
-
-def _byte_level_tokenizer(cls: Any, specials: list[str], **kwargs: Any) -> Any:
-    """A byte-level BPE tokenizer of class `cls` (GPT-2 / Qwen2 style) spelling the corpus's words."""
-    from tokenizers import pre_tokenizers
-
-    words = _pieces(cls(vocab={'<|endoftext|>': 0}, merges=[]), _sentences())
-    vocab, merges = _merges_spelling(words, sorted(pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = cls(vocab=vocab, merges=merges, **kwargs)
-    tokenizer.add_special_tokens({'additional_special_tokens': specials})
-    return tokenizer
-
-
-def _metaspace_tokenizer(cls: Any, base: list[str], specials: list[str], **kwargs: Any) -> Any:
-    """A SentencePiece-style BPE tokenizer of class `cls` (Llama / Gemma) with byte fallback."""
-    # SentencePiece does not pre-tokenise; its pieces are words with or without the '▁' that marks a
-    # preceding space, and their punctuation-separated parts ('{"animal":' and 'animal', '{', ':').
-    words: set[str] = set()
-    for sentence in [*_sentences(), ' '.join(REQUIRED_WORDS)]:
-        for word in sentence.split():
-            for part in {word, *re.findall(r'\w+|[^\w\s]+', word)}:
-                words.update((part, '\u2581' + part))
-    words = sorted(words)
-    chars = sorted({c for w in words for c in w})
-    alphabet = [*base, *(f'<0x{byte:02X}>' for byte in range(256)), *chars]
-    vocab, merges = _merges_spelling(words, alphabet)
-    tokenizer = cls(vocab=vocab, merges=merges, **kwargs)
-    tokenizer.add_special_tokens({'additional_special_tokens': specials})
-    return tokenizer
-
-
-def _check_vocabulary(tokenizer: Any) -> None:
-    """Every required word must be one token, bare and after a space; a builder bug otherwise."""
-    for word in REQUIRED_WORDS:
-        for text in (word, ' ' + word):
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            # Qwen2 and Gemma split digits from everything, a preceding space included, as released.
-            if len(ids) != 1 and not (word.isdigit() and text.startswith(' ')):
-                raise ModelError(
-                    f'tiny tokenizer splits {text!r} into {tokenizer.convert_ids_to_tokens(ids)}'
-                )
 
 
 # -- families ------------------------------------------------------------------------------------
@@ -230,10 +55,10 @@ def _text(tokenizer: Any, **extra: Any) -> dict:
     """A one-layer decoder's shape, shared by every family's language model."""
     return {
         'vocab_size': len(tokenizer),
-        'hidden_size': _HIDDEN,
-        'intermediate_size': _INTERMEDIATE,
+        'hidden_size': HIDDEN,
+        'intermediate_size': INTERMEDIATE,
         'num_hidden_layers': 1,
-        'num_attention_heads': _HEADS,
+        'num_attention_heads': HEADS,
         'num_key_value_heads': 1,  # grouped-query attention, as every one of these families uses
         'max_position_embeddings': 1024,
         'bos_token_id': tokenizer.bos_token_id,
@@ -246,12 +71,12 @@ def _text(tokenizer: Any, **extra: Any) -> dict:
 def _siglip_vision(**extra: Any) -> dict:
     return {
         'model_type': 'siglip_vision_model',
-        'hidden_size': _HIDDEN,
-        'intermediate_size': _INTERMEDIATE,
+        'hidden_size': HIDDEN,
+        'intermediate_size': INTERMEDIATE,
         'num_hidden_layers': 1,
-        'num_attention_heads': _HEADS,
-        'image_size': _SIDE,
-        'patch_size': _PATCH,
+        'num_attention_heads': HEADS,
+        'image_size': SIDE,
+        'patch_size': PATCH,
         **extra,
     }
 
@@ -280,7 +105,7 @@ def _qwen2_vl() -> tuple[Any, Any, Any]:
         '<|image_pad|>',
         '<|video_pad|>',
     ]
-    tokenizer = _byte_level_tokenizer(
+    tokenizer = byte_level_tokenizer(
         Qwen2Tokenizer, specials, eos_token='<|im_end|>', pad_token='<|endoftext|>'
     )
     patch, merge = 4, 2
@@ -295,10 +120,10 @@ def _qwen2_vl() -> tuple[Any, Any, Any]:
         video_processor=_video_processor(
             'qwen2_vl', patch_size=patch, merge_size=merge, temporal_patch_size=2
         ),
-        chat_template=_QWEN2_VL_TEMPLATE,
+        chat_template=QWEN2_VL_TEMPLATE,
     )
     ids = tokenizer.convert_tokens_to_ids
-    head_dim = _HIDDEN // _HEADS
+    head_dim = HIDDEN // HEADS
     config = Qwen2VLConfig(
         text_config=_text(
             tokenizer,
@@ -308,10 +133,10 @@ def _qwen2_vl() -> tuple[Any, Any, Any]:
         ),
         vision_config={
             'depth': 1,
-            'embed_dim': _HIDDEN,
-            'hidden_size': _HIDDEN,
+            'embed_dim': HIDDEN,
+            'hidden_size': HIDDEN,
             'mlp_ratio': 2,
-            'num_heads': _HEADS,
+            'num_heads': HEADS,
             'patch_size': patch,
             'spatial_merge_size': merge,
             'temporal_patch_size': 2,
@@ -340,7 +165,7 @@ def _idefics3_processor(side: int, patch: int, scale: int, tiles: int) -> tuple[
         '<global-img>',
         *rows,
     ]
-    tokenizer = _byte_level_tokenizer(
+    tokenizer = byte_level_tokenizer(
         GPT2Tokenizer,
         specials,
         bos_token='<|im_start|>',
@@ -351,8 +176,8 @@ def _idefics3_processor(side: int, patch: int, scale: int, tiles: int) -> tuple[
         size={'longest_edge': tiles * side},
         max_image_size={'longest_edge': side},
         do_image_splitting=True,
-        image_mean=_SIGLIP_MEAN,
-        image_std=_SIGLIP_STD,
+        image_mean=SIGLIP_MEAN,
+        image_std=SIGLIP_STD,
     )
     # Pixel shuffle folds scale x scale patches into one token.
     image_seq_len = (side // patch) ** 2 // scale**2
@@ -360,7 +185,7 @@ def _idefics3_processor(side: int, patch: int, scale: int, tiles: int) -> tuple[
         image_processor=image_processor,
         tokenizer=tokenizer,
         image_seq_len=image_seq_len,
-        chat_template=_IDEFICS3_TEMPLATE,
+        chat_template=IDEFICS3_TEMPLATE,
     )
     return processor, tokenizer
 
@@ -369,7 +194,7 @@ def _idefics3() -> tuple[Any, Any, Any]:
     from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
     scale = 2
-    processor, tokenizer = _idefics3_processor(_SIDE, _PATCH, scale, tiles=2)
+    processor, tokenizer = _idefics3_processor(SIDE, PATCH, scale, tiles=2)
     config = Idefics3Config(
         text_config={'model_type': 'llama', **_text(tokenizer)},
         vision_config={k: v for k, v in _siglip_vision().items() if k != 'model_type'},
@@ -382,7 +207,7 @@ def _idefics3() -> tuple[Any, Any, Any]:
 def _gemma_tokenizer(specials: list[str], **kwargs: Any) -> Any:
     from transformers import GemmaTokenizer
 
-    return _metaspace_tokenizer(
+    return metaspace_tokenizer(
         GemmaTokenizer, ['<pad>', '<eos>', '<bos>', '<unk>', '<mask>'], specials, **kwargs
     )
 
@@ -393,18 +218,18 @@ def _paligemma() -> tuple[Any, Any, Any]:
 
     tokenizer = _gemma_tokenizer(['<image>'])
     image_processor = SiglipImageProcessorPil(
-        size={'height': _SIDE, 'width': _SIDE}, image_mean=_SIGLIP_MEAN, image_std=_SIGLIP_STD
+        size={'height': SIDE, 'width': SIDE}, image_mean=SIGLIP_MEAN, image_std=SIGLIP_STD
     )
     # PaliGemmaProcessor reads the number of image tokens from its image processor, as released.
-    image_processor.image_seq_length = (_SIDE // _PATCH) ** 2
+    image_processor.image_seq_length = (SIDE // PATCH) ** 2
     processor = PaliGemmaProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, chat_template=_PALIGEMMA_TEMPLATE
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=PALIGEMMA_TEMPLATE
     )
     config = PaliGemmaConfig(
-        text_config={'model_type': 'gemma', **_text(tokenizer), 'head_dim': _HIDDEN // _HEADS},
-        vision_config=_siglip_vision(projection_dim=_HIDDEN),
-        projection_dim=_HIDDEN,
-        hidden_size=_HIDDEN,
+        text_config={'model_type': 'gemma', **_text(tokenizer), 'head_dim': HIDDEN // HEADS},
+        vision_config=_siglip_vision(projection_dim=HIDDEN),
+        projection_dim=HIDDEN,
+        hidden_size=HIDDEN,
         vocab_size=len(tokenizer),
         image_token_index=tokenizer.convert_tokens_to_ids('<image>'),
     )
@@ -415,11 +240,11 @@ def _llava() -> tuple[Any, Any, Any]:
     from transformers import LlamaTokenizer, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-    tokenizer = _metaspace_tokenizer(LlamaTokenizer, ['<unk>', '<s>', '</s>'], ['<image>'])
+    tokenizer = metaspace_tokenizer(LlamaTokenizer, ['<unk>', '<s>', '</s>'], ['<image>'])
     tokenizer.pad_token = '<unk>'  # as llava-hf's Vicuna tokenizer
     image_processor = CLIPImageProcessorPil(
-        size={'shortest_edge': _SIDE},
-        crop_size={'height': _SIDE, 'width': _SIDE},
+        size={'shortest_edge': SIDE},
+        crop_size={'height': SIDE, 'width': SIDE},
         image_mean=_CLIP_MEAN,
         image_std=_CLIP_STD,
     )
@@ -427,26 +252,26 @@ def _llava() -> tuple[Any, Any, Any]:
     processor = LlavaProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
-        patch_size=_PATCH,
-        chat_template=_LLAVA_TEMPLATE,
+        patch_size=PATCH,
+        chat_template=LLAVA_TEMPLATE,
         vision_feature_select_strategy='default',
         num_additional_image_tokens=1,
     )
     vision = {
         'model_type': 'clip_vision_model',
-        'hidden_size': _HIDDEN,
-        'intermediate_size': _INTERMEDIATE,
+        'hidden_size': HIDDEN,
+        'intermediate_size': INTERMEDIATE,
         'num_hidden_layers': 2,  # LLaVA reads the second-to-last layer
-        'num_attention_heads': _HEADS,
-        'image_size': _SIDE,
-        'patch_size': _PATCH,
-        'projection_dim': _HIDDEN,
+        'num_attention_heads': HEADS,
+        'image_size': SIDE,
+        'patch_size': PATCH,
+        'projection_dim': HIDDEN,
     }
     config = LlavaConfig(
         text_config={'model_type': 'llama', **_text(tokenizer)},
         vision_config=vision,
         image_token_index=tokenizer.convert_tokens_to_ids('<image>'),
-        image_seq_length=(_SIDE // _PATCH) ** 2,
+        image_seq_length=(SIDE // PATCH) ** 2,
         vision_feature_select_strategy='default',
         vision_feature_layer=-2,
     )
@@ -465,25 +290,25 @@ def _llava_onevision() -> tuple[Any, Any, Any]:
     )
 
     specials = ['<|im_start|>', '<|im_end|>', '<image>', '<video>']
-    tokenizer = _byte_level_tokenizer(
+    tokenizer = byte_level_tokenizer(
         Qwen2Tokenizer, specials, eos_token='<|im_end|>', pad_token='<|endoftext|>'
     )
     # AnyRes: the frame is tiled on the best-fitting grid of these resolutions, plus a base view.
-    pinpoints = [[_SIDE, _SIDE], [_SIDE, 2 * _SIDE], [2 * _SIDE, _SIDE], [2 * _SIDE, 2 * _SIDE]]
+    pinpoints = [[SIDE, SIDE], [SIDE, 2 * SIDE], [2 * SIDE, SIDE], [2 * SIDE, 2 * SIDE]]
     image_processor = LlavaOnevisionImageProcessorPil(
-        size={'height': _SIDE, 'width': _SIDE},
+        size={'height': SIDE, 'width': SIDE},
         image_grid_pinpoints=pinpoints,
-        image_mean=_SIGLIP_MEAN,
-        image_std=_SIGLIP_STD,
+        image_mean=SIGLIP_MEAN,
+        image_std=SIGLIP_STD,
     )
     processor = LlavaOnevisionProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
-        video_processor=_video_processor('llava_onevision', size={'height': _SIDE, 'width': _SIDE}),
-        num_image_tokens=(_SIDE // _PATCH) ** 2,
+        video_processor=_video_processor('llava_onevision', size={'height': SIDE, 'width': SIDE}),
+        num_image_tokens=(SIDE // PATCH) ** 2,
         vision_feature_select_strategy='full',
         vision_aspect_ratio='anyres_max_9',
-        chat_template=_LLAVA_ONEVISION_TEMPLATE,
+        chat_template=LLAVA_ONEVISION_TEMPLATE,
     )
     config = LlavaOnevisionConfig(
         text_config={'model_type': 'qwen2', **_text(tokenizer)},
@@ -510,19 +335,19 @@ def _gemma3() -> tuple[Any, Any, Any]:
         ['<start_of_turn>', '<end_of_turn>', *markers.values()], extra_special_tokens=markers
     )
     image_processor = Gemma3ImageProcessorPil(
-        size={'height': _SIDE, 'width': _SIDE}, image_mean=_SIGLIP_MEAN, image_std=_SIGLIP_STD
+        size={'height': SIDE, 'width': SIDE}, image_mean=SIGLIP_MEAN, image_std=SIGLIP_STD
     )
     tokens_per_image = 4  # the 4 x 4 patch grid average-pooled to 2 x 2 soft tokens
     processor = Gemma3Processor(
         image_processor=image_processor,
         tokenizer=tokenizer,
         image_seq_length=tokens_per_image,
-        chat_template=_GEMMA3_TEMPLATE,
+        chat_template=GEMMA3_TEMPLATE,
     )
     ids = tokenizer.convert_tokens_to_ids
     config = Gemma3Config(
         text_config=_text(
-            tokenizer, head_dim=_HIDDEN // _HEADS, query_pre_attn_scalar=_HIDDEN // _HEADS, sliding_window=64
+            tokenizer, head_dim=HIDDEN // HEADS, query_pre_attn_scalar=HIDDEN // HEADS, sliding_window=64
         ),
         vision_config=_siglip_vision(),
         mm_tokens_per_image=tokens_per_image,
@@ -556,7 +381,8 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any, Any]]] = {
 }
 
 
-def _save(model: Any, processor: Any, directory: Path | str) -> Path:
+def save_tiny(model: Any, processor: Any, directory: Path | str) -> Path:
+    """Save a tiny model and its processor where Hugging Face loads them from (safetensors weights)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, safe_serialization=True)
@@ -596,88 +422,8 @@ def build_tiny_vlm(family: str, directory: Path | str, seed: int | None = 0) -> 
         )
     with quiet_seeded(seed):
         model, processor, tokenizer = FAMILIES[family]()
-        _check_vocabulary(tokenizer)
-        return _save(model, processor, directory)
-
-
-def _siglip(version: int) -> tuple[Any, Any]:
-    """SigLIP (fixed 32 x 32 input) or SigLIP 2 (NaFlex: aspect kept, at most 256 patches of 16)."""
-    shape = {
-        'hidden_size': _HIDDEN,
-        'intermediate_size': _INTERMEDIATE,
-        'num_hidden_layers': 1,
-        'num_attention_heads': _HEADS,
-    }
-    if version == 1:
-        from transformers import SiglipConfig, SiglipModel, SiglipProcessor
-        from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
-
-        # SigLIP's own tokenizer is a SentencePiece Unigram model, as T5's; tiny.py builds that kind.
-        tokenizer = t5_tokenizer()
-        tokenizer.model_max_length = 64  # SigLIP's text tower is trained on 64 tokens, padded to it
-        text = {
-            **shape,
-            'vocab_size': len(tokenizer),
-            'max_position_embeddings': 64,
-            'pad_token_id': tokenizer.pad_token_id,
-            'eos_token_id': tokenizer.eos_token_id,
-        }
-        config = SiglipConfig(
-            text_config=text, vision_config={**shape, 'image_size': _SIDE, 'patch_size': _PATCH}
-        )
-        image_processor = SiglipImageProcessorPil(
-            size={'height': _SIDE, 'width': _SIDE}, image_mean=_SIGLIP_MEAN, image_std=_SIGLIP_STD
-        )
-        return SiglipModel(config), SiglipProcessor(image_processor=image_processor, tokenizer=tokenizer)
-    from transformers import Siglip2Config, Siglip2Model, Siglip2Processor, Siglip2Tokenizer
-    from transformers.models.siglip2.image_processing_pil_siglip2 import Siglip2ImageProcessorPil
-
-    # SigLIP 2's tokenizer is Gemma's with lower-casing: the same SentencePiece-style BPE here.
-    tokenizer = _metaspace_tokenizer(
-        Siglip2Tokenizer, ['<pad>', '<eos>', '<bos>', '<unk>', '<mask>'], [], model_max_length=64
-    )
-    text = {
-        **shape,
-        'vocab_size': len(tokenizer),
-        'max_position_embeddings': 64,
-        'pad_token_id': tokenizer.pad_token_id,
-        'eos_token_id': tokenizer.eos_token_id,
-        'bos_token_id': tokenizer.bos_token_id,
-    }
-    # Siglip2Processor passes patch 16 and at most 256 patches to its image processor whatever the
-    # image processor says (class defaults, transformers 5.24), so the tiny tower takes those too.
-    patch, max_patches = 16, 256
-    config = Siglip2Config(
-        text_config=text, vision_config={**shape, 'patch_size': patch, 'num_patches': max_patches}
-    )
-    image_processor = Siglip2ImageProcessorPil(
-        patch_size=patch, max_num_patches=max_patches, image_mean=_SIGLIP_MEAN, image_std=_SIGLIP_STD
-    )
-    return Siglip2Model(config), Siglip2Processor(image_processor=image_processor, tokenizer=tokenizer)
-
-
-def build_tiny_siglip(directory: Path | str, version: int = 1, seed: int | None = 0) -> Path:
-    """Build, randomly initialise and save a tiny SigLIP (SiglipModel) or SigLIP 2 (Siglip2Model).
-
-    Both load with `AutoProcessor` / `AutoModel` offline; their text vocabularies hold the class
-    prompts of the contrastive backend (models/vlm.py DEFAULT_CLASS_PROMPTS).
-
-    Args:
-        directory: where to save; created when missing.
-        version: 1 (SigLIP, fixed square input) or 2 (SigLIP 2, NaFlex variable resolution).
-        seed: seed of the weight initialisation.
-
-    Returns:
-        The directory, as a Path.
-
-    Raises:
-        ParameterError: a version other than 1 or 2.
-    """
-    if version not in (1, 2):
-        raise ParameterError(f'SigLIP version must be 1 or 2, got {version!r}')
-    with quiet_seeded(seed):
-        model, processor = _siglip(version)
-        return _save(model, processor, directory)
+        check_vocabulary(tokenizer)
+        return save_tiny(model, processor, directory)
 
 
 def build_base_vlm(directory: Path | str, seed: int | None = 0) -> Path:
@@ -735,4 +481,4 @@ def build_base_vlm(directory: Path | str, seed: int | None = 0) -> Path:
             image_token_id=tokenizer.convert_tokens_to_ids('<image>'),
             tie_word_embeddings=False,
         )
-        return _save(Idefics3ForConditionalGeneration(config), processor, directory)
+        return save_tiny(Idefics3ForConditionalGeneration(config), processor, directory)

@@ -6,6 +6,7 @@ from typing import Any
 
 from metavlm_ros.method.prediction import VLMBackend
 from metavlm_ros.models.hf import PREPROCESS, PixelPath, resolve_model, weights_hash
+from metavlm_ros.models.identity import answered_model_identity, identity_record, model_identity
 from metavlm_ros.models.options import DEFAULT_BATCH_SIZE, DTYPES, MAX_BATCH_SIZE
 from metavlm_ros.models.questions import (
     DEFAULT_CLASS_PROMPTS,
@@ -26,7 +27,9 @@ __all__ = [
     'PROMPT_PRESETS',
     'PixelPath',
     'TABLE1_PROMPT',
+    'answered_model_identity',
     'create_backend',
+    'identity_record',
     'model_identity',
     'resolve_model',
     'weights_hash',
@@ -53,22 +56,3 @@ def create_backend(backend: str, model: str, **options: Any) -> VLMBackend:
     """
     resolved = resolve_options(backend, options)
     return backend_class(backend)(model, **resolved)
-
-
-def model_identity(backend: str, model: str, options: dict[str, Any]) -> dict[str, Any]:
-    """What identifies a model under test, read without loading it: backend, model, its resolved
-    options, the sha256 of its weights and what the backend adds (architecture, chat template, ...).
-
-    Raises:
-        ModelError, ParameterError: as create_backend, before anything loads.
-    """
-    cls = backend_class(backend)
-    resolved = resolve_options(backend, options)
-    directory = resolve_model(backend, model) if cls.local_model else None
-    return {
-        'backend': backend,
-        'model': model,
-        'weights_sha256': (weights_hash(directory, length=64) or None) if directory else None,
-        'options': {o.name: resolved[o.name] for o in cls.all_options() if o.identity},
-        **cls.describe(directory, resolved),
-    }

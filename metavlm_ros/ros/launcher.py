@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.errors import InputError, ModelError, ParameterError
 from metavlm_ros.ros.transport import use_transport
 
 __all__ = ['DEFAULT_FOLDER_RATE_HZ', 'load_parameter_file', 'require_rclpy', 'run_nodes']
@@ -151,15 +151,22 @@ def _check_footage(source: str | Path, topic: str | None) -> None:
 def _check_results(tester_values: Mapping[str, Any]) -> None:
     """Refuse an unwritable results_dir, or one with searches of another identity, before nodes start."""
     from metavlm_ros.common.results import check_output_dir
-    from metavlm_ros.ros.tester_settings import check_identity, coerce_parameters, settings_from_parameters
+    from metavlm_ros.ros.tester_settings import (
+        check_identity,
+        coerce_parameters,
+        settings_from_parameters,
+        tester_model_identity,
+    )
 
     try:
         settings = settings_from_parameters(coerce_parameters(_flatten(tester_values)))
-    except ParameterError:
-        return  # the tester node names the parameter when it declares it, before any model loads
+        # An inprocess model is read as `metavlm search` reads it (weights included); the model a
+        # perception node answers with is compared once it answers.
+        model = tester_model_identity(settings)
+    except (ParameterError, ModelError):
+        return  # the tester node names the parameter or the model when it starts, before any model loads
     check_output_dir(settings.results_dir)
-    # The weights (and, for the ros endpoint, the model that answers) are compared once known.
-    check_identity(settings, settings.model['model'] if settings.endpoint == 'inprocess' else None)
+    check_identity(settings, model)
 
 
 def run_nodes(

@@ -38,6 +38,7 @@ from metavlm_ros.ros.tester_settings import (
     TesterSettings,
     check_identity,
     settings_from_parameters,
+    tester_model_identity,
 )
 
 __all__ = ['TesterNode', 'main']
@@ -126,6 +127,7 @@ class TesterNode(TesterOutput, ManagedNode):
         self._worker: threading.Thread | None = None
         self.backend: VLMBackend | None = None  # the model: the probe topics or an inprocess one
         self.probe: RosProbeBackend | None = None
+        self._model_part: dict[str, Any] | None = None  # an inprocess model's identity, read at configure
         self._camera: Any = None
         self._made: list[Any] = []  # publishers and timers of the configured node
         # Timers run on the steady clock: with use_sim_time a stopped /clock (a bag that ended) must
@@ -141,12 +143,15 @@ class TesterNode(TesterOutput, ManagedNode):
 
     def _configure(self) -> None:
         settings = self.settings
-        # Before a model loads: what is known of the identity already (an inprocess model's id).
-        known = settings.endpoint == 'inprocess' and self._given_backend is None
-        check_identity(settings, settings.model['model'] if known else None)
+        # Before a model loads, the whole identity of an inprocess model its parameters name (its
+        # weights read as `metavlm search` reads them); the perception node's model once it answers.
+        self._model_part = None
+        if settings.endpoint == 'inprocess' and self._given_backend is None:
+            self._model_part = tester_model_identity(settings)
+        check_identity(settings, self._model_identity(settings))
         self.backend = self._make_backend(settings)
         try:
-            check_identity(settings, *self._model_identity(settings))
+            check_identity(settings, self._model_identity(settings))
         except ResultsError:
             self._release_backend()
             raise
@@ -294,14 +299,13 @@ class TesterNode(TesterOutput, ManagedNode):
         self._rules = rules
         rules.declare_table(PARAMETERS)
 
-    def _model_identity(self, settings: TesterSettings) -> tuple[str | None, str | None]:
-        """The model part of the identity known now: (model id, weights sha256), None where not known."""
-        if self.backend is None:
-            return None, None
-        if settings.endpoint == 'ros':
-            return self.backend.model_id or None, None
-        digest = getattr(self.backend, 'weights_hash', None)
-        return self.backend.model_id, (digest() if callable(digest) else '') or None
+    def _model_identity(self, settings: TesterSettings) -> dict[str, Any]:
+        """The model part of the identity known now (the model parameters are read-only: it holds)."""
+        if self._model_part is not None:
+            return self._model_part
+        return tester_model_identity(
+            settings, self.probe if settings.endpoint == 'ros' else self._given_backend
+        )
 
     def _parameter_values(self) -> dict[str, Any]:
         names = self.list_parameters([], 0).names
@@ -313,7 +317,7 @@ class TesterNode(TesterOutput, ManagedNode):
         try:
             settings = settings_from_parameters(values)
             if self.backend is not None:  # configured: the next search writes into results_dir
-                check_identity(settings, *self._model_identity(settings))
+                check_identity(settings, self._model_identity(settings))
         except MetaVLMError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)

@@ -133,7 +133,7 @@ class TesterOutput:
             self.get_logger().warning('the perception node did not answer; frame skipped, waiting for it')
             return
         # The model that answered is known now: the directory holds this search's identity, or none yet.
-        identity = check_identity(settings, *self._model_identity(settings))
+        identity = check_identity(settings, self._model_identity(settings))
         store = self._results(settings.results_dir)
         if read_identity(store.directory) is None:
             write_identity(store.directory, identity)

@@ -18,14 +18,15 @@ from metavlm_ros.common.results import (
 from metavlm_ros.method import defaults
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
-from metavlm_ros.method.prediction import Prediction
+from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATIONS
 from metavlm_ros.method.search import (
     ALGORITHMS,
     Evaluation,
     SearchConfig,
 )
-from metavlm_ros.models.registry import backend_class, resolve_options
+from metavlm_ros.models.identity import answered_model_identity, identity_record, model_identity
+from metavlm_ros.models.registry import resolve_options
 from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterSpec, model_options
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     'published_flag',
     'settings_from_parameters',
     'tester_identity',
+    'tester_model_identity',
+    'tester_source',
     'violation_status',
 ]
 
@@ -311,53 +314,68 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
     )
 
 
-def tester_identity(
-    settings: TesterSettings, model_id: str | None = None, weights: str | None = None
-) -> dict:
-    """What identifies the tester's searches in its results directory (search.json, docs/results.md).
+def tester_source(settings: TesterSettings) -> dict[str, Any]:
+    """The source part of the tester's identity: how its frames reach the model and what is published."""
+    return {
+        'endpoint': settings.endpoint,
+        'transport_size': settings.transport_size,
+        'image_transport': settings.image_transport,
+        'report_threshold': settings.report_threshold,
+    }
+
+
+def tester_model_identity(settings: TesterSettings, backend: VLMBackend | None = None) -> dict[str, Any]:
+    """The model part of the tester's identity, as far as it is known.
 
     Args:
         settings: the tester's settings.
-        model_id: the model that judges the frames: for the `ros` endpoint the one the perception node
-            names in its answers, for `inprocess` the loaded model (None: not known yet).
-        weights: the sha256 of the inprocess model's safetensors weights (None: not known or not
-            applicable; the perception node does not report its weights).
+        backend: for the `ros` endpoint, the probe backend (the model the perception node names once it
+            has answered; None: not started); for `inprocess`, a model handed to the node ready-made
+            (None: the model its parameters name, read before it loads, as `metavlm search` reads it).
+
+    Raises:
+        ModelError, ParameterError: the inprocess model its parameters name cannot be read.
     """
     model = settings.model
-    part: dict[str, Any] = {
-        'endpoint': settings.endpoint,
-        'model': model_id,
-        'classes': list(model['resolved']['classes']),
-    }
-    if settings.endpoint == 'inprocess':
-        cls = backend_class(model['backend'])
-        identity = {o.name: model['resolved'][o.name] for o in cls.all_options() if o.identity}
-        part.update({'backend': model['backend'], 'weights_sha256': weights, 'options': identity})
-    return {
-        'settings': {
-            **settings.search.identity(),
-            'transport_size': settings.transport_size,
-            'image_transport': settings.image_transport,
-            'report_threshold': settings.report_threshold,
-        },
-        'model': part,
-    }
+    if settings.endpoint == 'ros':
+        answered = (backend.model_id or None) if backend is not None else None
+        return answered_model_identity(answered, model['resolved']['classes'])
+    if backend is not None:
+        weights = backend.weights_hash() or None
+        return answered_model_identity(
+            backend.model_id, backend.classes, backend=backend.name, weights=weights
+        )
+    return model_identity(model['backend'], model['model'], model['options'])
 
 
-def check_identity(settings: TesterSettings, model_id: str | None = None, weights: str | None = None) -> dict:
+def tester_identity(settings: TesterSettings, model: Mapping[str, Any]) -> dict[str, Any]:
+    """What identifies the tester's searches in its results directory (search.json, docs/results.md):
+    the record of `metavlm search` (models/identity.py identity_record) with the tester's source part.
+
+    Args:
+        settings: the tester's settings.
+        model: the model part (`tester_model_identity`).
+    """
+    return identity_record(settings.search, model, tester_source(settings))
+
+
+def check_identity(settings: TesterSettings, model: Mapping[str, Any]) -> dict[str, Any]:
     """Check that the results directory holds no searches of another identity; returns the identity.
 
     A directory with results but no identity record (search.json) is refused too: its searches
-    cannot be told apart from these. Parts not known yet (`model_id`, `weights` None) are not compared.
+    cannot be told apart from these. The model's name is not compared while it is not known (None:
+    the perception node has not answered yet).
 
     Raises:
         ResultsError: one line naming `results_dir` and every difference.
     """
-    identity = tester_identity(settings, model_id, weights)
-    unknown = tuple(key for key, value in (('model.model', model_id), ('model.weights_sha256', weights))
-                    if value is None)  # fmt: skip
+    identity = tester_identity(settings, model)
+    unknown = ('model.model',) if model.get('model') is None else ()
     directory = Path(settings.results_dir)
-    differences = identity_differences(directory, identity, ignore=unknown)
+    try:
+        differences = identity_differences(directory, identity, ignore=unknown)
+    except ResultsError as exc:  # a damaged record, or one of an earlier tester that says too little
+        raise ResultsError(f'parameter results_dir: {exc}') from None
     if differences is None and holds_results(directory):
         raise ResultsError(
             f'parameter results_dir: {directory} holds results without an identity record (search.json), '

@@ -7,9 +7,10 @@ import pytest
 
 from metavlm_ros import cli
 from metavlm_ros.common.errors import InputError
+from metavlm_ros.common.record_format import SEARCH_SOURCE
 from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.demo.report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
-from metavlm_ros.models.vlm import model_identity
+from metavlm_ros.models.vlm import answered_model_identity, model_identity
 
 
 def _record(
@@ -110,13 +111,14 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         # Every results directory says what its searches were.
         assert read_identity(out / f'{backend}_rand')['settings']['algorithm'] == 'random'
         assert read_identity(out / f'{backend}_rand')['model']['weights_sha256']
-        # The shape of `metavlm search`'s identity, from the same builder.
+        # The record of `metavlm search`, from the same builder; the tester's has the same shape.
         expected = model_identity(backend, 'demo', {'device': 'cpu'})
         assert read_identity(out / f'{backend}_rand')['model'] == expected
-        assert read_identity(out / backend)['model'] == {
-            'endpoint': 'ros', 'model': 'demo', 'classes': ['animal', 'vegetation', 'object', 'trash']
-        }  # fmt: skip
-        assert read_identity(out / backend)['settings']['evaluations'] == 30
+        assert read_identity(out / f'{backend}_rand')['source'] == dict(SEARCH_SOURCE)
+        tester = read_identity(out / backend)
+        assert tester['model'] == answered_model_identity('demo', ['animal', 'vegetation', 'object', 'trash'])
+        assert tester['settings']['evaluations'] == 30 and tester['source']['endpoint'] == 'ros'
+        assert set(tester) == set(read_identity(out / f'{backend}_rand')) == {'settings', 'model', 'source'}
         stored = report['trade_off']['hypervolume'][title]
         assert stored['nsga2'] == {r['image']: r['hypervolume'] for r in nsga2}
         assert stored['random'] == {r['image']: r['hypervolume'] for r in rand}

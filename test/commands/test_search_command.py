@@ -1,5 +1,6 @@
 """`metavlm search` end to end with a tiny CLIP, and its answers to bad input."""
 
+import json
 import os
 import resource
 import shutil
@@ -318,6 +319,25 @@ def test_resume_refuses_results_that_carry_no_identity(tmp_path, image_path, tin
     capsys.readouterr()
     assert search([str(image_path), *SMALL, '--out', str(out), '--resume'], tiny_clip_dir) == 2
     assert 'no identity record' in capsys.readouterr().err
+
+
+def test_resume_continues_results_whose_identity_was_recorded_before_it_had_a_source_part(
+    tmp_path, image_path, tiny_clip_dir, capsys
+):
+    out = tmp_path / 'res'
+    assert search([str(image_path), *SMALL, '--out', str(out)], tiny_clip_dir) == 0
+    # search.json as `metavlm search` wrote it before the one shape (format 1): settings and model.
+    record = json.loads((out / 'search.json').read_text())
+    assert record['format'] == 2 and record['identity']['source']['endpoint'] == 'inprocess'
+    del record['identity']['source']
+    (out / 'search.json').write_text(json.dumps({**record, 'format': 1}))
+    (out / 'summary.jsonl').write_text('')  # run again: every record recognised, none written twice
+    before = read_jsonl(out / 'evaluations.jsonl')
+    assert search([str(image_path), *SMALL, '--out', str(out), '--resume'], tiny_clip_dir) == 0
+    assert read_jsonl(out / 'evaluations.jsonl') == before
+    capsys.readouterr()
+    assert search([str(image_path), *SMALL, '--out', str(out), '--resume', '--seed', '1'], tiny_clip_dir) == 2
+    assert 'settings.seed: 0 there, 1 here' in capsys.readouterr().err
 
 
 def test_a_failed_search_leaves_no_new_directory(

@@ -8,34 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from metavlm_ros.common.errors import ParameterError, ResultsError, StorageError
+from metavlm_ros.common.errors import ResultsError, StorageError
 from metavlm_ros.common.results import (
     EVALUATIONS,
     PARETO,
     SUMMARY,
     ResultsStore,
-    check_output_dir,
-    iter_jsonl,
     read_jsonl,
 )
 from metavlm_ros.method.search import SearchConfig, run_search
+from test.common.searches import search_frames
 from test.conftest import can_mount_tmpfs, make_frame
 from test.fakes import ImageStatsBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = (EVALUATIONS, PARETO, SUMMARY)
-
-
-def _search(directory, algorithm='nsga2', resume=False, frames=('a', 'b'), **store_options):
-    """Two frames searched into one directory, as `metavlm search` does."""
-    config = SearchConfig(algorithm=algorithm, population=6, evaluations=20, seed=5)
-    with ResultsStore(directory, resume=resume, **store_options) as store:
-        done = store.completed_searches()
-        for i, name in enumerate(frames):
-            if (name, algorithm, 5, 'fake-image-stats', None) in done:
-                continue
-            run_search(make_frame(64, 48, seed=i), ImageStatsBackend(), config, image_id=name, store=store,
-                       extra_fields={'model': 'fake-image-stats'})  # fmt: skip
 
 
 def _lines(directory) -> dict[str, list[dict]]:
@@ -78,7 +65,7 @@ def test_resume_after_an_interruption_at_any_moment_gives_the_uninterrupted_reco
     # A kill (any signal) leaves a prefix of the writes, possibly with a torn last line; resuming
     # from every such moment must give exactly the records of the uninterrupted run, once each.
     full = tmp_path / 'full'
-    _search(full, algorithm)
+    search_frames(full, algorithm)
     expected = _lines(full)
     order = _write_order(full)
     moments = sorted(
@@ -99,45 +86,8 @@ def test_resume_after_an_interruption_at_any_moment_gives_the_uninterrupted_reco
                 parts[name] += line[: len(line) // 2]
             for name, data in parts.items():
                 (cut / name).write_bytes(data)
-            _search(cut, algorithm, resume=True)
+            search_frames(cut, algorithm, resume=True)
             assert _lines(cut) == expected, (moment, torn)
-
-
-def test_torn_last_line_is_removed_and_reported_before_anything_is_appended(tmp_path):
-    record = json.dumps({'image': 'a', 'index': 0})
-    for tail in ('{', '{"image": "a", "ind', record[:-1]):
-        directory = tmp_path / f'd{len(tail)}'
-        directory.mkdir()
-        (directory / EVALUATIONS).write_text(record + '\n' + tail)
-        messages = []
-        with ResultsStore(directory, log=messages.append) as store:
-            assert (directory / EVALUATIONS).read_text() == record + '\n'
-            store.append_evaluation({'image': 'a', 'index': 1})
-        assert len(messages) == 1 and 'torn last line' in messages[0] and EVALUATIONS in messages[0]
-        assert [r['index'] for r in read_jsonl(directory / EVALUATIONS)] == [0, 1]
-    # A whole record that only lost its newline is kept, and completed.
-    directory = tmp_path / 'whole'
-    directory.mkdir()
-    (directory / PARETO).write_text(record)
-    messages = []
-    ResultsStore(directory, log=messages.append).close()
-    assert (directory / PARETO).read_text() == record + '\n' and 'newline' in messages[0]
-
-
-def test_a_damaged_line_before_the_last_one_refuses_resume(tmp_path):
-    directory = tmp_path / 'd'
-    _search(directory, frames=('a',))
-    lines = (directory / EVALUATIONS).read_bytes().splitlines(keepends=True)
-    lines[3] = lines[3][:20] + b'\x00garbage\n'
-    (directory / EVALUATIONS).write_bytes(b''.join(lines))
-    before = (directory / EVALUATIONS).read_bytes()
-    with pytest.raises(ResultsError, match='line 4 is damaged'):
-        ResultsStore(directory, resume=True)
-    assert (directory / EVALUATIONS).read_bytes() == before
-    # Readers that are not strict skip it; strict readers refuse.
-    assert len(read_jsonl(directory / EVALUATIONS)) == 19
-    with pytest.raises(ResultsError):
-        list(iter_jsonl(directory / EVALUATIONS, strict=True))
 
 
 @pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
@@ -145,7 +95,7 @@ def test_a_resumed_search_that_does_not_reproduce_its_records_is_stopped(tmp_pat
     # Another frame under the same name, judged with the same seed: a resume must not append its
     # records to those of the first frame (as another device or thread count could do too).
     directory = tmp_path / 'd'
-    _search(directory, algorithm, frames=('a',))
+    search_frames(directory, algorithm, frames=('a',))
     (directory / SUMMARY).write_text('')
     before = (directory / EVALUATIONS).read_bytes()
     config = SearchConfig(algorithm=algorithm, population=6, evaluations=20, seed=5)
@@ -184,7 +134,7 @@ def test_a_file_size_limit_at_any_moment_leaves_whole_records_that_resume(tmp_pa
     # RLIMIT_FSIZE makes writes past the limit fail with EFBIG, as a full disk fails with ENOSPC:
     # the failing record is taken back whole, the error is one line, and a resume completes the run.
     full = tmp_path / 'full'
-    _search(full)
+    search_frames(full)
     expected = _lines(full)
     size = (full / EVALUATIONS).stat().st_size
     for limit in (size // 5, size // 2 + 7, size - 1):
@@ -200,25 +150,8 @@ def test_a_file_size_limit_at_any_moment_leaves_whole_records_that_resume(tmp_pa
             data = (directory / name).read_bytes() if (directory / name).exists() else b''
             assert not data or data.endswith(b'\n'), name
             assert len(data) <= limit
-        _search(directory, resume=True)
+        search_frames(directory, resume=True)
         assert _lines(directory) == expected
-
-
-def test_check_output_dir_refuses_a_file_in_the_path_and_changes_nothing(tmp_path):
-    (tmp_path / 'afile').write_text('x')
-    for bad in ('afile', 'afile/sub', 'afile/sub/deeper'):
-        with pytest.raises(StorageError, match='is a file, not a directory'):
-            check_output_dir(tmp_path / bad)
-    assert check_output_dir(tmp_path / 'new' / 'dir') == tmp_path
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['afile']
-    with pytest.raises(StorageError, match='MiB needed'):
-        check_output_dir(tmp_path / 'new', need_bytes=2**62)
-
-
-def test_resume_and_overwrite_exclude_each_other(tmp_path):
-    with pytest.raises(ParameterError):
-        ResultsStore(tmp_path / 'x', resume=True, overwrite=True)
-    assert not (tmp_path / 'x').exists()
 
 
 def test_a_directory_removed_while_written_stops_the_store(tmp_path):
@@ -255,24 +188,6 @@ def test_a_full_tmpfs_gives_one_line_and_a_resumable_directory(tmp_path):
         data = (copy / name).read_bytes() if (copy / name).exists() else b''
         assert not data or data.endswith(b'\n')
     full = tmp_path / 'full'
-    _search(full)
-    _search(copy, resume=True)
+    search_frames(full)
+    search_frames(copy, resume=True)
     assert _lines(copy) == _lines(full)
-
-
-def test_overwrite_replaces_results_with_a_killed_writers_scratch_but_not_a_running_ones(tmp_path):
-    directory = tmp_path / 'd'
-    _search(directory, frames=('a',))
-    dead = subprocess.run(
-        [sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True
-    )
-    stale = directory / f'.search.json.partial-{int(dead.stdout)}-0123abcd'
-    stale.write_text('{')
-    ResultsStore(directory, overwrite=True).close()
-    assert sorted(p.name for p in directory.iterdir()) == []
-    _search(directory, frames=('a',))
-    running = directory / f'.search.json.partial-{os.getpid()}-4567cdef'
-    running.write_text('{')
-    with pytest.raises(ParameterError, match='not results'):
-        ResultsStore(directory, overwrite=True)
-    assert running.exists() and (directory / EVALUATIONS).exists()

@@ -501,6 +501,22 @@ def test_augmentations_are_small_compositions_of_the_relations():
     assert orders == set(range(1, 7))
 
 
+def test_augmentations_are_the_search_s_rand_over_narrowed_ranges():
+    from metavlm_ros.demo.batches import _augmentation
+    from metavlm_ros.method.algorithms import rand_genotypes
+    from metavlm_ros.method.encoding import SearchSpace, decode
+
+    # At full magnitude an augmentation is Rand's sample itself, draw for draw.
+    space = SearchSpace.default()
+    ours, rands = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(20):
+        assert _augmentation(ours, 1.0) == decode(rand_genotypes(space, 1, rands)[0], space)
+    # Every order about as often, as Rand spends its budget.
+    rng = np.random.default_rng(3)
+    orders = np.bincount([_augmentation(rng, 0.3).order for _ in range(600)], minlength=7)
+    assert orders[0] == 0 and all(60 <= n <= 140 for n in orders[1:])
+
+
 def test_a_transformed_training_frame_moves_its_maps_with_it():
     from metavlm_ros.demo.batches import _batch
     from metavlm_ros.demo.scenes import SceneSet

@@ -1,8 +1,7 @@
-"""Tests of metavlm_ros.footage.scenes: determinism, ground truth consistency, motion and captions."""
+"""Tests of metavlm_ros.footage.scenes: determinism, ground truth consistency, motion, environments."""
 
 import copy
 import hashlib
-import json
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from metavlm_ros.footage.scenes import (
     SceneGenerator,
     environment_for_seed,
 )
-from metavlm_ros.footage.truth import KIND_CLASS, KINDS, GroundTruth, caption
+from metavlm_ros.footage.truth import KIND_CLASS, KINDS
 from metavlm_ros.method.prediction import CLASSES
 
 
@@ -132,26 +131,6 @@ def test_environments_look_different():
     for env in ('shallow', 'pool'):
         r, g, b = means[env]
         assert r < g and r < b
-
-
-def test_caption_format():
-    kinds = {k: 0 for k in KIND_CLASS}
-    kinds.update(fish=2, crab=1, seaweed=1, bottle=1)
-    gt = GroundTruth(counts={'animal': 3, 'vegetation': 1, 'object': 0, 'trash': 1}, kind_counts=kinds)
-    assert caption(gt) == 'Animals: 2 fish, 1 crab Vegetation: 1 seaweed Objects: None Trash: 1 bottle'
-    kinds.update(fish=0, crab=3, rov=1, box=2, tyre=2)
-    gt = GroundTruth(counts={'animal': 3, 'vegetation': 1, 'object': 3, 'trash': 3}, kind_counts=kinds)
-    assert (
-        caption(gt)
-        == 'Animals: 3 crabs Vegetation: 1 seaweed Objects: 2 boxes, 1 rov Trash: 1 bottle, 2 tyres'
-    )
-
-
-def test_ground_truth_dict_round_trip():
-    gt = SceneGenerator(128, 72, 5, seed=9, environment='pool').frame(3)[1]
-    data = json.loads(json.dumps(gt.to_dict()))
-    assert data['frame_index'] == 3 and data['environment'] == 'pool'
-    assert GroundTruth.from_dict(data).to_dict() == gt.to_dict()
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,15 @@
 """Follow-ups rendered again from the stored source frame match the PNGs the search wrote, byte for byte."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from metavlm_ros.cli import main
-from metavlm_ros.common.errors import ParameterError, ResultsError
+from metavlm_ros.common.errors import ResultsError
 from metavlm_ros.common.results import ResultsStore, read_jsonl, source_digest
 from metavlm_ros.method.render import find_search, render_search
-from metavlm_ros.method.search import SearchConfig, pareto_png_members, parse_pareto_pngs, run_search
+from metavlm_ros.method.search import SearchConfig, run_search
 from test.conftest import make_frame
 from test.fakes import BlackCountBackend, ImageStatsBackend
 
@@ -61,34 +60,6 @@ def test_any_evaluation_renders_as_the_search_judged_it(tmp_path, frame):
     assert not (tmp_path / 'out' / 'frames').exists()
 
 
-def test_the_pareto_png_budget_keeps_both_ends_and_spreads_the_rest(tmp_path):
-    # A confidence model's front whose smallest-f_trans members violate no threshold.
-    frame, options = make_frame(seed=3), {'seed': 3, 'backend': ImageStatsBackend(), 'budget': 100}
-    full = _search(tmp_path / 'all', frame, pareto_pngs='all', **options)
-    distinct = pareto_png_members(full, None)
-    assert len(distinct) >= 5, 'too small a front to check a budget of 3'
-    front = [full.evaluations[i] for i in full.pareto]
-    assert not any(front[0].violation.values()), (
-        'the front starts with a violation: the test checks too little'
-    )
-    _search(tmp_path / 'k3', frame, pareto_pngs=3, **options)
-    written = [p for p in read_jsonl(tmp_path / 'k3' / 'pareto.jsonl') if p['frame']]
-    assert len({p['frame'] for p in written}) == 3 == len(list((tmp_path / 'k3' / 'frames').iterdir()))
-    smallest_violation = min((ev for ev in front if any(ev.violation.values())), key=lambda ev: ev.f_trans)
-    largest = max(front, key=lambda ev: ev.f_pred)
-    # Each PNG is named after the first member of its composition: the chosen one.
-    chosen = {int(Path(p['frame']).stem.rsplit('_e', 1)[1]) for p in written}
-    assert smallest_violation.index in chosen and largest.index in chosen
-    # The third is neither end: the middle of the front.
-    assert len(chosen - {smallest_violation.index, largest.index}) == 1
-    # The budget changes which PNGs exist, never a record.
-    for name in ('evaluations.jsonl',):
-        assert (tmp_path / 'k3' / name).read_bytes() == (tmp_path / 'all' / name).read_bytes()
-    none = _search(tmp_path / 'k0', frame, pareto_pngs=0, **options)
-    assert none.pareto and not (tmp_path / 'k0' / 'frames').exists()
-    assert all(p['frame'] is None for p in read_jsonl(tmp_path / 'k0' / 'pareto.jsonl'))
-
-
 def test_the_source_frame_is_stored_once_for_every_search_of_it(tmp_path, frame):
     _search(tmp_path / 'out', frame, seed=1, pareto_pngs=0)
     _search(tmp_path / 'out', frame, seed=2, pareto_pngs=0)
@@ -121,19 +92,6 @@ def test_a_damaged_or_missing_source_frame_is_named_and_nothing_is_rendered(tmp_
     assert 'inside the results directory' in capsys.readouterr().err
     assert not (tmp_path / 'r').exists() and not (tmp_path / 'out' / 'r').exists()
     assert main(['render', str(tmp_path / 'out'), '0', '--out', str(tmp_path / 'r')]) == 0
-
-
-@pytest.mark.parametrize(
-    ('value', 'expected'), [('all', None), (None, None), (-1, None), ('0', 0), (3, 3), ('12', 12)]
-)
-def test_pareto_png_budgets_parse(value, expected):
-    assert parse_pareto_pngs(value) == expected
-
-
-@pytest.mark.parametrize('value', ['some', -2, 1.5, True, '3.0'])
-def test_bad_pareto_png_budgets_are_refused(value):
-    with pytest.raises(ParameterError, match='pareto PNGs must be a count'):
-        parse_pareto_pngs(value)
 
 
 def test_metavlm_search_takes_the_budget_and_its_pngs_render_again(tmp_path, tiny_clip_dir):

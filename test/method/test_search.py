@@ -1,7 +1,6 @@
-"""The search: budget, seeding, batching, caching, failures, stored records, NSGA-II against Rand."""
+"""The search (method/search.py): one ask/tell loop, budget, seeding, batching, caching, failures, resume."""
 
 import shutil
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -10,19 +9,16 @@ from metavlm_ros.common.errors import InputError, ParameterError, SearchInterrup
 from metavlm_ros.common.results import ResultsStore, free_disk_bytes, read_jsonl
 from metavlm_ros.method.encoding import SearchSpace, decode
 from metavlm_ros.method.metrics import hypervolume, non_dominated
-from metavlm_ros.method.prediction import Prediction, VLMBackend
-from metavlm_ros.method.relations import DEFAULT_RELATIONS, apply_composition
+from metavlm_ros.method.relations import apply_composition
 from metavlm_ros.method.search import (
     ALGORITHMS,
     SearchConfig,
     prepare_frame,
-    rand_genotypes,
     run_search,
     summary_record,
 )
-from metavlm_ros.method.stats import a12
 from test.conftest import make_frame
-from test.fakes import BlackCountBackend, ImageStatsBackend
+from test.fakes import BlackCountBackend, ImageStatsBackend, UnreadableEvery
 
 
 @pytest.mark.parametrize('algorithm', ALGORITHMS)
@@ -102,17 +98,6 @@ def test_each_search_has_randomness_of_its_own(algorithm, frame):
         thread.join(60)
     assert np.array_equal(genotypes(results['a']), alone)
     assert np.array_equal(genotypes(results['b']), genotypes(run_search(frame, ImageStatsBackend(), other)))
-
-
-def test_every_algorithm_is_registered_and_runs_the_papers_budget_by_default():
-    assert ALGORITHMS[:2] == ('nsga2', 'random') and {'nsga3', 'smsemoa', 'moead'} <= set(ALGORITHMS)
-    for algorithm in ALGORITHMS:
-        backend = ImageStatsBackend()
-        result = run_search(make_frame(32, 24), backend, SearchConfig(algorithm=algorithm, seed=1))
-        # Population 30, 3000 evaluations: 100 generations, one model call each at most.
-        assert len(result.evaluations) == 3000, algorithm
-        assert max(ev.generation for ev in result.evaluations) == 99
-        assert len(backend.calls) <= 101
 
 
 def test_source_prediction_is_computed_once_and_repeated_compositions_are_cached(frame):
@@ -229,58 +214,6 @@ def test_order_zero_is_never_a_violation(frame):
     assert all(not any(ev.violation.values()) and ev.f_pred == 0 for ev in identity)
 
 
-def test_rand_draws_each_order_about_equally_and_never_the_identity():
-    # The paper's Rand (Table 5: about 16.7% per order): k uniform in 1..6, then a k-subset.
-    genotypes = rand_genotypes(SearchSpace.default(), 60_000, np.random.default_rng(0))
-    orders = np.array([decode(x).order for x in genotypes])
-    share = np.bincount(orders, minlength=7) / orders.size
-    assert share[0] == 0
-    assert np.all(np.abs(share[1:] - 1 / 6) < 0.01), share
-    # Within an order every subset is equally likely: the 15 pairs of order 2 share it evenly.
-    pairs = Counter(decode(x).label for x, k in zip(genotypes, orders, strict=True) if k == 2)
-    assert len(pairs) == 15
-    assert max(pairs.values()) / min(pairs.values()) < 1.25
-    # Parameters are uniform in their ranges: rotation angles of active MR1 fill [-5, 5] evenly.
-    angles = genotypes[genotypes[:, 0] > 0.5, 1]
-    assert np.histogram(angles, bins=5, range=(-5, 5))[0].min() > 0.18 * angles.size
-
-
-def test_rand_as_run_by_the_search_never_judges_the_identity():
-    result = run_search(
-        make_frame(32, 24),
-        ImageStatsBackend(),
-        SearchConfig(algorithm='random', population=30, evaluations=600, seed=4),
-    )
-    orders = Counter(ev.composition.order for ev in result.evaluations)
-    assert 0 not in orders and set(orders) == {1, 2, 3, 4, 5, 6}
-    assert min(orders.values()) > 60  # about 100 each; a binomial draw gives order 6 about 9
-
-
-def test_rand_orders_follow_the_enabled_relations():
-    space = SearchSpace.from_options(enabled=['rotation', 'shear', 'translation'])
-    genotypes = rand_genotypes(space, 3000, np.random.default_rng(1))
-    compositions = [decode(x, space) for x in genotypes]
-    share = np.bincount([c.order for c in compositions], minlength=4) / len(compositions)
-    assert share[0] == 0 and np.all(np.abs(share[1:] - 1 / 3) < 0.03)
-    assert all(not (c.active[1] or c.active[2] or c.active[3]) for c in compositions)
-
-
-@pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
-def test_nsga2_and_rand_search_the_same_space(algorithm):
-    # Both hand the same genotypes (a flag and a value per enabled relation) to the same decode().
-    space = SearchSpace.from_options(
-        enabled=['rotation', 'histogram_equalization', 'shear'], ranges={'rotation': (-2.0, 3.0)}
-    )
-    xl, xu = space.bounds()
-    config = SearchConfig(algorithm=algorithm, population=10, evaluations=60, seed=2, space=space)
-    result = run_search(make_frame(32, 24), ImageStatsBackend(), config)
-    for ev in result.evaluations:
-        assert np.all(ev.genotype >= xl - 1e-9) and np.all(ev.genotype <= xu + 1e-9)
-        assert decode(ev.genotype, space) == ev.composition
-        assert set(ev.composition.parameters) <= {'rotation', 'histogram_equalization', 'shear'}
-        assert -2.0 <= ev.composition.values[0] <= 3.0
-
-
 @pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
 def test_a_search_with_underwater_relations_has_their_genes_and_records_them(algorithm, frame):
     space = SearchSpace.from_options(enabled=['turbidity', 'marine_snow', 'rotation'])
@@ -299,14 +232,6 @@ def test_a_search_with_underwater_relations_has_their_genes_and_records_them(alg
     fp = np.array([ev.f_pred for ev in result.evaluations])
     assert result.hypervolume == pytest.approx(hypervolume(ft, fp, 4, 3))
     assert summary_record(result)['relations'] == ['rotation', 'turbidity', 'marine_snow']
-
-
-def test_a_default_search_uses_the_papers_six_and_its_summary_is_what_it_was(frame):
-    result = run_search(frame, ImageStatsBackend(), SearchConfig(population=6, evaluations=12, seed=1))
-    assert result.relations == DEFAULT_RELATIONS
-    # No new field in a paper search's summary: absence means the paper's six, as in older results.
-    assert 'relations' not in summary_record(result)
-    assert all(ev.genotype.shape == (12,) for ev in result.evaluations)
 
 
 def test_failed_predictions_are_recorded_and_the_search_goes_on(frame):
@@ -344,57 +269,6 @@ def test_count_models_use_count_violations(frame):
         d = abs(ev.followup.values['animal'] - result.source.values['animal'])
         assert ev.f_pred == pytest.approx(d / (d + 1))
         assert ev.strength['count'] == pytest.approx(d)
-
-
-def test_nsga2_beats_random_search_where_it_must():
-    # Only black fill moves the fake model: cheap geometric changes exist, and Rand spends five
-    # sixths of its budget on compositions of order 2-6. Given 600 evaluations NSGA-II refines the
-    # cheap end of the front that Rand only samples (at 300 Rand still wins one seed in six).
-    frame = make_frame(96, 72, seed=5)
-    hv = {'nsga2': [], 'random': []}
-    for seed in range(6):
-        for algorithm in hv:
-            config = SearchConfig(algorithm=algorithm, population=20, evaluations=600, seed=seed)
-            hv[algorithm].append(run_search(frame, ImageStatsBackend(), config).hypervolume)
-    assert np.mean(hv['nsga2']) > np.mean(hv['random'])
-    assert a12(hv['nsga2'], hv['random']) >= 0.75
-
-
-def test_store_records_every_evaluation_and_the_front(tmp_path, frame):
-    store = ResultsStore(tmp_path / 'out')
-    config = SearchConfig(algorithm='nsga2', population=10, evaluations=30, seed=1, pareto_pngs='all')
-    with store:
-        result = run_search(
-            frame, ImageStatsBackend(), config, image_id='f1', store=store, extra_fields={'model': 'm'}
-        )
-    records = read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')
-    assert len(records) == 30
-    first = records[0]
-    for field in (
-        'image',
-        'genotype',
-        'composition',
-        'order',
-        'parameters',
-        'f_trans',
-        'f_pred',
-        'source',
-        'followup',
-        'source_text',
-        'followup_text',
-        'violation',
-        'strength',
-        'failed',
-        'model',
-    ):
-        assert field in first
-    assert set(first['violation']) == {'0.01', '0.03', '0.05'}
-    pareto = read_jsonl(tmp_path / 'out' / 'pareto.jsonl')
-    assert [p['index'] for p in pareto] == [result.evaluations[i].index for i in result.pareto]
-    for p in pareto:
-        assert (tmp_path / 'out' / p['frame']).is_file()
-    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
-    assert summary['evaluations'] == 30 and summary['hypervolume'] == pytest.approx(result.hypervolume)
 
 
 def test_resumed_search_writes_each_record_once(tmp_path, frame):
@@ -582,59 +456,10 @@ def test_a_fixed_angle_range_holds_every_blur_of_the_search_and_is_its_identity(
     }
 
 
-class _UnreadableEvery(VLMBackend):
-    """Counts black pixels, but every `every`-th follow-up's answer does not parse (a JSON-asked model
-    answering prose): the search must record those as failed evaluations, never as zero counts."""
-
-    kind = 'count'
-    name = 'fake-unreadable'
-    model_id = 'fake-unreadable'
-
-    def __init__(self, every: int, source_unreadable: bool = False):
-        self.inner = BlackCountBackend()
-        self.every = every
-        self.source_unreadable = source_unreadable
-        self.served = 0
-
-    def predict(self, frames):
-        out = []
-        for prediction in self.inner.predict(frames):
-            self.served += 1
-            if (self.served == 1 and self.source_unreadable) or (
-                self.served > 1 and self.served % self.every == 0
-            ):
-                prediction = Prediction(
-                    'count', {}, 'There are some fish.', error='unparseable answer: not JSON'
-                )
-            out.append(prediction)
-        return out
-
-
-def test_parse_failures_are_failed_evaluations_recorded_with_their_answer(tmp_path, frame):
-    from metavlm_ros.common.results import ResultsStore, read_jsonl
-
-    config = SearchConfig(population=6, evaluations=30, seed=3)
-    with ResultsStore(tmp_path / 'out') as store:
-        result = run_search(frame, _UnreadableEvery(4), config, store=store)
-    failed = [ev for ev in result.evaluations if ev.failed]
-    assert failed and all(ev.f_pred == 0.0 and not any(ev.violation.values()) for ev in failed)
-    records = read_jsonl(tmp_path / 'out' / 'evaluations.jsonl')
-    unreadable = [r for r in records if 'parse_error' in r]
-    assert unreadable and all(r['failed'] and r['followup'] is None for r in unreadable)
-    assert {r['followup_text'] for r in unreadable} == {'There are some fish.'}
-    (summary,) = read_jsonl(tmp_path / 'out' / 'summary.jsonl')
-    assert summary['parse_failures'] == len(unreadable) == summary['failed']
-    # Failed evaluations neither count towards violation rates nor enter the front.
-    assert all(not result.evaluations[i].failed for i in result.pareto)
-    assert sum(total for _, total in result.violations_by_order['count'].values()) == 30 - len(failed) - sum(
-        ev.composition.order == 0 for ev in result.evaluations
-    )
-
-
 def test_a_source_frame_whose_answer_does_not_parse_is_not_searched_and_says_why(tmp_path, frame):
     from metavlm_ros.common.results import ResultsStore, read_jsonl
 
-    backend = _UnreadableEvery(1000, source_unreadable=True)
+    backend = UnreadableEvery(1000, source_unreadable=True)
     with ResultsStore(tmp_path / 'out') as store:
         result = run_search(frame, backend, SearchConfig(population=6, evaluations=30, seed=3), store=store)
     assert result.evaluations == [] and backend.served == 1  # no evaluation spent on it

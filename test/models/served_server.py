@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ['ScriptedServer', 'chat_body', 'free_port', 'transformers_serve']
+__all__ = ['ScriptedServer', 'chat_body', 'free_port', 'logprobs_of', 'transformers_serve']
 
 #: The `transformers` command of the environment the tests run in (the serving extra installed).
 TRANSFORMERS = Path(sys.executable).parent / 'transformers'
@@ -101,6 +102,12 @@ def chat_body(
 
 # (status, JSON body or raw bytes, seconds to wait before answering)
 Reply = tuple[int, Any, float]
+
+
+def logprobs_of(pairs: list[tuple[str, float]]) -> dict:
+    """choices[0].logprobs of a one-token answer: the chosen token first, then its top_logprobs."""
+    top = [{'token': t, 'logprob': math.log(p), 'bytes': list(t.encode())} for t, p in pairs]
+    return {'content': [{**top[0], 'top_logprobs': top}], 'refusal': None}
 
 
 class ScriptedServer:

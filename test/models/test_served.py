@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import subprocess
 import sys
@@ -18,10 +17,10 @@ import pytest
 from metavlm_ros.common.codec import encode_png
 from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.common.results import read_jsonl
-from metavlm_ros.models.backends.served import ServerLost, yes_probability
+from metavlm_ros.models.backends.served import ServerLost
 from metavlm_ros.models.vlm import create_backend, model_identity
 from test.conftest import make_frame
-from test.models.served_server import ScriptedServer, chat_body, free_port, transformers_serve
+from test.models.served_server import ScriptedServer, chat_body, free_port, logprobs_of, transformers_serve
 
 FRAMES = [make_frame(64, 48, seed) for seed in range(6)]
 METAVLM = Path(sys.executable).parent / 'metavlm'
@@ -315,21 +314,6 @@ def test_the_server_killed_mid_search_stops_it_with_what_finished_kept(tmp_path)
 # -- the confidence path against recorded responses of the published schema ------------------------------
 
 
-def _logprobs(pairs: list[tuple[str, float]]) -> dict:
-    """choices[0].logprobs of a one-token answer: the chosen token first, then its top_logprobs."""
-    top = [{'token': t, 'logprob': math.log(p), 'bytes': list(t.encode())} for t, p in pairs]
-    return {'content': [{**top[0], 'top_logprobs': top}], 'refusal': None}
-
-
-def test_yes_probability_sums_spellings():
-    recorded = _logprobs([('Yes', 0.5), (' yes', 0.1), ('No', 0.2), ('▁no', 0.05), ('Maybe', 0.1)])
-    assert yes_probability(recorded) == pytest.approx(0.6 / 0.85)
-    assert yes_probability(_logprobs([('Ġno', 0.9), ('The', 0.05)])) == 0.0
-    assert yes_probability(_logprobs([('The', 0.9), ('A', 0.05)])) is None
-    with pytest.raises(ValueError, match='top_logprobs'):
-        yes_probability({'content': [{'token': 'Yes', 'logprob': -0.1, 'top_logprobs': []}]})
-
-
 def test_confidence_from_recorded_top_logprobs():
     # P(yes) per class, told apart by the class named in the question.
     table = {'an animal': 0.9, 'a vegetation': 0.25, 'an object': 0.5}
@@ -339,8 +323,8 @@ def test_confidence_from_recorded_top_logprobs():
         question = body['messages'][0]['content'][1]['text']
         for name, p in table.items():
             if f'Is there {name} ' in question:
-                return 200, chat_body('Yes', logprobs=_logprobs([('Yes', p), ('No', 1 - p)])), 0.0
-        return 200, chat_body('The', logprobs=_logprobs([('The', 0.7), ('A', 0.2)])), 0.0
+                return 200, chat_body('Yes', logprobs=logprobs_of([('Yes', p), ('No', 1 - p)])), 0.0
+        return 200, chat_body('The', logprobs=logprobs_of([('The', 0.7), ('A', 0.2)])), 0.0
 
     frame = FRAMES[0]
     with ScriptedServer(chat) as server:

@@ -1,11 +1,9 @@
-"""Tiny VLM, SigLIP and SmolVLM-shaped builders: saved directories load through transformers' Auto classes."""
+"""Tiny VLM and SmolVLM-shaped builders (models/tiny_families.py): they load through the Auto classes."""
 
 import importlib.util
 
 import numpy as np
 import pytest
-import torch
-from PIL import Image
 
 from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.method.prediction import CLASSES
@@ -14,11 +12,9 @@ from metavlm_ros.models.tiny_families import (
     REQUIRED_WORDS,
     VIDEO_FAMILIES,
     build_base_vlm,
-    build_tiny_siglip,
     build_tiny_vlm,
 )
-from metavlm_ros.models.vlm import DEFAULT_CLASS_PROMPTS, weights_hash
-from test.conftest import make_frame
+from metavlm_ros.models.vlm import weights_hash
 
 HAS_TORCHVISION = importlib.util.find_spec('torchvision') is not None
 # The families this environment can build; the others' refusal is tested below, not skipped.
@@ -64,32 +60,6 @@ def test_the_same_seed_gives_the_same_weights(tmp_path):
 def test_an_unknown_family_is_refused(tmp_path):
     with pytest.raises(ParameterError, match="unknown tiny VLM family 'florence2'"):
         build_tiny_vlm('florence2', tmp_path)
-
-
-@pytest.mark.parametrize(('version', 'model_class'), [(1, 'SiglipModel'), (2, 'Siglip2Model')])
-def test_siglip_loads_and_scores_every_class_prompt(version, model_class, tmp_path):
-    from transformers import AutoModel, AutoProcessor
-
-    directory = build_tiny_siglip(tmp_path / 'siglip', version=version)
-    processor = AutoProcessor.from_pretrained(directory, **OFFLINE)
-    model = AutoModel.from_pretrained(directory, use_safetensors=True, **OFFLINE)
-    assert type(model).__name__ == model_class
-    prompts = list(DEFAULT_CLASS_PROMPTS.values())
-    # Frames of two aspect ratios: SigLIP 2 keeps each one's aspect (its spatial_shapes differ).
-    images = [Image.fromarray(make_frame(64, 40, seed=1)), Image.fromarray(make_frame(40, 64, seed=2))]
-    inputs = processor(text=prompts, images=images, padding='max_length', return_tensors='pt')
-    with torch.inference_mode():
-        logits = model(**inputs).logits_per_image
-    assert logits.shape == (2, len(prompts))
-    assert torch.isfinite(logits).all()
-    if version == 2:
-        shapes = inputs['spatial_shapes'].tolist()
-        assert shapes[0] != shapes[1]
-
-
-def test_siglip_version_is_checked(tmp_path):
-    with pytest.raises(ParameterError, match='SigLIP version must be 1 or 2'):
-        build_tiny_siglip(tmp_path, version=3)
 
 
 def test_the_base_model_has_smolvlm_256m_shape(tmp_path):

@@ -26,9 +26,9 @@ from metavlm_ros.ros.conversions import (
     stamp_to_ns,
 )
 from test.common.test_codec import fields
-from test.footage.test_bags import compressed as bag_compressed
-from test.footage.test_bags import image as bag_image
-from test.footage.test_bags import write_custom
+from test.footage.bag_helpers import compressed as bag_compressed
+from test.footage.bag_helpers import image as bag_image
+from test.footage.bag_helpers import write_custom
 
 # A 2x3 frame whose pixels are all different, so any channel or row mix-up shows.
 RGB = np.array(

@@ -12,10 +12,7 @@ from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.ros.managed import bring_up, state_label
 from metavlm_ros.ros.perception_node import PerceptionNode
 from test.conftest import make_frame
-from test.ros import test_tester_node
 from test.ros.helpers import ros_context, wait_for
-
-graph = test_tester_node.graph  # the fixture: a tester with a stand-in model, a camera and collectors
 
 SUCCESS = TransitionCallbackReturn.SUCCESS
 LONG = {'evaluations': 1_000_000, 'population': 6}  # a search that only ends when stopped

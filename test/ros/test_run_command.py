@@ -12,6 +12,7 @@ from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.footage.bags import write_bag
 from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.models.vlm import answered_model_identity
 from metavlm_ros.ros.launcher import _flatten, _write_ros_file, load_parameter_file, run_nodes
 from metavlm_ros.ros.transport import USER_VARIABLES
 from test.conftest import can_mount_tmpfs, make_frame
@@ -226,8 +227,9 @@ def test_a_rerun_into_results_of_other_settings_is_refused_before_any_node_start
     results = tmp_path / 'results'
     identity = read_identity(results)
     # The ros endpoint: the model is the one the perception node named in its answers.
-    assert identity['model'] == {'endpoint': 'ros', 'model': str(tiny_clip_dir), 'classes': list(CLASSES)}
-    assert identity['settings']['population'] == 4 and identity['settings']['transport_size'] == 32
+    assert identity['model'] == answered_model_identity(str(tiny_clip_dir), CLASSES)
+    assert identity['settings']['population'] == 4 and identity['source']['transport_size'] == 32
+    assert identity['source']['endpoint'] == 'ros'
     before = {name: (results / name).read_bytes() for name in ('evaluations.jsonl', 'summary.jsonl')}
     capsys.readouterr()
 

@@ -176,7 +176,7 @@ class ChatBackend(Backend):
 
     def weights_hash(self) -> str:
         if self._hash is None:
-            self._hash = weights_hash(self.model_path)
+            self._hash = weights_hash(self.model_path, length=64)
         return self._hash
 
     def identity(self) -> dict[str, Any]:

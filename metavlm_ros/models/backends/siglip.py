@@ -49,6 +49,6 @@ class SiglipBackend(ContrastiveBackend):
     @classmethod
     def build_tiny(cls, directory: Path, *, version: int = 1, **variant: Any) -> None:
         """A tiny SigLIP (version 1) or SigLIP 2 (version 2: NaFlex image processing)."""
-        from metavlm_ros.models.tiny_families import build_tiny_siglip
+        from metavlm_ros.models.tiny_siglip import build_tiny_siglip
 
         build_tiny_siglip(directory, version=version, seed=None)  # build_tiny_model seeded it

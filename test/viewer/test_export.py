@@ -1,4 +1,4 @@
-"""`metavlm export`: real results directories to MCAP, read back with the mcap library, and bad input."""
+"""The export (viewer/export.py, `metavlm export`): real results directories to MCAP, read back, bad input."""
 
 import json
 import shutil
@@ -12,7 +12,7 @@ from metavlm_ros.cli import main
 from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.footage.bags import iter_bag_frames, write_bag
 from metavlm_ros.ros.launcher import run_nodes
-from test.campaign.test_campaign import small_config
+from test.campaign.configs import small_config
 from test.conftest import make_frame
 from test.ros.test_run_command import write_params
 from test.viewer.export_check import check_export, expected_violations
