@@ -85,7 +85,8 @@ class LiveServer:
     @property
     def url(self) -> str:
         """What to open in Foxglove (Open connection -> Foxglove WebSocket)."""
-        return f'ws://{self.host}:{self.port}'
+        host = f'[{self.host}]' if ':' in self.host else self.host  # an IPv6 address
+        return f'ws://{host}:{self.port}'
 
     @property
     def viewers(self) -> int:
