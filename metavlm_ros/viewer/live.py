@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import foxglove
 import numpy as np
 
+from metavlm_ros.common.codec import encode_compressed
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.results import ResultsStore, record_key
@@ -22,6 +24,18 @@ __all__ = ['DEFAULT_HOST', 'LiveResults', 'LiveServer']
 # A viewer subscribes panel by panel: once one subscription came, the wait for a viewer lets this
 # long pass without another before it counts the viewer as ready.
 SETTLE_S = 0.25
+
+
+def _free(host: str, port: int) -> bool:
+    """Whether nothing listens on (host, port): a socket of our own binds there."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no listener
+            probe.bind((host, port))
+    except OSError:
+        return False
+    return True
 
 
 class _Viewers:
@@ -113,10 +127,18 @@ class LiveServer:
                 wake = deadline if not viewers.subscriptions else viewers.last_change + SETTLE_S
                 viewers.changed.wait(max(0.0, min(wake, deadline) - now))
 
-    def close(self) -> None:
-        """Stop serving (clients see the channels go)."""
+    def close(self, wait_s: float = 2.0) -> None:
+        """Stop serving (clients see the channels go), and wait up to `wait_s` for the port to be free.
+
+        The SDK stops its listener in the background: a node's `configure` right after `cleanup`
+        must find the port free again.
+        """
+        port = self.port
         self.channels.close()
         self.server.stop()
+        deadline = time.monotonic() + wait_s
+        while not _free(self.host, port) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def __enter__(self) -> LiveServer:
         return self
@@ -198,20 +220,22 @@ class LiveResults:
     def append_violation(self, record: dict, followup: np.ndarray | None = None) -> None:
         """Write a published violation (violations.jsonl); publish it with its follow-up and overlay.
 
-        The follow-up is the record's kept PNG (`frame`), else `followup` (RGB) encoded, and only
-        while a viewer watches it.
+        The follow-up is the record's kept PNG (`frame`), else `followup` (RGB) as JPEG, encoded
+        only while a viewer watches it: a PNG would cost the search several times more for every
+        violation, a JPEG at quality JPEG_QUALITY looks the same in a viewer, and the export renders
+        the lossless PNG from the stored source frame.
         """
         self._store.append_violation(record)
         stamp = self._time(record)
         self._count(record)
-        png = None
+        image, image_format = None, 'png'
         if self._channels.wants_followups():
             path = Path(self._store.directory) / record['frame'] if record.get('frame') else None
             if path is not None and path.is_file():
-                png = path.read_bytes()
+                image = path.read_bytes()
             elif followup is not None:
-                png = encode_png(followup)
-        self._channels.log_violation(record, stamp, png)
+                image_format, image = 'jpeg', _encode_jpeg(followup)
+        self._channels.log_violation(record, stamp, image, image_format)
 
     def append_pareto(self, record: dict) -> None:
         """Write a non-dominated record; publish its follow-up and overlay when it violates.
@@ -241,3 +265,8 @@ class LiveResults:
 
     def __exit__(self, *exc: object) -> None:
         self._store.__exit__(*exc)
+
+
+def _encode_jpeg(rgb: np.ndarray) -> bytes:
+    """An RGB frame as JPEG bytes (the codec's JPEG_QUALITY), for a viewer."""
+    return encode_compressed(rgb, 'jpeg')[1]

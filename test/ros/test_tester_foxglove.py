@@ -31,8 +31,14 @@ graph = test_tester_node.graph  # the fixture: a tester with a stand-in model, a
 
 
 def serving(port: int) -> bool:
+    """Whether something listens on the port: a socket of the test's own cannot bind it (no connection)."""
     with socket.socket() as probe:
-        return probe.connect_ex(('127.0.0.1', port)) == 0
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(('127.0.0.1', port))
+        except OSError:
+            return True
+    return False
 
 
 def test_a_port_in_use_refuses_configure_in_one_line_and_a_free_one_serves_from_configure_to_cleanup(
@@ -99,6 +105,7 @@ def test_a_running_tester_node_is_watched_live_by_a_foxglove_client(tmp_path, ti
         'autostart': 'true', 'vlm_endpoint': 'inprocess', 'model': str(tiny_clip_dir), 'device': 'cpu',
         'population': '6', 'evaluations': '18', 'frame_period_s': '0.0', 'transport_size': '48',
         'report_threshold': '0.01', 'results_dir': str(results), 'foxglove_port': str(port),
+        'violation_pngs_per_search': '1',
     }  # fmt: skip
     command = [sys.executable, '-m', 'metavlm_ros.ros.tester_node', '--ros-args']
     for name, value in parameters.items():
@@ -108,8 +115,8 @@ def test_a_running_tester_node_is_watched_live_by_a_foxglove_client(tmp_path, ti
     outcome: dict = {}
 
     def searched_whole(received) -> bool:
-        # A search's summary with violations: everything of that search came before it.
-        return any(m['violations'] > 0 for _, m in received.get('/metavlm/summary', []))
+        # A search's summary with violations (one kept PNG, one not): all of that search came before it.
+        return any(m['violations'] >= 2 for _, m in received.get('/metavlm/summary', []))
 
     def client() -> None:
         try:
@@ -162,7 +169,7 @@ def test_a_running_tester_node_is_watched_live_by_a_foxglove_client(tmp_path, ti
     assert f'serving the searches live to Foxglove at ws://127.0.0.1:{port}' in output
 
     received = outcome['received']
-    (_, summary), *_ = [(t, m) for t, m in received['/metavlm/summary'] if m['violations'] > 0]
+    (_, summary), *_ = [(t, m) for t, m in received['/metavlm/summary'] if m['violations'] >= 2]
     key = (summary['image'], summary['seed'])
     stored = [r for r in read_jsonl(results / 'violations.jsonl') if (r['image'], r['seed']) == key]
     live = [(t, m) for t, m in received['/metavlm/violations'] if m['image'] == summary['image']]
@@ -178,9 +185,11 @@ def test_a_running_tester_node_is_watched_live_by_a_foxglove_client(tmp_path, ti
     assert len(notes) == len(images) == len(stored)
     for record, (_, note), (_, image) in zip(stored, notes, images, strict=True):
         assert [t.text for t in note.texts] == overlay_lines(record)
-        assert image.format == 'png'
-        if record['frame']:
-            assert image.data == (results / record['frame']).read_bytes()
+        if record['frame']:  # kept: its PNG as written
+            assert image.format == 'png' and image.data == (results / record['frame']).read_bytes()
+        else:  # not kept: the judged pixels as JPEG (cheap for the search; the export renders the PNG)
+            assert image.format == 'jpeg' and image.data.startswith(b'\xff\xd8')
+    assert any(not r['frame'] for r in stored) and any(r['frame'] for r in stored)
     # The searched frame, as the tester stored it (sources/), once.
     sources = [s for t, s in received['/metavlm/source/image'] if t == stamp]
     (stored_summary,) = [s for s in read_jsonl(results / 'summary.jsonl') if (s['image'], s['seed']) == key]
