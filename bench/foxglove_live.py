@@ -1,17 +1,22 @@
-"""Benchmark: the live Foxglove server's cost on `metavlm search`'s evaluations/s, with one client and none.
+"""Benchmark: the live Foxglove server's cost on the tester node's evaluations/s (or `metavlm search`'s),
+with one client connected and with none.
 
-Usage: python bench/foxglove_live.py [--model tiny|base] [--frames 2] [--size 640x480]
-       [--population 20] [--evaluations 1000] [--repeats 7] [--threads 1]
-Each repetition runs `metavlm search` (its CLI entry point, in this process) on the same frames and
-seed in three variants, in an order rotated by one each time: without `--foxglove-port`; serving with
-no client; serving with one client, a separate process that speaks Foxglove's WebSocket protocol
-(subprotocol `foxglove.sdk.v1`), subscribes to every channel and drains what it receives, as a
-viewer's socket does. Two figures per variant: evaluations/s as the search reports them
-(summary.jsonl: evaluations / seconds, model load excluded), and the CPU seconds the process spent
-(every thread: the search's and the server's), which other load on a shared machine barely moves.
-The tiny model is the worst case: the less the model costs, the larger the server's share. Torch
-runs --threads threads (1: OpenMP threads spinning against other processes make wall time noise).
-Checks: every variant writes the same records; the client received every violation the search wrote.
+Usage: python bench/foxglove_live.py [--subject tester|search] [--model tiny|base] [--frames 2]
+       [--size 640x480] [--population 20] [--evaluations 1000] [--repeats 7] [--threads 1]
+Each repetition searches the same frames with the same seed in three variants, in an order rotated by
+one each time: no server (`foxglove_port` 0, no `--foxglove-port`); serving with no client; serving
+with one client, a separate process that speaks Foxglove's WebSocket protocol (subprotocol
+`foxglove.sdk.v1`), subscribes to every channel and drains what it receives, as a viewer's socket
+does; the frames go out once it has subscribed. The tester (the default subject) runs in this
+process with the inprocess endpoint, brought to active as the launch files do, fed one camera frame
+per search over DDS (loopback, a domain of its own); `metavlm search` runs through its CLI entry
+point with `--foxglove-wait`. Two figures per variant: evaluations/s as the searches report them
+(summary.jsonl: evaluations / seconds; model load excluded), and the CPU seconds the process spent
+searching (every thread: the search's, the server's, the executor's), which other load on a shared
+machine barely moves. The tiny model is the worst case: the less the model costs, the larger the
+server's share. Torch runs --threads threads (1: OpenMP threads spinning against other processes
+make wall time noise). Checks: every variant writes the same records; the client received every
+violation written (the tester's violations.jsonl, the search's violating evaluations).
 """
 
 from __future__ import annotations
@@ -21,18 +26,23 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import resource
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import cv2
 import torch
 import websockets
 
+# DDS stays on this machine, in a domain of this run's own.
+os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 70))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, fmt, rotations  # noqa: E402
 
@@ -40,7 +50,6 @@ from metavlm_ros.cli import main as cli_main
 from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.footage.scenes import SceneGenerator
 from metavlm_ros.models.tiny import build_base_model, build_tiny_model
-from metavlm_ros.viewer import live
 
 SUBPROTOCOL = 'foxglove.sdk.v1'
 VARIANTS = ('no server', 'server, no client', 'server, one client')
@@ -74,7 +83,6 @@ async def watch(port: int) -> dict[str, int]:
                         topics[len(topics) + 1] = channel['topic']
                         subscribe.append({'id': len(topics), 'channelId': channel['id']})
                     await ws.send(json.dumps({'op': 'subscribe', 'subscriptions': subscribe}))
-                    print('subscribed', flush=True)
                 continue
             _opcode, subscription, _time = struct.unpack_from('<BIQ', message)
             counts[topics[subscription]] = counts.get(topics[subscription], 0) + 1
@@ -83,29 +91,23 @@ async def watch(port: int) -> dict[str, int]:
     return counts
 
 
-@contextlib.contextmanager
-def _viewer_watching(client: subprocess.Popen | None):
-    """With a client: the search starts once it has subscribed, as when a viewer is already open.
+def _client(port: int) -> subprocess.Popen:
+    # A process of its own: its CPU is the viewer's, not the searcher's.
+    return subprocess.Popen(
+        [sys.executable, __file__, '--client', str(port)], stdout=subprocess.PIPE, text=True
+    )
 
-    The server is made in `metavlm search` itself; its constructor is wrapped to wait for the
-    client's word (its CPU is counted either way: the wait sleeps on a pipe).
-    """
+
+def _counts(client: subprocess.Popen | None) -> dict:
     if client is None:
-        yield
-        return
-    original = live.LiveServer.__init__
+        return {}
+    stdout, _ = client.communicate(timeout=60)
+    return json.loads(stdout.splitlines()[-1])
 
-    def wait_for_client(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        line = client.stdout.readline()
-        if line.strip() != 'subscribed':
-            raise SystemExit(f'the client did not subscribe ({line!r})')
 
-    live.LiveServer.__init__ = wait_for_client
-    try:
-        yield
-    finally:
-        live.LiveServer.__init__ = original
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
 
 
 def search(variant: str, args, model: Path, frames: Path, out: Path) -> tuple[float, float, dict]:
@@ -120,23 +122,83 @@ def search(variant: str, args, model: Path, frames: Path, out: Path) -> tuple[fl
         command += ['--foxglove-port', str(port)]
     client = None
     if variant == 'server, one client':
-        # A process of its own: its CPU is the viewer's, not the search's. It connects while the
-        # model loads; the check at the end fails should it ever miss a record.
-        client = subprocess.Popen(
-            [sys.executable, __file__, '--client', str(port)], stdout=subprocess.PIPE, text=True
-        )
-    before = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+        # The search starts once the client has subscribed, as when a viewer is already open; the
+        # wait (a sleep on a condition) is in the CPU figure of this variant only, and costs nothing.
+        command += ['--foxglove-wait', '60']
+        client = _client(port)
+    before = _cpu()
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        with _viewer_watching(client):
-            code = cli_main(command)
-    after = resource.getrusage(resource.RUSAGE_SELF)
+        code = cli_main(command)
+    cpu = _cpu() - before
     if code != 0:
         raise SystemExit(f'{variant}: metavlm search exited {code}')
-    counts = {}
-    if client is not None:
-        stdout, _ = client.communicate(timeout=60)
-        counts = json.loads(stdout.splitlines()[-1])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    counts = _counts(client)
+    summaries = read_jsonl(out / 'summary.jsonl')
+    rate = sum(x['evaluations'] for x in summaries) / sum(x['seconds'] for x in summaries)
+    return rate, cpu, counts
+
+
+def tester(variant: str, args, model: Path, frames: Path, out: Path) -> tuple[float, float, dict]:
+    """The tester node (inprocess endpoint) searching each frame of `frames` once; as `search`."""
+    import shutil
+
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    from metavlm_ros.ros.conversions import rgb_to_image_msg
+    from metavlm_ros.ros.managed import bring_up, shut_down
+    from metavlm_ros.ros.tester_node import TesterNode
+
+    shutil.rmtree(out, ignore_errors=True)
+    port = free_port() if variant != 'no server' else 0
+    values = {
+        'vlm_endpoint': 'inprocess', 'model': str(model), 'device': 'cpu', 'population': args.population,
+        'evaluations': args.evaluations, 'seed': 1, 'frame_period_s': 0.0, 'results_dir': str(out),
+        'foxglove_port': port, 'report_threshold': 0.01,  # the smallest: the most violations go out
+    }  # fmt: skip
+    context = Context()
+    rclpy.init(context=context)
+    node = TesterNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+    camera = rclpy.create_node('bench_camera', context=context)
+    publisher = camera.create_publisher(Image, 'image', qos_profile_sensor_data)
+    executor = SingleThreadedExecutor(context=context)
+    client = None
+    try:
+        bring_up(node)  # the model loads here: not counted
+        for each in (node, camera):
+            executor.add_node(each)
+
+        def spin_until(done, timeout: float, what: str) -> None:
+            deadline = time.monotonic() + timeout
+            while not done():
+                if time.monotonic() > deadline:
+                    raise SystemExit(f'{variant}: no {what} within {timeout:g} s')
+                executor.spin_once(timeout_sec=0.05)
+
+        spin_until(lambda: publisher.get_subscription_count() > 0, 30, 'camera subscription')
+        if variant == 'server, one client':
+            client = _client(port)
+            spin_until(lambda: node.live.viewers > 0, 60, 'Foxglove client')
+            time.sleep(0.3)  # its other subscriptions (one message: there are none)
+        before = _cpu()
+        images = [cv2.imread(str(path))[..., ::-1].copy() for path in sorted(frames.glob('*.png'))]
+        for i, frame in enumerate(images):
+            publisher.publish(rgb_to_image_msg(frame, 1_000_000_000 * (i + 1), 'camera'))
+            spin_until(lambda i=i: node.searches_done == i + 1, 3600, f'search {i + 1}')
+        cpu = _cpu() - before
+        if client is not None:
+            time.sleep(0.5)  # what the server has queued reaches the client before it stops
+    finally:
+        executor.shutdown(timeout_sec=2)
+        shut_down(node)  # the server stops: the client ends and reports
+        node.destroy_node()
+        camera.destroy_node()
+        rclpy.try_shutdown(context=context)
+    counts = _counts(client)
     summaries = read_jsonl(out / 'summary.jsonl')
     rate = sum(x['evaluations'] for x in summaries) / sum(x['seconds'] for x in summaries)
     return rate, cpu, counts
@@ -144,6 +206,7 @@ def search(variant: str, args, model: Path, frames: Path, out: Path) -> tuple[fl
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--subject', choices=('tester', 'search'), default='tester')
     parser.add_argument('--model', choices=('tiny', 'base'), default='tiny')
     parser.add_argument('--frames', type=int, default=2)
     parser.add_argument('--size', default='640x480')
@@ -172,21 +235,26 @@ def main() -> int:
         cpus: dict[str, list[float]] = {v: [] for v in VARIANTS}
         records: dict[str, list] = {}
         received: list[tuple[dict, int]] = []
+        run = tester if args.subject == 'tester' else search
         for variant in VARIANTS:  # warm-up, not counted: the first search in a process pays for lazy imports
-            search(variant, args, model, frames, root / 'warm-up')
+            run(variant, args, model, frames, root / 'warm-up')
         for order in rotations(VARIANTS, args.repeats):
             for variant in order:
                 out = root / 'out' / variant.replace(' ', '_').replace(',', '')
-                rate, cpu, counts = search(variant, args, model, frames, out)
+                rate, cpu, counts = run(variant, args, model, frames, out)
                 rates[variant].append(rate)
                 cpus[variant].append(cpu)
                 evaluations = read_jsonl(out / 'evaluations.jsonl')
                 records.setdefault(variant, [(r['index'], r['f_trans'], r['f_pred']) for r in evaluations])
                 if variant == 'server, one client':
-                    violating = sum(1 for r in evaluations if r['order'] and any(r['violation'].values()))
+                    if args.subject == 'tester':  # what it published, at its report threshold
+                        violating = len(read_jsonl(out / 'violations.jsonl'))
+                    else:
+                        violating = sum(1 for r in evaluations if r['order'] and any(r['violation'].values()))
                     received.append((counts, violating))
+        subject = 'tester node (inprocess endpoint)' if args.subject == 'tester' else 'metavlm search'
         print(
-            f'metavlm search, {args.model} CLIP ({args.threads} torch thread(s)), {args.frames} frame(s) '
+            f'{subject}, {args.model} CLIP ({args.threads} torch thread(s)), {args.frames} frame(s) '
             f'of {args.size}, population {args.population}, {args.evaluations} evaluations each; '
             f'{args.repeats} interleaved repeats, min / median / max'
         )
@@ -206,9 +274,10 @@ def main() -> int:
         checks.check(
             len({json.dumps(r) for r in records.values()}) == 1, 'every variant wrote the same records'
         )
+        print(f'  violations published per run (one client): {sorted(n for _, n in received)}')
         checks.check(
             all(c.get('/metavlm/violations') == n and n > 0 for c, n in received),
-            'the client received every violation the search wrote',
+            'the client received every violation written',
         )
     return checks.exit_code()
 

@@ -61,7 +61,13 @@ def _nodes(context, *args, **kwargs):
         return LaunchConfiguration(name).perform(context)
 
     from metavlm_ros.models.registry import BACKENDS, all_options
-    from metavlm_ros.ros.launch_arguments import one_of, parameter_value, params_file, topic_name
+    from metavlm_ros.ros.launch_arguments import (
+        one_of,
+        parameter_value,
+        params_file,
+        port_number,
+        topic_name,
+    )
 
     # What both nodes would refuse is checked here, in one line naming the argument; what one node
     # refuses (vlm_endpoint, model) that node says, and the other keeps running.
@@ -71,6 +77,7 @@ def _nodes(context, *args, **kwargs):
     use_sim_time = flag(context, 'use_sim_time')
     autostart = flag(context, 'autostart')
     one_of('backend', arg('backend'), BACKENDS, empty=True)
+    foxglove_port = port_number('foxglove_port', arg('foxglove_port'), empty=True)
     # Empty arguments leave the parameter file's value in force; the nodes check the values given.
     model_overrides = {name: arg(name) for name in ('backend', 'model') if arg(name)}
     for option in all_options().values():
@@ -102,6 +109,10 @@ def _nodes(context, *args, **kwargs):
     tester_overrides = {'use_sim_time': use_sim_time, **model_overrides}
     if arg('vlm_endpoint'):
         tester_overrides['vlm_endpoint'] = arg('vlm_endpoint')
+    if foxglove_port:
+        tester_overrides['foxglove_port'] = int(foxglove_port)
+    if arg('foxglove_host'):  # an address the tester cannot bind refuses its configure, in one line
+        tester_overrides['foxglove_host'] = arg('foxglove_host')
     tester = LifecycleNode(
         package=PACKAGE,
         executable='tester_node',
@@ -134,8 +145,8 @@ def _model_arguments() -> list:
 
 
 def generate_launch_description() -> LaunchDescription:
-    """Arguments: camera_topic, backend, model, params_file, vlm_endpoint, use_sim_time, dds_transport,
-    autostart, and one per backend option (endpoint, kind, max_batch, ...)."""
+    """Arguments: camera_topic, backend, model, params_file, vlm_endpoint, foxglove_port, foxglove_host,
+    use_sim_time, dds_transport, autostart, and one per backend option (endpoint, kind, max_batch, ...)."""
     from metavlm_ros.models.registry import BACKENDS
 
     default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config', 'metavlm.yaml'])
@@ -155,6 +166,18 @@ def generate_launch_description() -> LaunchDescription:
             ),
             DeclareLaunchArgument(
                 'vlm_endpoint', default_value='ros', description="ros (perception node) | inprocess | ''"
+            ),
+            DeclareLaunchArgument(
+                'foxglove_port',
+                default_value='',
+                description="serve the tester's searches live to Foxglove on this port, e.g. 8765; 0: off "
+                "('' = params file)",
+            ),
+            DeclareLaunchArgument(
+                'foxglove_host',
+                default_value='',
+                description="address the tester's Foxglove server binds, e.g. 0.0.0.0 ('' = params file: "
+                '127.0.0.1)',
             ),
             DeclareLaunchArgument(
                 'use_sim_time',

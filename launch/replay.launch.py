@@ -24,6 +24,8 @@ FORWARDED = (
     'model',
     'params_file',
     'vlm_endpoint',
+    'foxglove_port',
+    'foxglove_host',
     'use_sim_time',
     'dds_transport',
     'autostart',
@@ -168,6 +170,16 @@ def generate_launch_description() -> LaunchDescription:
                 description='parameter file of both nodes',
             ),
             DeclareLaunchArgument('vlm_endpoint', default_value='ros', description='ros | inprocess'),
+            DeclareLaunchArgument(
+                'foxglove_port',
+                default_value='',
+                description="watch the dive's searches live in Foxglove on this port ('' = params file: off)",
+            ),
+            DeclareLaunchArgument(
+                'foxglove_host',
+                default_value='',
+                description="address of the tester's Foxglove server ('' = params file: 127.0.0.1)",
+            ),
             DeclareLaunchArgument(
                 'use_sim_time', default_value='true', description='nodes follow the bag clock (/clock)'
             ),

@@ -8,6 +8,7 @@ import sys
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method import defaults
 from metavlm_ros.models.registry import BACKENDS, all_options, options_for
+from metavlm_ros.viewer import DEFAULT_HOST
 
 HELP = 'search frames offline for the smallest transformations that change the model'
 
@@ -117,9 +118,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     out.add_argument(
         '--foxglove-host',
-        default='127.0.0.1',
+        default=DEFAULT_HOST,
         metavar='ADDR',
         help='address the Foxglove server binds (127.0.0.1: this machine only)',
+    )
+    out.add_argument(
+        '--foxglove-wait',
+        type=float,
+        default=0.0,
+        metavar='SECONDS',
+        help='once the model is loaded, wait up to SECONDS for a Foxglove client to subscribe before '
+        'searching, so that a short search is seen whole (default: 0, no wait)',
     )
     out.add_argument(
         '--pareto-pngs',
@@ -215,6 +224,14 @@ def run(args: argparse.Namespace) -> int:
     check_results_dir(args.out, refuse_existing=True, need_bytes=config.evaluations * RECORD_BYTES, **options)
     live = _start_live(args)  # a port in use is refused before the model loads
     backend = create_backend_from_args(args)
+    if live is not None and args.foxglove_wait > 0:
+        print(
+            f'metavlm: waiting up to {args.foxglove_wait:g} s for a Foxglove client at {live.url}',
+            file=sys.stderr,
+            flush=True,
+        )
+        if not live.wait_for_viewer(args.foxglove_wait):
+            print('metavlm: no Foxglove client subscribed; searching anyway', file=sys.stderr, flush=True)
 
     def note(message: str) -> None:
         print(f'metavlm: {message}', file=sys.stderr)
@@ -293,7 +310,11 @@ def run(args: argparse.Namespace) -> int:
 def _start_live(args: argparse.Namespace):
     """The Foxglove live server `--foxglove-port` asks for, or None."""
     if args.foxglove_port is None:
+        if args.foxglove_wait:
+            raise ParameterError('--foxglove-wait needs --foxglove-port')
         return None
+    if not args.foxglove_wait >= 0:
+        raise ParameterError(f'--foxglove-wait must be 0 or more seconds, got {args.foxglove_wait:g}')
     from metavlm_ros.viewer.live import LiveServer
 
     live = LiveServer(args.foxglove_port, args.foxglove_host)

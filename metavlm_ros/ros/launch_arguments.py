@@ -11,6 +11,7 @@ __all__ = [
     'one_of',
     'parameter_value',
     'params_file',
+    'port_number',
     'positive_number',
     'topic_name',
 ]
@@ -49,6 +50,16 @@ def positive_number(name: str, value: str) -> float:
     if not number > 0:
         raise LaunchArgumentError(name, f'expected a positive number, got {value!r}')
     return number
+
+
+def port_number(name: str, value: str, *, empty: bool = False) -> str:
+    """A TCP port, 0..65535 ('' too when `empty`: the parameter file's value stays in force)."""
+    if empty and value == '':
+        return value
+    if not (value.isdigit() and int(value) <= 65535):
+        shown = "0..65535 or '' (the parameter file's)" if empty else '0..65535'
+        raise LaunchArgumentError(name, f'expected a port number {shown}, got {value!r}')
+    return value
 
 
 def topic_name(name: str, value: str) -> str:

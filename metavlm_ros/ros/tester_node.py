@@ -40,6 +40,7 @@ from metavlm_ros.ros.tester_settings import (
     settings_from_parameters,
     tester_model_identity,
 )
+from metavlm_ros.viewer.live import LiveResults, LiveServer
 
 __all__ = ['TesterNode', 'main']
 
@@ -54,15 +55,16 @@ FINISH_WAIT_S = 2.0
 class TesterNode(TesterOutput, ManagedNode):
     """Searches camera frames for violations, one search at a time, and publishes what it finds.
 
-    A managed node: `configure` builds the endpoint (the probe topics, or loads the inprocess model)
-    and opens the results; `activate` subscribes to the camera and starts testing; `deactivate`
-    unsubscribes and stops the running search after its current generation (its summary is
-    written); `cleanup` closes the results and frees the model; `shutdown` does what is needed of
-    both. The camera callback only keeps the newest message in a one-slot buffer (older unsearched
-    frames are counted as dropped); a timer hands it to a worker thread at most every
-    `frame_period_s`; the worker runs `core.search.run_search`, whose results are stored before
-    anything is published. Services `~/search_now` and `~/stop_search` (std_srvs/Trigger) search the
-    newest frame at once and stop the running search.
+    A managed node: `configure` starts the Foxglove server (`foxglove_port`), builds the endpoint
+    (the probe topics, or loads the inprocess model) and opens the results; `activate` subscribes to
+    the camera and starts testing; `deactivate` unsubscribes and stops the running search after its
+    current generation (its summary is written); `cleanup` closes the results, frees the model and
+    stops the Foxglove server; `shutdown` does what is needed of both. A viewer stays connected while
+    the node is inactive: a pause is not a disconnection. The camera callback only keeps the newest
+    message in a one-slot buffer (older unsearched frames are counted as dropped); a timer hands it
+    to a worker thread at most every `frame_period_s`; the worker runs `core.search.run_search`,
+    whose results are stored before anything is published. Services `~/search_now` and
+    `~/stop_search` (std_srvs/Trigger) search the newest frame at once and stop the running search.
     """
 
     def __init__(self, *, backend: VLMBackend | None = None, **kwargs: Any) -> None:
@@ -130,6 +132,8 @@ class TesterNode(TesterOutput, ManagedNode):
         self._model_part: dict[str, Any] | None = None  # an inprocess model's identity, read at configure
         self._camera: Any = None
         self._made: list[Any] = []  # publishers and timers of the configured node
+        self.live: LiveServer | None = None  # the Foxglove server, from configure to cleanup
+        self._live_results: tuple[ResultsStore, LiveResults] | None = None  # the store it publishes
         # Timers run on the steady clock: with use_sim_time a stopped /clock (a bag that ended) must
         # not stop the scheduling nor /diagnostics.
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -149,6 +153,15 @@ class TesterNode(TesterOutput, ManagedNode):
         if settings.endpoint == 'inprocess' and self._given_backend is None:
             self._model_part = tester_model_identity(settings)
         check_identity(settings, self._model_identity(settings))
+        # A port that cannot be bound refuses configure before a model loads.
+        self.live = self._start_live(settings)
+        try:
+            self._configure_node(settings)
+        except BaseException:
+            self._stop_live()
+            raise
+
+    def _configure_node(self, settings: TesterSettings) -> None:
         self.backend = self._make_backend(settings)
         try:
             check_identity(settings, self._model_identity(settings))
@@ -164,10 +177,12 @@ class TesterNode(TesterOutput, ManagedNode):
             ) from None
         self.violations_pub = self.create_transient_publisher(DiagnosticArray, 'violations', RESULT_QOS)
         self.violation_image_pub = self.create_transient_publisher(Image, 'violation_image', RESULT_QOS)
+        self.violation_followup_pub = self.create_transient_publisher(Image, 'violation_followup', RESULT_QOS)
         self.diagnostics_pub = self.create_transient_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
         self._made = [
             self.violations_pub,
             self.violation_image_pub,
+            self.violation_followup_pub,
             self.diagnostics_pub,
             self.create_timer(0.05, self._schedule, callback_group=self._timer_group, clock=self._steady),
             self.create_timer(
@@ -224,6 +239,7 @@ class TesterNode(TesterOutput, ManagedNode):
         self.destroy_entities(self._made)
         self._made = []
         self._release_backend()
+        self._stop_live()
         self.state = 'unconfigured'
 
     def _release_backend(self) -> None:

@@ -16,7 +16,7 @@ from rclpy.qos import (
     QoSReliabilityPolicy,
 )
 
-from metavlm_ros.common.errors import InputError, StorageError
+from metavlm_ros.common.errors import InputError, ParameterError, StorageError
 from metavlm_ros.common.results import (
     IDENTITY,
     VIOLATIONS,
@@ -43,7 +43,8 @@ from metavlm_ros.ros.tester_settings import (
     published_flag,
     violation_status,
 )
-from metavlm_ros.ros.visualisation import violation_image
+from metavlm_ros.ros.visualisation import followup_overlay, violation_image
+from metavlm_ros.viewer.live import LiveResults, LiveServer
 
 __all__ = ['DIAGNOSTIC_STATUS', 'RESULT_QOS', 'SearchJob', 'TesterOutput']
 
@@ -148,12 +149,15 @@ class TesterOutput:
         with self._lock:
             self._job = job
         self.state = 'searching'
+        live = self.live_results(store)
+        if live is not None:
+            live.next_source(prepared.rgb)  # sent to Foxglove should the store keep no source frame
         result = run_search(
             prepared,
             backend,
             settings.search,
             image_id=image_id,
-            store=store,
+            store=store if live is None else live,
             on_evaluation=self._on_evaluation,
             should_stop=self._should_stop,
             extra_fields=job.extra,
@@ -302,7 +306,11 @@ class TesterOutput:
         relative = None if path is None else str(path.relative_to(store.directory))
         record = {**evaluation_record(ev, result, job.extra), 'frame': relative}
         # Stored and flushed before it is published: what subscribers saw is always on disk.
-        store.append_violation(record)
+        live = self.live_results(store)
+        if live is not None:
+            live.append_violation(record, followup)  # and to Foxglove, with its overlay
+        else:
+            store.append_violation(record)
         array = DiagnosticArray()
         array.header = job.header
         array.status = [
@@ -323,6 +331,41 @@ class TesterOutput:
                 height=job.settings.violation_image_height,
             )
             self.violation_image_pub.publish(rgb_to_image_msg(picture, job.header))
+            if self.violation_followup_pub.get_subscription_count():  # drawn only for a subscriber
+                # The follow-up with the overlay Foxglove draws on it, as pixels for rqt and rviz.
+                overlaid = followup_overlay(
+                    job.backend.reduce(followup), record, height=job.settings.violation_image_height
+                )
+                self.violation_followup_pub.publish(rgb_to_image_msg(overlaid, job.header))
+
+    # -- Foxglove ------------------------------------------------------------------------------------
+
+    def _start_live(self, settings: TesterSettings) -> LiveServer | None:
+        """The Foxglove server `foxglove_port` asks for (None: 0, off)."""
+        if not settings.foxglove_port:
+            return None
+        try:
+            live = LiveServer(settings.foxglove_port, settings.foxglove_host)
+        except ParameterError as exc:
+            raise ParameterError(f'parameter foxglove_port: {exc}') from None
+        self.get_logger().info(f'serving the searches live to Foxglove at {live.url}')
+        return live
+
+    def _stop_live(self) -> None:
+        if self.live is not None:
+            self.live.close()
+            self.live = None
+        self._live_results = None
+
+    def live_results(self, store: ResultsStore) -> LiveResults | None:
+        """The results store as the Foxglove server publishes it (None: no server)."""
+        if self.live is None:
+            return None
+        if self._live_results is None or self._live_results[0] is not store:
+            # The tester's violations are those it publishes (its report threshold), as the export
+            # of its results directory shows them.
+            self._live_results = (store, LiveResults(store, self.live, published=True))
+        return self._live_results[1]
 
     # -- health ---------------------------------------------------------------------------------------
 
@@ -377,6 +420,8 @@ class TesterOutput:
             'violation_pngs_skipped': self.violation_pngs_skipped,
             'camera_callback_max_ms': self.camera_callback_max_s * 1000.0,
             'perception_answering': 'n/a' if answering is None else str(answering).lower(),
+            'foxglove': self.live.url if self.live is not None else 'off',
+            'foxglove_viewers': self.live.viewers if self.live is not None else 0,
             'last_error': self.last_error,
             'last_error_age_s': (
                 float('nan') if self.last_error_time is None else time.monotonic() - self.last_error_time

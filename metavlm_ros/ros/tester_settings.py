@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +30,7 @@ from metavlm_ros.method.search import (
 from metavlm_ros.models.identity import answered_model_identity, identity_record, model_identity
 from metavlm_ros.models.registry import resolve_options
 from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterSpec, model_options
+from metavlm_ros.viewer import DEFAULT_HOST
 
 __all__ = [
     'ENDPOINTS',
@@ -82,6 +85,8 @@ class TesterSettings:
     report_threshold: float = 0.05
     publish_violation_images: bool = True
     violation_image_height: int = 360
+    foxglove_port: int = 0
+    foxglove_host: str = DEFAULT_HOST
     model: dict = field(default_factory=dict)
 
 
@@ -189,8 +194,25 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         high=1_000_000,
     ),
     ParameterSpec('image_transport', 'raw', 'camera transport', True, choices=TRANSPORTS),
-    ParameterSpec('publish_violation_images', True, 'publish violation_image'),
-    ParameterSpec('violation_image_height', 360, 'panel height of violation_image', low=32, high=4096),
+    ParameterSpec('publish_violation_images', True, 'publish violation_image and violation_followup'),
+    ParameterSpec(
+        'violation_image_height',
+        360,
+        'panel height of violation_image and violation_followup',
+        low=32,
+        high=4096,
+    ),
+    # Taken at configure (a port that cannot be bound refuses it); a change applies at the next one.
+    ParameterSpec(
+        'foxglove_port',
+        0,
+        "serve Foxglove's WebSocket protocol on this port from configure to cleanup (0: off)",
+        low=0,
+        high=65535,
+    ),
+    ParameterSpec(
+        'foxglove_host', DEFAULT_HOST, 'address the Foxglove server binds (127.0.0.1: this machine only)'
+    ),
     # The inprocess endpoint's model: the perception node's model parameters, read-only here.
     *(
         replace(spec, description=f'{spec.description} (inprocess endpoint)', read_only=True)
@@ -292,6 +314,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
     results_dir = str(values['results_dir'])
     if not results_dir.strip():
         raise ParameterError('results_dir must not be empty')
+    foxglove_host = _bind_address(str(values['foxglove_host']))
     backend, model_name, options = model_options(values)
     resolved = resolve_options(backend, options)
     # The model's options, resolved; `options` holds what the parameters gave (create_backend's input).
@@ -310,8 +333,29 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         report_threshold=report_threshold,
         publish_violation_images=bool(values['publish_violation_images']),
         violation_image_height=int(values['violation_image_height']),
+        foxglove_port=int(values['foxglove_port']),
+        foxglove_host=foxglove_host,
         model=model,
     )
+
+
+_HOSTNAME = re.compile(
+    r'(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*'
+)
+
+
+def _bind_address(host: str) -> str:
+    """foxglove_host as an address to bind: an IP address or a host name, without a port."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    if not _HOSTNAME.fullmatch(host):
+        raise ParameterError(
+            f'foxglove_host must be an IP address or host name to bind, e.g. {DEFAULT_HOST} '
+            f'(the port is foxglove_port), got {host!r}'
+        )
+    return host
 
 
 def tester_source(settings: TesterSettings) -> dict[str, Any]:

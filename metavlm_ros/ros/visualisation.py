@@ -1,4 +1,4 @@
-"""Violation images: the source and follow-up frames side by side, labelled for rqt_image_view and rviz."""
+"""Violation images for rqt_image_view and rviz: source and follow-up side by side; the follow-up overlaid."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ from collections.abc import Mapping
 import cv2
 import numpy as np
 
-__all__ = ['format_change', 'violation_image']
+from metavlm_ros.viewer.channels import overlay_lines
+
+__all__ = ['followup_overlay', 'format_change', 'violation_image']
 
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 _TEXT = (255, 255, 255)
 _CHANGED = (255, 190, 60)  # amber: the classes whose value moved
 _BACKGROUND = (24, 24, 24)
+_OVERLAY = np.array((191, 26, 26), np.float32)  # Foxglove's overlay red (viewer/channels.py), RGB
+_OVERLAY_ALPHA = 0.8
 
 
 def format_change(cls: str, source: float, followup: float, kind: str) -> str:
@@ -92,4 +96,51 @@ def violation_image(
         colour = _CHANGED if abs(fol - src) > 0 else _TEXT
         y = line_h + height + line_h * row + baseline
         cv2.putText(canvas, text, (6, y), _FONT, scale, colour, thickness, cv2.LINE_AA)
+    return canvas
+
+
+def _wrap(text: str, width: int, scale: float, thickness: int) -> list[str]:
+    """`text` in lines no wider than `width` pixels, broken between words (a long word stays whole)."""
+    lines: list[str] = []
+    for word in text.split(' '):
+        candidate = f'{lines[-1]} {word}' if lines else word
+        if lines and cv2.getTextSize(candidate, _FONT, scale, thickness)[0][0] <= width:
+            lines[-1] = candidate
+        else:
+            lines.append(word)
+    return lines
+
+
+def followup_overlay(followup: np.ndarray, record: dict, *, height: int = 360) -> np.ndarray:
+    """The follow-up frame with the overlay Foxglove draws on it (`overlay_lines`), drawn into its pixels.
+
+    Args:
+        followup: The follow-up frame, RGB uint8 (scaled to `height`).
+        record: The violation's evaluation record (docs/results.md).
+        height: The height of the picture in pixels.
+
+    Returns:
+        RGB uint8: the frame with, at its top left, one line each for the evaluation, the composition
+        and its parameters, f_trans and f_pred, and the classes that changed, white on red, wrapped
+        to the frame's width.
+    """
+    canvas = _fit_height(followup, max(32, int(height))).copy()
+    width = canvas.shape[1]
+    scale = max(0.3, min(0.7, width / 1000))
+    thickness = 1
+    (_, text_h), descent = cv2.getTextSize('Ag', _FONT, scale, thickness)
+    step = text_h + descent + 6
+    lines = [wrapped for line in overlay_lines(record) for wrapped in _wrap(line, width - 10, scale, 1)]
+    y = 2
+    for line in lines:
+        if y + step > canvas.shape[0]:
+            break  # a frame too small for every line keeps those that fit
+        text_w = min(width - 2, cv2.getTextSize(line, _FONT, scale, thickness)[0][0] + 8)
+        box = canvas[y : y + step - 2, 2 : 2 + text_w].astype(np.float32)
+        canvas[y : y + step - 2, 2 : 2 + text_w] = (
+            box * (1 - _OVERLAY_ALPHA) + _OVERLAY * _OVERLAY_ALPHA
+        ).astype(np.uint8)
+        baseline = y + text_h + 2
+        cv2.putText(canvas, line, (6, baseline), _FONT, scale, _TEXT, thickness, cv2.LINE_AA)
+        y += step
     return canvas

@@ -172,22 +172,26 @@ class ViolationChannels:
         message = CompressedImage(timestamp=_timestamp(stamp_ns), frame_id='source', data=png, format='png')
         self.source.log(message, log_time=stamp_ns)
 
-    def log_violation(self, record: dict, stamp_ns: int, png: bytes | None = None) -> None:
-        """A violation's record, and its follow-up frame with the overlay when its PNG is given."""
+    def log_violation(
+        self, record: dict, stamp_ns: int, image: bytes | None = None, image_format: str = 'png'
+    ) -> None:
+        """A violation's record, and its follow-up frame with the overlay when its image is given."""
         if self.violations.has_sinks():
             message = {**record, 'changed': changed_classes(record), 'stamp_ns': int(stamp_ns)}
             message.setdefault('frame', None)
             self.violations.log(_jsonable(message), log_time=stamp_ns)
-        if png is not None:
-            self.log_followup(record, stamp_ns, png)
+        if image is not None:
+            self.log_followup(record, stamp_ns, image, image_format)
 
-    def log_followup(self, record: dict, stamp_ns: int, png: bytes) -> None:
-        """A violating follow-up frame (PNG bytes) and its overlay, at the source frame's time."""
+    def log_followup(self, record: dict, stamp_ns: int, image: bytes, image_format: str = 'png') -> None:
+        """A violating follow-up frame (PNG, or `image_format`, bytes) and its overlay, at the source
+        frame's time."""
         if not self.wants_followups():
             return
         when = _timestamp(stamp_ns)
         self.followup.log(
-            CompressedImage(timestamp=when, frame_id='followup', data=png, format='png'), log_time=stamp_ns
+            CompressedImage(timestamp=when, frame_id='followup', data=image, format=image_format),
+            log_time=stamp_ns,
         )
         texts = [
             TextAnnotation(

@@ -2,22 +2,64 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import foxglove
 import numpy as np
 
+from metavlm_ros.common.codec import encode_compressed
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.results import ResultsStore, record_key
+from metavlm_ros.viewer import DEFAULT_HOST
 from metavlm_ros.viewer.channels import ViolationChannels
 from metavlm_ros.viewer.export import is_violation, time_of
 
 __all__ = ['DEFAULT_HOST', 'LiveResults', 'LiveServer']
 
-#: Loopback unless the user names another address: evidence is not served to the network by default.
-DEFAULT_HOST = '127.0.0.1'
+# A viewer subscribes panel by panel: once one subscription came, the wait for a viewer lets this
+# long pass without another before it counts the viewer as ready.
+SETTLE_S = 0.25
+
+
+def _free(host: str, port: int) -> bool:
+    """Whether nothing listens on (host, port): a socket of our own binds there."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no listener
+            probe.bind((host, port))
+    except OSError:
+        return False
+    return True
+
+
+class _Viewers:
+    """The server's listener (foxglove.websocket.ServerListener): which client has which channels."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.subscriptions: dict[int, set[int]] = {}  # client id -> channel ids
+        self.last_change = 0.0  # time.monotonic() of the last subscription
+
+    def on_subscribe(self, client: Any, channel: Any) -> None:
+        with self.changed:
+            self.subscriptions.setdefault(client.id, set()).add(channel.id)
+            self.last_change = time.monotonic()
+            self.changed.notify_all()
+
+    def on_unsubscribe(self, client: Any, channel: Any) -> None:
+        # Also called for each of its channels when a client disconnects.
+        with self.changed:
+            channels = self.subscriptions.get(client.id, set())
+            channels.discard(channel.id)
+            if not channels:
+                self.subscriptions.pop(client.id, None)
+            self.changed.notify_all()
 
 
 class LiveServer:
@@ -38,8 +80,11 @@ class LiveServer:
             raise ParameterError(f'--foxglove-port must be 0..65535, got {port}')
         # A context of our own: only these channels are served, not those of an export in this process.
         self.context = foxglove.Context()
+        self._viewers = _Viewers()
         try:
-            self.server = foxglove.start_server(name='metavlm', host=host, port=port, context=self.context)
+            self.server = foxglove.start_server(
+                name='metavlm', host=host, port=port, context=self.context, server_listener=self._viewers
+            )
         except RuntimeError as exc:
             reason = str(exc).removeprefix('FoxgloveError: ')
             raise ParameterError(f'cannot serve Foxglove on {host}:{port} ({reason})') from None
@@ -54,12 +99,46 @@ class LiveServer:
     @property
     def url(self) -> str:
         """What to open in Foxglove (Open connection -> Foxglove WebSocket)."""
-        return f'ws://{self.host}:{self.port}'
+        host = f'[{self.host}]' if ':' in self.host else self.host  # an IPv6 address
+        return f'ws://{host}:{self.port}'
 
-    def close(self) -> None:
-        """Stop serving (clients see the channels go)."""
+    @property
+    def viewers(self) -> int:
+        """How many clients are subscribed to at least one channel now."""
+        with self._viewers.changed:
+            return len(self._viewers.subscriptions)
+
+    def wait_for_viewer(self, timeout_s: float) -> bool:
+        """Wait until a client has subscribed (and made its other subscriptions); False after `timeout_s`.
+
+        A viewer subscribes to the channels its panels show, in one message or a few: once one
+        subscription came, the wait goes on until none came for SETTLE_S, so that what the search
+        publishes next reaches every panel.
+        """
+        deadline = time.monotonic() + timeout_s
+        viewers = self._viewers
+        with viewers.changed:
+            while True:
+                now = time.monotonic()
+                if viewers.subscriptions and now - viewers.last_change >= SETTLE_S:
+                    return True
+                if now >= deadline:
+                    return bool(viewers.subscriptions)
+                wake = deadline if not viewers.subscriptions else viewers.last_change + SETTLE_S
+                viewers.changed.wait(max(0.0, min(wake, deadline) - now))
+
+    def close(self, wait_s: float = 2.0) -> None:
+        """Stop serving (clients see the channels go), and wait up to `wait_s` for the port to be free.
+
+        The SDK stops its listener in the background: a node's `configure` right after `cleanup`
+        must find the port free again.
+        """
+        port = self.port
         self.channels.close()
         self.server.stop()
+        deadline = time.monotonic() + wait_s
+        while not _free(self.host, port) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def __enter__(self) -> LiveServer:
         return self
@@ -71,16 +150,28 @@ class LiveServer:
 class LiveResults:
     """A ResultsStore that also publishes what it writes, after writing it (evidence first).
 
-    Violations go out as their records while the search runs; follow-up frames with their overlays
-    when the non-dominated set is written (the PNGs exist only then); the summary last. Every other
-    attribute is the store's own.
+    Which records are violations is the export's choice for the same directory: by default every
+    evaluation that violates by any criterion, published as its record while the search runs, with
+    its follow-up and overlay when the non-dominated set is written (the PNGs exist only then). With
+    `published`, the caller's own violations (the tester node's, at its report threshold, as
+    violations.jsonl holds them), each with its follow-up as it is appended. The source frame goes
+    out with a search's first record, the summary last. Every other attribute is the store's own.
     """
 
-    def __init__(self, store: ResultsStore, server: LiveServer) -> None:
-        """Wrap `store`, publishing on `server`'s channels."""
+    def __init__(self, store: ResultsStore, server: LiveServer, *, published: bool = False) -> None:
+        """Wrap `store`, publishing on `server`'s channels.
+
+        Args:
+            store: The results store written first.
+            server: The live server whose channels publish.
+            published: Violations are those given to `append_violation` (the tester node's), not
+                every evaluation that violates.
+        """
         self._store = store
         self._channels = server.channels
-        self._searches: list[tuple] = []
+        self._published = published
+        self._searches: list[tuple] = []  # in the order written: the time of records without a stamp
+        self._known: set[tuple] = set()
         self._violations: dict[tuple, int] = {}
         self._source: np.ndarray | None = None
         self._source_file: Path | None = None
@@ -102,12 +193,17 @@ class LiveResults:
 
     def _time(self, record: dict) -> int:
         key = record_key(record)[:-1]
-        if key not in self._searches:
+        if key not in self._known:  # a set: a tester's searches add up over a day
+            self._known.add(key)
             self._searches.append(key)
         return time_of(record, self._searches)
 
+    def _count(self, record: dict) -> None:
+        key = record_key(record)[:-1]
+        self._violations[key] = self._violations.get(key, 0) + 1
+
     def append_evaluation(self, record: dict) -> None:
-        """Write an evaluation record; publish it when it is a violation."""
+        """Write an evaluation record; publish it when it is a violation (unless `published`)."""
         self._store.append_evaluation(record)
         stamp = self._time(record)
         if self._channels.wants_sources():  # a PNG costs milliseconds: only for a viewer
@@ -117,24 +213,47 @@ class LiveResults:
             elif self._source is not None:
                 self._channels.log_source(stamp, encode_png(self._source))
         self._source, self._source_file = None, None
-        if is_violation(record):
-            key = record_key(record)[:-1]
-            self._violations[key] = self._violations.get(key, 0) + 1
+        if not self._published and is_violation(record):
+            self._count(record)
             self._channels.log_violation(record, stamp)
 
+    def append_violation(self, record: dict, followup: np.ndarray | None = None) -> None:
+        """Write a published violation (violations.jsonl); publish it with its follow-up and overlay.
+
+        The follow-up is the record's kept PNG (`frame`), else `followup` (RGB) as JPEG, encoded
+        only while a viewer watches it: a PNG would cost the search several times more for every
+        violation, a JPEG at quality JPEG_QUALITY looks the same in a viewer, and the export renders
+        the lossless PNG from the stored source frame.
+        """
+        self._store.append_violation(record)
+        stamp = self._time(record)
+        self._count(record)
+        image, image_format = None, 'png'
+        if self._channels.wants_followups():
+            path = Path(self._store.directory) / record['frame'] if record.get('frame') else None
+            if path is not None and path.is_file():
+                image = path.read_bytes()
+            elif followup is not None:
+                image_format, image = 'jpeg', _encode_jpeg(followup)
+        self._channels.log_violation(record, stamp, image, image_format)
+
     def append_pareto(self, record: dict) -> None:
-        """Write a non-dominated record; publish its follow-up and overlay when it violates."""
+        """Write a non-dominated record; publish its follow-up and overlay when it violates.
+
+        With `published`, its violations went out with their follow-ups already.
+        """
         self._store.append_pareto(record)
         frame = record.get('frame')
-        if frame and is_violation(record) and self._channels.wants_followups():
-            path = Path(self._store.directory) / frame
-            if path.is_file():
-                self._channels.log_followup(record, self._time(record), path.read_bytes())
+        if self._published or not (frame and is_violation(record) and self._channels.wants_followups()):
+            return
+        path = Path(self._store.directory) / frame
+        if path.is_file():
+            self._channels.log_followup(record, self._time(record), path.read_bytes())
 
     def append_summary(self, record: dict) -> None:
         """Write a search's summary; publish it with its violation count."""
         self._store.append_summary(record)
-        count = self._violations.get(record_key(record)[:-1], 0)
+        count = self._violations.pop(record_key(record)[:-1], 0)
         self._channels.log_summary(record, count, self._time(record))
 
     def __getattr__(self, name: str) -> Any:
@@ -146,3 +265,8 @@ class LiveResults:
 
     def __exit__(self, *exc: object) -> None:
         self._store.__exit__(*exc)
+
+
+def _encode_jpeg(rgb: np.ndarray) -> bytes:
+    """An RGB frame as JPEG bytes (the codec's JPEG_QUALITY), for a viewer."""
+    return encode_compressed(rgb, 'jpeg')[1]

@@ -136,6 +136,8 @@ def test_every_launch_argument_is_used_and_every_used_one_declared(launch_files)
         'model',
         'params_file',
         'vlm_endpoint',
+        'foxglove_port',
+        'foxglove_host',
         'use_sim_time',
         'dds_transport',
         'autostart',
@@ -280,6 +282,7 @@ WRONG_ARGUMENTS = {
         'use_sim_time': ['maybe', ''],
         'autostart': ['on-demand'],
         'dds_transport': ['udp'],
+        'foxglove_port': ['-1', '65536', 'eighty', '8765.0'],
     },
     'replay.launch.py': {
         'bag': ['{missing}'],
@@ -291,7 +294,11 @@ WRONG_ARGUMENTS = {
         'dds_transport': ['udp'],
     },
 }
-NODE_CHECKED = {'model': 'perception node (configure)', 'vlm_endpoint': 'tester node'}
+NODE_CHECKED = {
+    'model': 'perception node (configure)',
+    'vlm_endpoint': 'tester node',
+    'foxglove_host': 'tester node',
+}
 
 
 def _option_arguments() -> dict[str, list[str]]:
@@ -366,6 +373,8 @@ def test_a_wrong_launch_argument_stops_the_launch_with_one_line_naming_it(
         'model': '',
         'params_file': str(ROOT / 'config' / 'metavlm.yaml'),
         'vlm_endpoint': 'ros',
+        'foxglove_port': '',
+        'foxglove_host': '',
         'use_sim_time': 'false',
         'dds_transport': 'shm',
         'autostart': 'true',

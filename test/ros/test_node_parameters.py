@@ -60,6 +60,8 @@ TESTER_WRONG = {
     'dtype': ['float8'],
     'evaluations': [0],
     'frame_period_s': [-1.0, 'often'],
+    'foxglove_port': [-1, 65536, 'eighty'],
+    'foxglove_host': ['', '127.0.0.1:8765', 'my robot'],
     'generations': [-1],
     'image_transport': ['theora'],
     'max_batch': [0],
