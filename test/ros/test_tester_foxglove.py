@@ -23,11 +23,9 @@ from metavlm_ros.ros.managed import state_label
 from metavlm_ros.ros.visualisation import followup_overlay
 from metavlm_ros.viewer.channels import overlay_lines
 from test.conftest import make_frame
-from test.ros import test_tester_node
 from test.ros.helpers import CameraPublisher, TopicCollector, ros_context, wait_for
+from test.ros.tester_graph import values_of
 from test.viewer.foxglove_client import free_port, watch
-
-graph = test_tester_node.graph  # the fixture: a tester with a stand-in model, a camera and collectors
 
 
 def serving(port: int) -> bool:
@@ -64,11 +62,11 @@ def test_a_port_in_use_refuses_configure_in_one_line_and_a_free_one_serves_from_
     assert g.tester.trigger_activate() == TransitionCallbackReturn.SUCCESS
     assert g.tester.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
     assert serving(port)
-    values = test_tester_node.values_of(g.tester.diagnostics())
+    values = values_of(g.tester.diagnostics())
     assert values['foxglove'] == f'ws://127.0.0.1:{port}' and values['foxglove_viewers'] == '0'
     assert g.tester.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
     assert g.tester.live is None and not serving(port)
-    assert test_tester_node.values_of(g.tester.diagnostics())['foxglove'] == 'off'
+    assert values_of(g.tester.diagnostics())['foxglove'] == 'off'
 
 
 def test_violation_followup_is_the_judged_follow_up_with_the_foxglove_overlay(graph):
@@ -140,7 +138,7 @@ def test_a_running_tester_node_is_watched_live_by_a_foxglove_client(tmp_path, ti
                 for msg in reversed(health.messages):
                     for status in msg.status:
                         if status.name.startswith('metavlm_tester'):
-                            return int(test_tester_node.values_of(status)['foxglove_viewers'])
+                            return int(values_of(status)['foxglove_viewers'])
                 return 0
 
             try:
