@@ -3,7 +3,9 @@
 import functools
 import os
 import subprocess
+from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -90,6 +92,14 @@ def make_frame(width: int = 160, height: int = 120, seed: int = 0) -> np.ndarray
     disc = (xx - width // 2) ** 2 + (yy - height // 2) ** 2 < (min(width, height) // 6) ** 2
     frame[disc] = (250, 240, 200)
     return frame
+
+
+def write_frames(folder: Path, count: int, width: int, height: int, stem: str = 'frame') -> Path:
+    """`count` test frames (make_frame, seeds 0..count-1) as PNG files <stem><i>.png in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        assert cv2.imwrite(str(folder / f'{stem}{i}.png'), make_frame(width, height, seed=i)[..., ::-1])
+    return folder
 
 
 @pytest.fixture

@@ -1,23 +1,19 @@
 """Both nodes with today's VLMs: a chat model in process (`backend: vlm`) and one served over the
 OpenAI-compatible API (`backend: openai`), driven by `metavlm run` on footage."""
 
-import cv2
 import pytest
 import yaml
 
 from metavlm_ros.cli import main
 from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.models.tiny import build_tiny_model
-from test.conftest import make_frame
+from test.conftest import write_frames
 from test.models.served_server import transformers_serve
 
 
 @pytest.fixture(scope='module')
 def folder(tmp_path_factory):
-    path = tmp_path_factory.mktemp('frames')
-    for i in range(2):
-        cv2.imwrite(str(path / f'frame{i}.png'), cv2.cvtColor(make_frame(64, 48, seed=i), cv2.COLOR_RGB2BGR))
-    return path
+    return write_frames(tmp_path_factory.mktemp('frames'), 2, 64, 48)
 
 
 @pytest.fixture(scope='module')

@@ -3,7 +3,6 @@
 import os
 from pathlib import Path
 
-import cv2
 import pytest
 import yaml
 
@@ -15,16 +14,12 @@ from metavlm_ros.method.prediction import CLASSES
 from metavlm_ros.models.vlm import answered_model_identity
 from metavlm_ros.ros.launcher import _flatten, _write_ros_file, load_parameter_file, run_nodes
 from metavlm_ros.ros.transport import USER_VARIABLES
-from test.conftest import can_mount_tmpfs, make_frame
+from test.conftest import can_mount_tmpfs, make_frame, write_frames
 
 
 @pytest.fixture
 def folder(tmp_path):
-    path = tmp_path / 'frames'
-    path.mkdir()
-    for i in range(3):
-        cv2.imwrite(str(path / f'frame{i}.png'), cv2.cvtColor(make_frame(64, 48, seed=i), cv2.COLOR_RGB2BGR))
-    return path
+    return write_frames(tmp_path / 'frames', 3, 64, 48)
 
 
 def write_params(tmp_path, tiny_clip_dir, **tester):

@@ -13,7 +13,7 @@ from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.footage.bags import iter_bag_frames, write_bag
 from metavlm_ros.ros.launcher import run_nodes
 from test.campaign.configs import small_config
-from test.conftest import make_frame
+from test.conftest import make_frame, write_frames
 from test.ros.test_run_command import write_params
 from test.viewer.export_check import check_export, expected_violations
 from test.viewer.mcap_decode import read_mcap
@@ -267,10 +267,7 @@ def test_a_damaged_campaign_cell_is_one_line_exit_2_and_writes_nothing(damage, c
 def tester_runs(tmp_path_factory, tiny_clip_dir):
     """The tester node's directories: `metavlm run` through the perception node, and in-process on a bag."""
     root = tmp_path_factory.mktemp('tester')
-    folder = root / 'frames'
-    folder.mkdir()
-    for i in range(2):
-        cv2.imwrite(str(folder / f'frame{i}.png'), make_frame(64, 48, seed=i)[..., ::-1])
+    folder = write_frames(root / 'frames', 2, 64, 48)
     # One violation PNG per search: the others' follow-ups must be rendered from the stored source.
     params = write_params(root, tiny_clip_dir, violation_pngs_per_search=1)
     assert main(['run', '--params', str(params), '--source', str(folder), '--rate', '4']) == 0
