@@ -67,6 +67,9 @@ PER_EVALUATION = frozenset(
     {
         'index', 'generation', 'genotype', 'composition', 'order', 'parameters', 'f_trans', 'f_pred',
         'followup', 'followup_text', 'violation', 'strength', 'cached', 'failed',
+        # A few evaluations' (an answer that does not parse), or a served model's (its latency):
+        # in a header line they would start a new one for each evaluation (format 1 did).
+        'parse_error', 'request',
     }
 )  # fmt: skip
 # pareto.jsonl lines add their rank and PNG.

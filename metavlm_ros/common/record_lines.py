@@ -234,7 +234,7 @@ class Evaluations:
         if at != self.at:
             self.records, self.at = {}, None  # one search's section in memory at a time
             self.records, self.at = self._read(at, shared, where), at
-        record = self.records.get(index)
+        record = self.records.get(index) if type(index) is int else None
         if record is None:
             raise ResultsError(
                 f'{where} refers to evaluation {index!r} of {shared.get("image")}, which {self.path} '

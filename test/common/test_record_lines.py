@@ -272,3 +272,14 @@ def test_float32_values_and_per_criterion_defaults_read_back_exactly(tmp_path):
     headers = [('float32' in x, list(x['defaults']['violation'])) for x in lines if 'header' in x]
     assert headers == [(True, ['0.01', '0.03']), (False, ['0.01', '0.03']), (True, ['count']),
                        (True, ['0.01', '0.03'])]  # fmt: skip
+
+
+def test_a_served_models_latency_and_unparsed_answers_stay_on_their_lines(tmp_path):
+    # Fields only some evaluations have, or that differ for each: one header line a search all the same.
+    handed = [{'image': 'a', 'index': i, 'request': {'latency_s': i / 10, 'retries': 0}} for i in range(5)]
+    handed[3]['parse_error'] = 'not the asked object'
+    with ResultsStore(tmp_path / 'd') as store:
+        for record in handed:
+            store.append_evaluation(record)
+    assert read_jsonl(tmp_path / 'd' / EVALUATIONS) == handed
+    assert (tmp_path / 'd' / EVALUATIONS).read_text().count('"header"') == 1
