@@ -11,9 +11,12 @@ endpoint). Each repetition searches one frame with `pareto_pngs` all (before) an
 are written as the tester does (violations.jsonl, the first 3 PNGs). Prints bytes per search by
 file, min / median / max, and MB per hour at `--searches-per-hour` (136: issue 30's 15-minute
 `metavlm run` at 1080p 10 Hz did 34 searches) and at the rate measured here (no ROS, no transport).
-Also prints bytes per record of each JSON Lines file as stored (a header line per search) and as
-each record whole on its own line (how they were written before), from the same records.
-Checks: the budgeted run has every record of the full one, and every member re-renders byte for byte.
+Also prints bytes per record of each JSON Lines file as stored (records format 2, docs/results.md:
+a header line per search, the usual values left out, a Pareto or violation line that refers to its
+evaluation by index) and as each record whole on its own line (how they were written before header
+lines), from the same records.
+Checks: the budgeted run has every record of the full one, every Pareto and violation record reads
+back whole (its evaluation record plus its own fields), and every member re-renders byte for byte.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, rotations  # noqa: E402
 
 from metavlm_ros.common.images import encode_png
-from metavlm_ros.common.results import ResultsStore, read_jsonl
+from metavlm_ros.common.results import ResultsStore, read_jsonl, record_key
 from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.footage.scenes import SceneGenerator
 from metavlm_ros.method import defaults
@@ -137,6 +140,13 @@ def main() -> int:
             (full / 'evaluations.jsonl').read_bytes() == (budgeted / 'evaluations.jsonl').read_bytes(),
             'the budget keeps every evaluation record, byte for byte',
         )
+        evaluations = {record_key(r): r for r in read_jsonl(budgeted / 'evaluations.jsonl')}
+        whole = [
+            {k: v for k, v in r.items() if k not in ('rank', 'frame')} == evaluations[record_key(r)]
+            for name in ('pareto.jsonl', 'violations.jsonl')
+            for r in read_jsonl(budgeted / name)
+        ]
+        checks.check(bool(whole) and all(whole), 'every Pareto and violation record reads back whole')
         pareto = {(p['image'], p['index']): p for p in read_jsonl(full / 'pareto.jsonl')}
         same = True
         for summary in read_jsonl(budgeted / 'summary.jsonl'):

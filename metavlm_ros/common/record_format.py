@@ -12,9 +12,22 @@ from typing import Any
 import numpy as np
 
 from metavlm_ros.common.errors import ResultsError
+from metavlm_ros.common.record_lines import (
+    DEFAULTS,
+    FORMAT,
+    HEADER,
+    Evaluations,
+    Header,
+    encode_record,
+    is_header,
+    parse_line,
+    record_digest,
+)
 
 __all__ = [
+    'DEFAULTS',
     'EVALUATIONS',
+    'FORMAT',
     'FRAMES',
     'HEADER',
     'IDENTITY',
@@ -28,8 +41,10 @@ __all__ = [
     'SOURCES',
     'SUMMARY',
     'VIOLATIONS',
+    'encode_record',
     'iter_jsonl',
     'read_jsonl',
+    'record_digest',
     'record_key',
     'search_key',
     'to_jsonable',
@@ -58,16 +73,18 @@ SEARCH_SOURCE = MappingProxyType(
 )
 # The fields of an evaluation record that change from one evaluation to the next; every other field
 # (image, model, source prediction, stamps...) is the search's, written once in a header line
-# (`{"header": {...}}`) that the records after it share, and put back by `iter_jsonl`.
+# (`{"header": {...}}`) that the records after it share, and put back by `iter_jsonl` (record_lines).
 PER_EVALUATION = frozenset(
     {
         'index', 'generation', 'genotype', 'composition', 'order', 'parameters', 'f_trans', 'f_pred',
         'followup', 'followup_text', 'violation', 'strength', 'cached', 'failed',
+        # A few evaluations' (an answer that does not parse), or a served model's (its latency):
+        # in a header line they would start a new one for each evaluation (format 1 did).
+        'parse_error', 'request',
     }
 )  # fmt: skip
 # pareto.jsonl lines add their rank and PNG.
 PER_PARETO = PER_EVALUATION | {'rank', 'frame'}
-HEADER = 'header'
 VIOLATIONS = 'violations.jsonl'
 
 
@@ -159,23 +176,28 @@ def _repair_torn_tail(path: Path) -> str | None:
 def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
     """Yield the records of a JSON Lines file whole, skipping a last line cut short by a killed writer.
 
-    The one reader of results: a header line (`{"header": {...}}`, the fields a search's records
-    share, written once by `ResultsStore`) is not a record; its fields are put back into every
-    record after it, before the record's own. Files written before there were headers read as they are.
+    The one reader of results, for every layout written (docs/results.md): lines that are whole
+    records; header lines (`{"header": {...}}`, the fields a search's records share, put back into
+    every record after it); and format 2 headers' `defaults`, `float32` and `evaluations_at`
+    (pareto.jsonl and violations.jsonl lines that hold an evaluation's `index` and what they add to
+    it: the evaluation comes from the directory's evaluations.jsonl).
 
     Args:
         path: The file; a missing file yields nothing.
         strict: Raise on a damaged line that is not the last one (instead of skipping it).
 
     Raises:
-        ResultsError: `strict` and a line before the last one is not a JSON record.
+        ResultsError: `strict` and a line before the last one is not a JSON record; a line refers
+            to an evaluation that evaluations.jsonl does not hold (in any mode: the record cannot be
+            read whole); a header line is damaged or of a newer format.
     """
     path = Path(path)
     if not path.exists():
         return
+    evaluations = Evaluations(path.parent / EVALUATIONS)
     with open(path, encoding='utf-8', errors='replace') as handle:
         damaged: int | None = None
-        shared: dict = {}
+        header: Header | None = None
         for number, line in enumerate(handle, 1):
             line = line.strip()
             if not line:
@@ -184,19 +206,21 @@ def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
                 raise ResultsError(
                     f'{path}: line {damaged} is damaged (not a JSON record) and records follow it'
                 )
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                record = None
-            if not isinstance(record, dict):
+            record = parse_line(line)
+            if record is None:
                 damaged = number  # a partial record from an interrupted write; everything else is intact
                 continue
             damaged = None
-            if len(record) == 1 and isinstance(record.get(HEADER), dict):
+            if is_header(record):
                 # The fields the search's records share, for the lines after it (docs/results.md).
-                shared = record[HEADER]
-                continue
-            yield {**shared, **record} if shared else record
+                header = Header(record, f'{path}: line {number}')
+            elif header is None:
+                yield record  # written before header lines
+            elif header.evaluations_at is None:
+                yield header.restore(record)
+            else:
+                where = f'{path}: line {number}'
+                yield header.restore(record, evaluations.get(header, record.get('index'), where))
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

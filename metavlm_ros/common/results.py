@@ -33,7 +33,6 @@ from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.record_format import (
     EVALUATIONS,
     FRAMES,
-    HEADER,
     IDENTITY,
     PARETO,
     PER_EVALUATION,
@@ -45,8 +44,10 @@ from metavlm_ros.common.record_format import (
     _evaluation_hash,
     _pareto_key,
     _repair_torn_tail,
+    encode_record,
     iter_jsonl,
     read_jsonl,
+    record_digest,
     record_key,
     search_key,
     to_jsonable,
@@ -144,8 +145,13 @@ class ResultsStore:
         self.bytes_written = 0
         self.log = log or (lambda message: None)
         self._files: dict[str, IO[bytes]] = {}
-        # Per compacted file: the shared fields of the header line in effect at its end (this session).
+        # Per record file: the header line in effect at its end (this session).
         self._headers: dict[str, dict] = {}
+        # The evaluations this store wrote under the header line of evaluations.jsonl at byte
+        # `_section_at`: index -> digest of the whole record (None: the index came twice). A Pareto
+        # or violation record equal to one of them refers to it instead of repeating it.
+        self._section_at: int | None = None
+        self._section: dict[int, bytes | None] = {}
         check_results_dir(self.directory, overwrite=overwrite, resume=resume, identity=identity)
         existing = self.directory.is_dir()
         # On resume, a search that was cut short is run again from its seed; what it had already
@@ -173,7 +179,7 @@ class ResultsStore:
             else:
                 # PNGs a killed run was writing: never evidence (they were not renamed into place yet).
                 remove_stale(self.frames_dir, legacy=LEGACY_FRAME_SCRATCH)
-                for name in RECORD_FILES:
+                for name in (*RECORD_FILES, VIOLATIONS):  # the tester's too: it reopens its directory
                     message = _repair_torn_tail(self.directory / name)
                     if message:
                         self.log(message)
@@ -230,7 +236,8 @@ class ResultsStore:
         """Keys (image, algorithm, seed, model, run) of the searches whose summary was written."""
         return {search_key(r) for r in iter_jsonl(self.directory / SUMMARY) if not r.get('stopped')}
 
-    def _append(self, name: str, record: dict) -> None:
+    def _append(self, name: str, record: dict) -> int:
+        """Write one line; returns the byte offset it starts at."""
         path = self.directory / name
         handle = self._files.get(name)
         try:
@@ -254,6 +261,8 @@ class ResultsStore:
             with contextlib.suppress(OSError):
                 os.ftruncate(handle.fileno(), status.st_size)
             raise storage_error(path, exc) from None
+        # One writer appends (O_APPEND): the line went where the file ended.
+        return status.st_size
 
     def append_evaluation(self, record: dict) -> None:
         """Append one evaluation record to evaluations.jsonl (once: a resumed search skips its own).
@@ -273,32 +282,54 @@ class ResultsStore:
                         'count?); nothing more is written: use another --out'
                     )
                 return
+        record = to_jsonable(record)
         self._append_shared(EVALUATIONS, record, PER_EVALUATION)
+        index = record.get('index')
+        if type(index) is int:
+            self._section[index] = None if index in self._section else record_digest(record)
 
     def append_pareto(self, record: dict) -> None:
         """Append one non-dominated solution to pareto.jsonl (once: a resumed search skips its own)."""
         key = _pareto_key(record)
         if key in self._pareto:
             return
-        self._append_shared(PARETO, record, PER_PARETO)
+        self._append_referring(PARETO, record, frozenset({'rank', 'frame'}))
 
     def append_violation(self, record: dict) -> None:
         """Append one published violation (its evaluation record and `frame`) to violations.jsonl."""
-        self._append_shared(VIOLATIONS, record, PER_PARETO)
+        self._append_referring(VIOLATIONS, record, frozenset({'frame'}))
 
-    def _append_shared(self, name: str, record: dict, own: frozenset) -> None:
-        """Append a record as its own fields, after a header line of the rest when that changed.
+    def _append_referring(self, name: str, record: dict, added: frozenset) -> None:
+        """Append an evaluation record plus `added` fields: as a reference to the evaluation (its
+        index and `added`) when this store wrote that evaluation, equal, in the current section of
+        evaluations.jsonl; whole otherwise (a resumed search's evaluations written before)."""
+        record = to_jsonable(record)
+        index = record.get('index')
+        digest = self._section.get(index) if type(index) is int else None
+        evaluation = {k: v for k, v in record.items() if k not in added}
+        if digest is not None and digest == record_digest(evaluation):
+            self._append_shared(
+                name, record, PER_PARETO, line_fields=added | {'index'}, evaluations_at=self._section_at
+            )
+        else:
+            self._append_shared(name, record, PER_PARETO)
+
+    def _append_shared(self, name: str, record: dict, own: frozenset, **encoding: object) -> None:
+        """Append a record as its own line, after a header line when the one in effect differs.
 
         Every line of a search repeated the same image, model, source prediction and stamps; they
-        are written once per search (and again by a store that reopens the file), so `iter_jsonl`
-        returns each record whole.
+        are written once per search (and again by a store that reopens the file), with the fields'
+        usual values (`DEFAULTS`), so `iter_jsonl` returns each record whole (`encode_record`).
         """
-        record = to_jsonable(record)
-        shared = {k: v for k, v in record.items() if k not in own}
-        if self._headers.get(name) != shared:
-            self._append(name, {HEADER: shared})
-            self._headers[name] = shared
-        self._append(name, {k: v for k, v in record.items() if k in own})
+        current = self._headers.get(name)
+        header, line = encode_record(record, own, current=current, **encoding)
+        if header is not current:
+            at = self._append(name, header)
+            self._headers[name] = header
+            if name == EVALUATIONS:
+                # A new section: the evaluations a later line may refer to are those after this header.
+                self._section_at, self._section = at, {}
+        self._append(name, line)
 
     def append_summary(self, record: dict) -> None:
         """Append one search summary to summary.jsonl (once: a resumed search skips its own)."""

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from metavlm_ros.common.errors import ResultsError
-from metavlm_ros.common.record_format import EVALUATIONS, PARETO, iter_jsonl, read_jsonl
+from metavlm_ros.common.record_format import EVALUATIONS, PARETO, VIOLATIONS, iter_jsonl, read_jsonl
 from metavlm_ros.common.results import ResultsStore
 from test.common.searches import search_frames
 
@@ -29,6 +29,13 @@ def test_torn_last_line_is_removed_and_reported_before_anything_is_appended(tmp_
     messages = []
     ResultsStore(directory, log=messages.append).close()
     assert (directory / PARETO).read_text() == record + '\n' and 'newline' in messages[0]
+    # The tester's violations.jsonl too (the tester reopens its directory).
+    directory = tmp_path / 'violations'
+    directory.mkdir()
+    (directory / VIOLATIONS).write_text(record + '\n{"ima')
+    messages = []
+    ResultsStore(directory, log=messages.append).close()
+    assert (directory / VIOLATIONS).read_text() == record + '\n' and 'torn last line' in messages[0]
 
 
 def test_a_damaged_line_before_the_last_one_refuses_resume(tmp_path):

@@ -1,11 +1,12 @@
 """The results directory's disk budget: past it no PNGs, records go on, nothing deleted; its write rate."""
 
+import json
 import math
 
 import numpy as np
 
 from metavlm_ros.common.results import ResultsStore, WriteRate, read_jsonl
-from metavlm_ros.method.search import SearchConfig, run_search
+from metavlm_ros.method.search import SearchConfig, evaluation_record, run_search
 from test.fakes import ImageStatsBackend
 
 
@@ -62,3 +63,25 @@ def test_the_write_rate_and_the_hours_left():
     )
     assert WriteRate.hours_left(1, 10, 0.0) == math.inf and WriteRate.hours_left(20, 10, 1.0) == 0.0
     assert WriteRate.hours_left(20, 10, float('nan')) == 0.0  # reached: known without a rate
+
+
+def test_pareto_and_violation_lines_repeat_nothing_that_evaluations_hold(tmp_path):
+    # Issue 30: a front member or a published violation is its evaluation's index (and rank, PNG);
+    # an evaluation line holds what is its own, not its search's fields nor the usual values.
+    config = SearchConfig(population=10, evaluations=60, seed=1, pareto_pngs=0)
+    with ResultsStore(tmp_path / 'out') as store:
+
+        def on_evaluation(ev, result):
+            if any(ev.violation.values()):
+                store.append_violation({**evaluation_record(ev, result), 'frame': None})
+
+        run_search(_noise(64, 48), ImageStatsBackend(), config, image_id='f', store=store,
+                   on_evaluation=on_evaluation)  # fmt: skip
+    # Bytes a record takes against its whole line: a float64 model's evaluations save the least.
+    for name, most in (('pareto.jsonl', 0.05), ('violations.jsonl', 0.05), ('evaluations.jsonl', 0.75)):
+        path = tmp_path / 'out' / name
+        records = read_jsonl(path)
+        whole = sum(len(json.dumps(r, separators=(',', ':'))) + 1 for r in records) / len(records)
+        header = len(path.read_bytes().splitlines(keepends=True)[0])
+        stored = (path.stat().st_size - header) / len(records)
+        assert stored < most * whole, (name, stored, whole)

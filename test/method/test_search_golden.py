@@ -6,6 +6,12 @@ follow-up PNG) shows up here as a diff. Two fields are normalised because they d
 not on the method: `seconds` (wall time) and `model` (the temporary directory the tiny model was
 built in). Everything else is compared as written.
 
+What is compared is the records, each as one canonical JSON line (keys sorted), in the order of the
+files, as the one reader returns them (`read_jsonl`), and the follow-up PNGs' bytes: not the lines
+on disk, whose layout (header lines, references to evaluations, docs/results.md) is the store's. The
+fixture's files are in the header-line format (format 1) and the searches write the current one, so
+this also checks that records of the older format read back equal.
+
 Float results of torch kernels may differ between CPU instruction sets and library versions, so the
 fixture records the platform it was made on; elsewhere the comparison is skipped with the reason.
 
@@ -63,20 +69,22 @@ def platform_fingerprint() -> dict:
     }
 
 
-def _normalised(line: str) -> str:
-    record = json.loads(line)
-    # A header line holds the model (and any other field) its search's records share.
-    if 'model' in record.get('header', {}):
-        record['header']['model'] = 'TINY_MODEL_DIR'
-    if 'seconds' in record:
-        record['seconds'] = 'SECONDS'
-    if 'model' in record:
-        record['model'] = 'TINY_MODEL_DIR'
-    return json.dumps(record)
+def records_text(path: Path) -> str:
+    """A results file's records, each whole (as `read_jsonl` returns it), one canonical line each."""
+    from metavlm_ros.common.results import read_jsonl
+
+    lines = []
+    for record in read_jsonl(path):
+        if 'seconds' in record:
+            record['seconds'] = 'SECONDS'
+        if 'model' in record:
+            record['model'] = 'TINY_MODEL_DIR'
+        lines.append(json.dumps(record, sort_keys=True) + '\n')
+    return ''.join(lines)
 
 
 def seeded_searches(model_dir) -> dict[str, str]:
-    """Run the fixed seeded searches; return each results file's normalised text by name."""
+    """Run the fixed seeded searches; return each results file's records (`records_text`) by name."""
     import torch
 
     from metavlm_ros.common.results import ResultsStore
@@ -114,10 +122,7 @@ def seeded_searches(model_dir) -> dict[str, str]:
                         store=store,
                         extra_fields={'run': seed},
                     )
-            texts = {}
-            for name in FILES[:3]:
-                lines = (store.directory / name).read_text().splitlines()
-                texts[name] = ''.join(_normalised(line) + '\n' for line in lines)
+            texts = {name: records_text(store.directory / name) for name in FILES[:3]}
             frames = sorted((store.directory / 'frames').glob('*.png'))
             texts['frames.sha256'] = ''.join(
                 f'{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n' for p in frames
@@ -136,8 +141,9 @@ def test_seeded_searches_reproduce_the_committed_records(tiny_model_dirs):
         pytest.skip(f'no fixture made on this platform (first recorded, here): {differing}')
     texts = seeded_searches(tiny_model_dirs)
     assert texts['frames.sha256'], 'the searches saved no follow-up frame: the fixture checks too little'
-    for name in FILES:
-        assert texts[name] == (folder / name).read_text(), f'{name} differs from the seeded fixture'
+    for name in FILES[:3]:
+        assert texts[name] == records_text(folder / name), f'{name} differs from the seeded fixture'
+    assert texts['frames.sha256'] == (folder / 'frames.sha256').read_text(), 'the follow-up PNGs differ'
 
 
 def _write_fixture() -> None:
@@ -152,6 +158,7 @@ def _write_fixture() -> None:
                 built[backend] = build_tiny_model(backend, Path(tmp) / backend, seed=0)
             return built[backend]
 
+        # Whole records, one a line (the oldest layout, which `read_jsonl` reads too).
         for name, text in seeded_searches(model_dir).items():
             (FIXTURE / name).write_text(text)
     (FIXTURE / 'platform.json').write_text(json.dumps(platform_fingerprint(), indent=1) + '\n')
