@@ -65,22 +65,31 @@ def test_launched_nodes_get_the_transport_and_dds_transport_default_turns_it_off
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
+    from launch.actions import DeclareLaunchArgument
+
+    declared = [
+        a for a in module.generate_launch_description().entities if isinstance(a, DeclareLaunchArgument)
+    ]
+
     def envs(dds_transport):
         context = LaunchContext()
-        context.launch_configurations.update(
-            {
-                'camera_topic': '/camera/image_raw',
-                'params_file': str(ROOT / 'config' / 'metavlm.yaml'),
-                'use_sim_time': 'false',
-                'backend': '',
-                'model': '',
-                'vlm_endpoint': 'ros',
-                'dds_transport': dds_transport,
-            }
-        )
 
         def text(substitutions):
             return ''.join(part.perform(context) for part in substitutions)
+
+        given = {
+            'camera_topic': '/camera/image_raw',
+            'params_file': str(ROOT / 'config' / 'metavlm.yaml'),  # not the installed share/ one
+            'use_sim_time': 'false',
+            'vlm_endpoint': 'ros',
+            'dds_transport': dds_transport,
+        }
+        # The arguments this test sets, and every other one the launch file declares at its default
+        # (as `ros2 launch` gives them).
+        context.launch_configurations.update(given)
+        for argument in declared:
+            if argument.name not in given:
+                context.launch_configurations[argument.name] = text(argument.default_value or [])
 
         from launch_ros.actions import Node
 
