@@ -171,7 +171,7 @@ class ChatModel:
         # be rows x tokens x vocabulary floats (GBs for SmolVLM's split images).
         self._last_logits_only = 'logits_to_keep' in inspect.signature(self.model.forward).parameters
         self._answer_ids: dict[str, list[int]] | None = None
-        self._shared: dict[tuple[str, ...], tuple[int, list[list[int]]] | None] = {}
+        self._question_ids: dict[tuple[str, ...], list[list[int]] | None] = {}
         forward = inspect.signature(self.model.forward).parameters
         # transformers renames a forward's past_key_values to cache (5.24 warns, 5.40 removes it).
         self._cache_argument = 'cache' if 'cache' in forward else 'past_key_values'
@@ -255,7 +255,7 @@ class ChatModel:
 
         No generation: a forward pass to the first answer position for every (frame, question), all in
         one batch; the probabilities of a word's single-token spellings (answer_tokens) are summed.
-        Where the questions share the prompt up to the image (see `_shared_prompt`), each frame's image
+        Where the questions share the prompt up to the image (see `_question_tokens`), each frame's image
         and prompt prefix go through the model once and every question continues from that cached
         prefix: the same causal computation as one whole prefill per (frame, question), with the vision
         encoder and the image tokens paid once per frame instead of once per question.
@@ -276,10 +276,10 @@ class ChatModel:
         if not frames or not questions:
             return np.zeros((len(frames), len(questions)))
         prompts = [self._prompt(q) for q in questions]
-        shared = self._shared_prompt(frames[0], tuple(questions), prompts) if len(questions) > 1 else None
+        suffixes = self._question_tokens(frames[0], tuple(questions), prompts) if len(questions) > 1 else None
         with torch.inference_mode():
-            if shared is not None:
-                logits = self._logits_after_prefix(frames, prompts, *shared)
+            if suffixes is not None:
+                logits = self._logits_after_prefix(frames, prompts, suffixes)
             else:
                 logits = self._logits_of_whole_prompts(frames, prompts)
             logp = torch.log_softmax(logits.float(), dim=-1)
@@ -302,16 +302,13 @@ class ChatModel:
         return self.model(**inputs, **keep).logits[:, -1, :]
 
     def _logits_after_prefix(
-        self,
-        frames: Sequence[np.ndarray],
-        prompts: Sequence[str],
-        shared: int,
-        suffixes: Sequence[Sequence[int]],
+        self, frames: Sequence[np.ndarray], prompts: Sequence[str], suffixes: Sequence[Sequence[int]]
     ) -> Any:
         """Next-token logits after each (frame, question), frame-major, from one cached prefix per frame.
 
-        Every frame's first prompt goes through the processor (the image once) and is cut to the
-        `shared` tokens all prompts have in common; those prefixes (left-padded) are prefilled once,
+        Every frame's first prompt goes through the processor (the image once) and loses its
+        question's own tokens (`suffixes[0]`; what is left, the prefix, may differ in length from frame
+        to frame where the processor tiles images); those prefixes (left-padded) are prefilled once,
         their cache repeated for every question, and the questions' own tokens (right-padded, so
         every real token keeps its distance to the image) run on it; each row's logits are read at
         its question's last token.
@@ -348,10 +345,10 @@ class ChatModel:
         )
         return output.logits[:, 0, :]
 
-    def _shared_prompt(
+    def _question_tokens(
         self, frame: np.ndarray, questions: tuple[str, ...], prompts: Sequence[str]
-    ) -> tuple[int, list[list[int]]] | None:
-        """How many tokens the questions' whole prompts share, and each question's tokens after them.
+    ) -> list[list[int]] | None:
+        """Each question's own token ids: what follows the start its whole prompt shares with the others'.
 
         Read from the processor's own tokens for `frame` (once for these questions, then remembered):
         the longest common start of the prompts' token ids, which must hold every image token and
@@ -359,9 +356,9 @@ class ChatModel:
         a shared prefix (a model outside PREFIX_FAMILIES, no known image token id, an image token
         after the shared start).
         """
-        if questions in self._shared:
-            return self._shared[questions]
-        shared = None
+        if questions in self._question_ids:
+            return self._question_ids[questions]
+        found = None
         image_token = next(
             (
                 getattr(self.model.config, name)
@@ -370,16 +367,16 @@ class ChatModel:
             ),
             None,
         )
-        if self.model_type in PREFIX_FAMILIES and not self._prefix_only and image_token is not None:
+        if self.model_type in PREFIX_FAMILIES and image_token is not None:
             whole = [self._inputs([frame], [p])['input_ids'][0].tolist() for p in prompts]
             length = 0
             while length < min(map(len, whole)) - 1 and len({w[length] for w in whole}) == 1:
                 length += 1
             suffixes = [w[length:] for w in whole]
             if image_token in whole[0][:length] and not any(image_token in s for s in suffixes):
-                shared = (length, suffixes)
-        self._shared[questions] = shared
-        return shared
+                found = suffixes
+        self._question_ids[questions] = found
+        return found
 
     def answer_tokens(self) -> dict[str, list[int]]:
         """The token ids counted as 'yes' and as 'no': their spellings that are one token each.

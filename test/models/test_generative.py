@@ -96,12 +96,12 @@ def test_the_questions_run_after_one_cached_image_prefix_where_the_family_allows
     questions = [*QUESTIONS, 'Is there a plant in this image? Answer yes or no.']
     values = model.yes_probability(FRAMES, questions)
     prompts = [model._prompt(q) for q in questions]
-    shared = model._shared_prompt(FRAMES[0], tuple(questions), prompts)
-    assert (shared is not None) == (family in PREFIX_FAMILIES)
-    if shared is not None:
-        length, suffixes = shared
+    suffixes = model._question_tokens(FRAMES[0], tuple(questions), prompts)
+    assert (suffixes is not None) == (family in PREFIX_FAMILIES)
+    if suffixes is not None:
         image_token = model.model.config.image_token_id
         whole = model._inputs(FRAMES[:1], prompts[:1])['input_ids'][0].tolist()
+        length = len(whole) - len(suffixes[0])
         assert image_token in whole[:length] and whole == whole[:length] + suffixes[0]
         assert len({len(s) for s in suffixes}) > 1  # the questions' tokens really are padded
     alone = np.stack([model.yes_probability(FRAMES, [q])[:, 0] for q in questions], axis=1)
