@@ -215,6 +215,22 @@ def test_weights_hash_is_sha256_of_the_safetensors(tiny_clip_dir, clip):
     assert clip.weights_hash() == expected
 
 
+def test_weights_hash_reads_unchanged_weights_once_and_changed_ones_again(
+    tiny_clip_dir, tmp_path, monkeypatch
+):
+    model = shutil.copytree(tiny_clip_dir, tmp_path / 'model')
+    digests, sha256 = [], hashlib.sha256
+    monkeypatch.setattr(hf.hashlib, 'sha256', lambda *a: digests.append(sha256(*a)) or digests[-1])
+    first = weights_hash(model, length=64)
+    assert weights_hash(model, length=64) == first and len(digests) == 1  # the same files: not read again
+    # Retrained in place: same name and size, other bytes.
+    data = bytearray((model / 'model.safetensors').read_bytes())
+    data[-1] ^= 0xFF
+    (model / 'model.safetensors').write_bytes(bytes(data))
+    expected = sha256(b'model.safetensors' + bytes(data)).hexdigest()
+    assert weights_hash(model, length=64) == expected != first and len(digests) == 2
+
+
 def test_model_id_and_path(clip, tiny_clip_dir):
     assert clip.model_id == str(tiny_clip_dir)
     assert resolve_model('clip', str(tiny_clip_dir)) == str(tiny_clip_dir.resolve())
