@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import cv2
 import numpy as np
 
-from metavlm_ros.viewer.channels import overlay_lines
+from metavlm_ros.viewer.channels import OVERLAY_RGBA, overlay_lines
 
 __all__ = ['followup_overlay', 'format_change', 'violation_image']
 
@@ -15,8 +15,8 @@ _FONT = cv2.FONT_HERSHEY_SIMPLEX
 _TEXT = (255, 255, 255)
 _CHANGED = (255, 190, 60)  # amber: the classes whose value moved
 _BACKGROUND = (24, 24, 24)
-_OVERLAY = np.array((191, 26, 26), np.float32)  # Foxglove's overlay red (viewer/channels.py), RGB
-_OVERLAY_ALPHA = 0.8
+_OVERLAY = np.round(255 * np.array(OVERLAY_RGBA[:3], np.float32))  # the red of Foxglove's overlay
+_OVERLAY_ALPHA = OVERLAY_RGBA[3]
 
 
 def format_change(cls: str, source: float, followup: float, kind: str) -> str:

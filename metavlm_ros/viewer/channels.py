@@ -17,6 +17,7 @@ from foxglove.messages import (
 )
 
 __all__ = [
+    'OVERLAY_RGBA',
     'SUMMARY_SCHEMA',
     'TOPICS',
     'VIOLATION_SCHEMA',
@@ -93,8 +94,11 @@ SUMMARY_SCHEMA = {
     'required': ['image', 'evaluations', 'violations', 'stamp_ns'],
     'additionalProperties': True,
 }
+#: The overlay's background, RGBA in [0, 1]: violations in red, readable on murky water (also drawn
+#: into the pixels of the tester's violation_followup, ros/visualisation.py).
+OVERLAY_RGBA = (0.75, 0.1, 0.1, 0.8)
 _TEXT = Color(r=1.0, g=1.0, b=1.0, a=1.0)
-_BACKGROUND = Color(r=0.75, g=0.1, b=0.1, a=0.8)  # violations in red, readable on murky water
+_BACKGROUND = Color(r=OVERLAY_RGBA[0], g=OVERLAY_RGBA[1], b=OVERLAY_RGBA[2], a=OVERLAY_RGBA[3])
 _FONT = 12.0
 
 
