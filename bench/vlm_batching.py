@@ -88,7 +88,7 @@ def main() -> int:
         }
         backends = {**count, **confidence}
         answers: dict[str, list] = {}
-        unshared = confidence['confidence, batched']
+        batched_confidence = confidence['confidence, batched']
         per_class: dict[str, np.ndarray] = {}
 
         def judge(name: str):
@@ -100,8 +100,8 @@ def main() -> int:
         def one_prefill_per_class() -> None:
             # The way before the cached image prefix: every (frame, class) prefilled whole, the
             # image encoded once per class (a single question never shares a prefix).
-            questions = unshared.asked.questions
-            columns = [unshared.chat.yes_probability(frames, [q])[:, 0] for q in questions]
+            questions = batched_confidence.asked.questions
+            columns = [batched_confidence.chat.yes_probability(frames, [q])[:, 0] for q in questions]
             per_class['values'] = np.stack(columns, axis=1)
 
         print(
