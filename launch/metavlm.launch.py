@@ -2,14 +2,10 @@
 
 import os
 
-import lifecycle_msgs.msg
-from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
-from launch.events import matches_action
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.launch_description import LaunchDescription
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import FindPackageShare
 
 PACKAGE = 'metavlm_ros'
@@ -26,32 +22,6 @@ def flag(context, name: str) -> bool:
     from metavlm_ros.ros.launch_arguments import flag as checked_flag
 
     return checked_flag(name, LaunchConfiguration(name, default=FLAG_DEFAULTS[name]).perform(context))
-
-
-def bring_to_active(node: LifecycleNode) -> list:
-    """Configure the node once it runs, and activate it once it is configured (inactive)."""
-    activate = RegisterEventHandler(
-        OnStateTransition(
-            target_lifecycle_node=node,
-            start_state='configuring',
-            goal_state='inactive',
-            entities=[
-                EmitEvent(
-                    event=ChangeState(
-                        lifecycle_node_matcher=matches_action(node),
-                        transition_id=lifecycle_msgs.msg.Transition.TRANSITION_ACTIVATE,
-                    )
-                )
-            ],
-        )
-    )
-    configure = EmitEvent(
-        event=ChangeState(
-            lifecycle_node_matcher=matches_action(node),
-            transition_id=lifecycle_msgs.msg.Transition.TRANSITION_CONFIGURE,
-        )
-    )
-    return [activate, configure]
 
 
 def _nodes(context, *args, **kwargs):
@@ -123,10 +93,21 @@ def _nodes(context, *args, **kwargs):
         remappings=camera_remaps + probe_remaps,
         additional_env=transport_env,
     )
-    actions = [perception, tester]
-    if autostart:
-        actions += bring_to_active(perception) + bring_to_active(tester)
-    return actions
+    if not autostart:
+        return [perception, tester]
+    # Not launch_ros's ChangeState events: their requests outlive a node that died and end in a
+    # traceback at Ctrl-C (metavlm_ros/ros/launch_lifecycle.py says where and why). The handlers come
+    # first, so that they are in place when the processes start.
+    from metavlm_ros.ros.launch_lifecycle import Transitions
+
+    transitions = Transitions()
+    return [
+        *transitions.bring_to_active(perception, PERCEPTION),
+        *transitions.bring_to_active(tester, TESTER),
+        transitions.closer(),
+        perception,
+        tester,
+    ]
 
 
 def _model_arguments() -> list:

@@ -110,17 +110,25 @@ def _checked(context, *args, **kwargs):
     return []
 
 
-def _start_player_when_ready():
-    """An event handler that starts the player once the nodes that judge frames are active.
+def _start_player_when_ready() -> list:
+    """Event handlers that start the player once the nodes that judge frames are active.
 
     The tester must be active, and with the `ros` endpoint the perception node too: frames played
-    before then would be lost, and a short bag would be over before anything was searched.
+    before then would be lost, and a short bag would be over before anything was searched. With
+    autostart the launch's own activate answers say so (NodeActive); with autostart:=false the nodes'
+    transition events do, when you activate them.
     """
+    from launch.event_handler import EventHandler
+
+    from metavlm_ros.ros.launch_lifecycle import NodeActive
+
     active: set[str] = set()
     started = []
 
     def on_active(context, *args, **kwargs):
-        active.add(context.locals.event.action.node_name.lstrip('/'))
+        event = context.locals.event
+        name = event.node_name if isinstance(event, NodeActive) else event.action.node_name
+        active.add(name.lstrip('/'))
         wanted = {'metavlm_tester'}
         if LaunchConfiguration('vlm_endpoint').perform(context) != 'inprocess':
             wanted.add('metavlm_perception')
@@ -129,12 +137,20 @@ def _start_player_when_ready():
         started.append(True)
         return _bag_play(context)
 
-    return RegisterEventHandler(
-        OnStateTransition(
-            matcher=lambda event: getattr(event, 'goal_state', None) == 'active',
-            entities=[OpaqueFunction(function=on_active)],
-        )
-    )
+    return [
+        RegisterEventHandler(
+            OnStateTransition(
+                matcher=lambda event: getattr(event, 'goal_state', None) == 'active',
+                entities=[OpaqueFunction(function=on_active)],
+            )
+        ),
+        RegisterEventHandler(
+            EventHandler(
+                matcher=lambda event: isinstance(event, NodeActive),
+                entities=[OpaqueFunction(function=on_active)],
+            )
+        ),
+    ]
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -194,7 +210,7 @@ def generate_launch_description() -> LaunchDescription:
                 description='bring both nodes to active; false: the bag plays once you activate them',
             ),
             OpaqueFunction(function=_checked),
-            _start_player_when_ready(),
+            *_start_player_when_ready(),
             nodes,
         ]
     )

@@ -244,7 +244,10 @@ def test_release_wakes_a_waiting_caller(graph):
 
     worker = threading.Thread(target=call)
     worker.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10.0  # the probe is out: the caller now waits for its answer
+    while backend.sent == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert backend.sent == 1 and worker.is_alive()
     backend.release()
     worker.join(2.0)
     assert not worker.is_alive()
