@@ -62,7 +62,8 @@ def test_kill_then_resume_gives_the_same_report(tmp_path, campaign_yaml, capsys,
     except ImportError:
         psutil = None
     killed = tmp_path / 'killed'
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # A killed Dask cluster leaves its workers' scratch folders behind: in the test's folder, not /tmp.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
     options = ['--no-progress', '--threads', '1']
     command = [sys.executable, '-m', 'metavlm_ros.cli', 'campaign', str(campaign_yaml), '--out', str(killed),
                *options, *executor]  # fmt: skip

@@ -48,7 +48,11 @@ def ros_env(tmp_path_factory) -> dict[str, str]:
     # A ROS domain of their own: nodes left in this test process's domain by other tests (same names,
     # /metavlm_tester) would otherwise answer the launched nodes' lifecycle and parameter requests.
     domain = claim_domain()
+    # launch_ros writes every node's dict parameters to a temporary file it never removes: here they go
+    # with the test's own temporary folder, not to /tmp.
+    launch_tmp = tmp_path_factory.mktemp('launch_tmp')
     env.update(
+        TMPDIR=str(launch_tmp),
         ROS_DOMAIN_ID=str(domain),
         AMENT_PREFIX_PATH=str(prefix),
         # the installed package first; the source root after it only for tests.launch.support
