@@ -170,8 +170,7 @@ def _rand_searches(
 def _hypervolumes(directory: Path) -> dict[str, float]:
     from metavlm_ros.common.results import read_jsonl
 
-    path = directory / 'summary.jsonl'
-    return {str(r['image']): float(r['hypervolume']) for r in read_jsonl(path)} if path.is_file() else {}
+    return {str(r['image']): float(r['hypervolume']) for r in read_jsonl(directory / 'summary.jsonl')}
 
 
 def run_demo(
@@ -218,9 +217,7 @@ def run_demo(
             dds_transport=dds_transport,
         )
         summaries[backend] = summary
-        records = (
-            read_jsonl(results / 'evaluations.jsonl') if (results / 'evaluations.jsonl').is_file() else []
-        )
+        records = read_jsonl(results / 'evaluations.jsonl')  # none when nothing was searched
         kind = backend_class(backend).kinds[0]  # the demo models give one kind each
         notes = [
             f'{summary["searches"]} search(es), {summary["evaluations"]} evaluations '
@@ -294,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
     print(f'demo finished in {done["seconds"]:.0f} s')
     print(f'  footage (ROS 2 bag):   {done["bag"]}')
     for backend, path in done['results'].items():
-        print(f'  {backend} results:        {path}/ (evaluations.jsonl, violations.jsonl, summary.jsonl)')
+        print(f'  {backend} results:        {path}/ (evaluations, violations, summary: .jsonl.gz)')
     print(f'  report:                {done["report"]}')
     print(f'  tables (JSON):         {done["report_json"]}')
     print(f'  NSGA-II vs Rand:       {done["trade_off"]}')

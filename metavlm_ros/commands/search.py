@@ -300,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ModelError(f'{frame.id}: search stopped: {why}; what finished is kept in {args.out}')
     print(
         f'{searched} frame(s) searched; results in {store.directory}/ '
-        '(evaluations.jsonl, pareto.jsonl, summary.jsonl, frames/, sources/, search.json)'
+        '(evaluations.jsonl.gz, pareto.jsonl.gz, summary.jsonl.gz, frames/, sources/, search.json)'
     )
     if live is not None:
         live.close()

@@ -21,6 +21,7 @@ from metavlm_ros.common.record_format import (
     RECORD_FILES,
     RESULT_NAMES,
     SEARCH_SOURCE,
+    records_file,
     to_jsonable,
 )
 from metavlm_ros.common.scratch import is_stale, remove_stale, scratch_path
@@ -82,7 +83,7 @@ def holds_results(directory: str | Path) -> bool:
     if not directory.is_dir():
         return False
     for name in RECORD_FILES:
-        path = directory / name
+        path = records_file(directory / name)
         if path.is_file() and path.stat().st_size > 0:
             return True
     frames = directory / FRAMES

@@ -1,4 +1,4 @@
-"""The results' record format: file names, header lines, record keys and the one JSON Lines reader."""
+"""The results' record format: file names, layouts on disk, record keys and the one records reader."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from metavlm_ros.common.errors import ResultsError
+from metavlm_ros.common.gzip_lines import GZIP_SUFFIX, is_gzip, iter_gzip_records, repair_torn_member
 from metavlm_ros.common.record_lines import (
     DEFAULTS,
     FORMAT,
@@ -29,6 +30,7 @@ __all__ = [
     'EVALUATIONS',
     'FORMAT',
     'FRAMES',
+    'GZIP_SUFFIX',
     'HEADER',
     'IDENTITY',
     'IDENTITY_FORMAT',
@@ -45,22 +47,34 @@ __all__ = [
     'iter_jsonl',
     'read_jsonl',
     'record_digest',
+    'records_file',
     'record_key',
     'search_key',
     'to_jsonable',
 ]
 
 
+# The record files by name. On disk each is NAME.gz (results format 3: whole records, one JSON object
+# a line, in gzip members, docs/results.md) or, in a directory an earlier version wrote, NAME itself
+# (formats 1 and 2: JSON Lines with header lines). `records_file` says which; every reader takes NAME.
 EVALUATIONS = 'evaluations.jsonl'
 PARETO = 'pareto.jsonl'
 SUMMARY = 'summary.jsonl'
+VIOLATIONS = 'violations.jsonl'  # the tester's published violations
 IDENTITY = 'search.json'
 FRAMES = 'frames'
 # Source frames, one lossless PNG per distinct frame searched (named by its pixels' sha256).
 SOURCES = 'sources'
 RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
 # What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).
-RESULT_NAMES = frozenset({*RECORD_FILES, IDENTITY, FRAMES, SOURCES, 'violations.jsonl'})  # the tester's
+RESULT_NAMES = frozenset(
+    {
+        *(name + suffix for name in (*RECORD_FILES, VIOLATIONS) for suffix in ('', GZIP_SUFFIX)),
+        IDENTITY,
+        FRAMES,
+        SOURCES,
+    }
+)
 # 2: one shape for every command that searches (settings, model, source); 1: before it (issue 28),
 # read as 2 where it says as much (common/directories.py).
 IDENTITY_FORMAT = 2
@@ -85,7 +99,6 @@ PER_EVALUATION = frozenset(
 )  # fmt: skip
 # pareto.jsonl lines add their rank and PNG.
 PER_PARETO = PER_EVALUATION | {'rank', 'frame'}
-VIOLATIONS = 'violations.jsonl'
 
 
 def to_jsonable(value: Any) -> Any:
@@ -133,14 +146,31 @@ def _evaluation_hash(record: dict) -> int:
     return hash(json.dumps(values))
 
 
-def _repair_torn_tail(path: Path) -> str | None:
-    """Make a file end with its last whole record; returns what was repaired, or None.
+def records_file(path: str | Path) -> Path:
+    """The file on disk that holds the records named `path` (NAME or NAME.gz, e.g. evaluations.jsonl).
 
-    A line cut short by a kill or a full disk is removed; a whole record that only lacks its
-    newline gets it.
+    NAME.gz where it exists (results format 3), else NAME where it exists (what earlier versions
+    wrote), else NAME.gz: where a new store writes them.
     """
+    path = Path(path)
+    name = path.name[: -len(GZIP_SUFFIX)] if path.name.endswith(GZIP_SUFFIX) else path.name
+    compressed, plain = path.with_name(name + GZIP_SUFFIX), path.with_name(name)
+    if compressed.exists() or not plain.exists():
+        return compressed
+    return plain
+
+
+def _repair_torn_tail(path: Path) -> str | None:
+    """Make the records file named `path` end with its last whole record; what was repaired, or None.
+
+    A gzip member or a line cut short by a kill or a full disk is removed; a whole record that only
+    lacks its newline gets it.
+    """
+    path = records_file(path)
     if not path.is_file():
         return None
+    if path.name.endswith(GZIP_SUFFIX):
+        return repair_torn_member(path)
     with open(path, 'rb+') as handle:
         size = handle.seek(0, os.SEEK_END)
         if size == 0:
@@ -174,16 +204,17 @@ def _repair_torn_tail(path: Path) -> str | None:
 
 
 def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
-    """Yield the records of a JSON Lines file whole, skipping a last line cut short by a killed writer.
+    """Yield the records of a results file whole, skipping a last member or line cut short by a kill.
 
-    The one reader of results, for every layout written (docs/results.md): lines that are whole
-    records; header lines (`{"header": {...}}`, the fields a search's records share, put back into
-    every record after it); and format 2 headers' `defaults`, `float32` and `evaluations_at`
-    (pareto.jsonl and violations.jsonl lines that hold an evaluation's `index` and what they add to
-    it: the evaluation comes from the directory's evaluations.jsonl).
+    The one reader of results, for every layout written (docs/results.md): format 3, whole records in
+    gzip members (NAME.gz); and what earlier versions wrote (NAME): lines that are whole records;
+    header lines (`{"header": {...}}`, the fields a search's records share, put back into every record
+    after it); and format 2 headers' `defaults`, `float32` and `evaluations_at` (pareto.jsonl and
+    violations.jsonl lines that hold an evaluation's `index` and what they add to it: the evaluation
+    comes from the directory's evaluations.jsonl).
 
     Args:
-        path: The file; a missing file yields nothing.
+        path: The file, by NAME or NAME.gz (`records_file`); a missing file yields nothing.
         strict: Raise on a damaged line that is not the last one (instead of skipping it).
 
     Raises:
@@ -191,8 +222,11 @@ def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:
             to an evaluation that evaluations.jsonl does not hold (in any mode: the record cannot be
             read whole); a header line is damaged or of a newer format.
     """
-    path = Path(path)
+    path = records_file(path)
     if not path.exists():
+        return
+    if is_gzip(path):
+        yield from iter_gzip_records(path, strict=strict)
         return
     evaluations = Evaluations(path.parent / EVALUATIONS)
     with open(path, encoding='utf-8', errors='replace') as handle:

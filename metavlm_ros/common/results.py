@@ -1,4 +1,4 @@
-"""The results store: JSON Lines records appended and flushed one by one, plus follow-up PNGs."""
+"""The results store: whole JSON records appended in flushed gzip members, plus follow-up PNGs."""
 
 from __future__ import annotations
 
@@ -29,10 +29,12 @@ from metavlm_ros.common.directories import (
     write_identity,
 )
 from metavlm_ros.common.errors import InputError, ResultsError, StorageError
+from metavlm_ros.common.gzip_lines import encode_member
 from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.record_format import (
     EVALUATIONS,
     FRAMES,
+    GZIP_SUFFIX,
     IDENTITY,
     PARETO,
     PER_EVALUATION,
@@ -49,6 +51,7 @@ from metavlm_ros.common.record_format import (
     read_jsonl,
     record_digest,
     record_key,
+    records_file,
     search_key,
     to_jsonable,
 )
@@ -76,6 +79,7 @@ __all__ = [
     'read_jsonl',
     'read_source_frame',
     'record_key',
+    'records_file',
     'replace_directory',
     'search_key',
     'source_digest',
@@ -86,14 +90,24 @@ __all__ = [
 ]
 
 
-class ResultsStore:
-    """Append-only JSON Lines files under one directory.
+#: A gzip member is written once this many records wait, or once the first of them waited FLUSH_S.
+FLUSH_RECORDS = 64
+FLUSH_S = 1.0
 
-    Every record is written as one line with one write (and fsync'ed when `durable`) before the
-    call returns, so a killed run keeps everything it finished; a write that fails (disk full) is
-    taken back whole, so no torn line is left. Reopening a directory appends: nothing already
-    written is ever truncated, except a torn last line that an interrupted write left, which is
-    removed (and reported through `log`) before anything is appended.
+
+class ResultsStore:
+    """Append-only record files under one directory (results format 3, docs/results.md).
+
+    Every record is whole (no other line is needed to read it) and goes into NAME.gz in gzip members:
+    records wait in memory until `flush` (a search calls it after every generation), a violation or a
+    summary is appended, FLUSH_RECORDS records wait or the first waited FLUSH_S; then each file gets
+    one member, with one write (fsync'ed when `durable`). So a killed run keeps every member it
+    flushed, and zcat, pandas and DuckDB read the files as they are; a write that fails (disk full) is
+    taken back whole, so no torn member is left. Reopening a directory appends: nothing already
+    written is ever truncated, except a torn last member (or line) that an interrupted write left,
+    which is removed (and reported through `log`) before anything is appended. A directory an earlier
+    version wrote (formats 1 and 2: NAME, JSON Lines with header lines) is appended to in its own
+    format, one line a record, written before the call returns.
 
     `overwrite` replaces the whole directory (old frames included), once this store opens: the new
     directory is built under a temporary name and renamed in. It replaces results only: a directory
@@ -152,8 +166,20 @@ class ResultsStore:
         # or violation record equal to one of them refers to it instead of repeating it.
         self._section_at: int | None = None
         self._section: dict[int, bytes | None] = {}
+        # Format 3: the records that wait for the next member, by file, and since when.
+        self._pending: dict[str, list[dict]] = {}
+        self._pending_since: float | None = None
         check_results_dir(self.directory, overwrite=overwrite, resume=resume, identity=identity)
         existing = self.directory.is_dir()
+        #: An earlier version's directory (formats 1, 2): appended to in its own layout.
+        self.legacy = (
+            existing
+            and not overwrite
+            and any(
+                records_file(self.directory / name).suffix != GZIP_SUFFIX
+                for name in (*RECORD_FILES, VIOLATIONS)
+            )
+        )
         # On resume, a search that was cut short is run again from its seed; what it had already
         # written is recognised by its key and not written twice.
         self._written: dict[tuple, int] = {}
@@ -237,7 +263,11 @@ class ResultsStore:
         return {search_key(r) for r in iter_jsonl(self.directory / SUMMARY) if not r.get('stopped')}
 
     def _append(self, name: str, record: dict) -> int:
-        """Write one line; returns the byte offset it starts at."""
+        """Write one line (formats 1, 2); returns the byte offset it starts at."""
+        return self._write(name, (json.dumps(to_jsonable(record), separators=(',', ':')) + '\n').encode())
+
+    def _write(self, name: str, data: bytes) -> int:
+        """Append `data` to the file `name` with one write; returns the byte offset it starts at."""
         path = self.directory / name
         handle = self._files.get(name)
         try:
@@ -248,7 +278,6 @@ class ResultsStore:
             raise storage_error(path, exc) from None
         if status.st_nlink == 0:
             raise StorageError(f'{path}: removed while results were written to it; nothing more is written')
-        data = (json.dumps(to_jsonable(record), separators=(',', ':')) + '\n').encode()
         try:
             view = memoryview(data)
             while view:
@@ -257,7 +286,7 @@ class ResultsStore:
                 os.fsync(handle.fileno())
             self.bytes_written += len(data)
         except OSError as exc:
-            # Take the partial line back: the file ends with the last whole record, as before.
+            # Take the partial member (line) back: the file ends with the last whole one, as before.
             with contextlib.suppress(OSError):
                 os.ftruncate(handle.fileno(), status.st_size)
             raise storage_error(path, exc) from None
@@ -283,6 +312,9 @@ class ResultsStore:
                     )
                 return
         record = to_jsonable(record)
+        if not self.legacy:
+            self._add(EVALUATIONS, record)
+            return
         self._append_shared(EVALUATIONS, record, PER_EVALUATION)
         index = record.get('index')
         if type(index) is int:
@@ -293,10 +325,21 @@ class ResultsStore:
         key = _pareto_key(record)
         if key in self._pareto:
             return
+        if not self.legacy:
+            self._add(PARETO, to_jsonable(record))
+            return
         self._append_referring(PARETO, record, frozenset({'rank', 'frame'}))
 
     def append_violation(self, record: dict) -> None:
-        """Append one published violation (its evaluation record and `frame`) to violations.jsonl."""
+        """Append one published violation (its evaluation record and `frame`) to violations.jsonl.
+
+        It is on disk when this returns (a member of its own): a violation is published next. Its
+        record is whole, so what is published is on disk whatever evaluations still wait.
+        """
+        if not self.legacy:
+            self._add(VIOLATIONS, to_jsonable(record))
+            self.flush((VIOLATIONS,))
+            return
         self._append_referring(VIOLATIONS, record, frozenset({'frame'}))
 
     def _append_referring(self, name: str, record: dict, added: frozenset) -> None:
@@ -335,7 +378,44 @@ class ResultsStore:
         """Append one search summary to summary.jsonl (once: a resumed search skips its own)."""
         if not record.get('stopped') and search_key(record) in self._summaries:
             return
+        if not self.legacy:
+            self._add(SUMMARY, to_jsonable(record))
+            self.flush()  # a search's records are on disk with its summary
+            return
         self._append(SUMMARY, record)
+
+    def create(self, name: str) -> None:
+        """Create the record file `name` with no record in it, unless it exists (an empty gzip member
+        in format 3: a valid, empty file for zcat, pandas and DuckDB)."""
+        if self.legacy:
+            self._write(name, b'')
+        elif not records_file(self.directory / name).exists():
+            self._write(name + GZIP_SUFFIX, encode_member([]))
+
+    def _add(self, name: str, record: dict) -> None:
+        """Keep a record for the next member of `name`; flush when enough waited, or long enough."""
+        now = time.monotonic()
+        waiting = self._pending.setdefault(name, [])
+        waiting.append(record)
+        if self._pending_since is None:
+            self._pending_since = now
+        if len(waiting) >= FLUSH_RECORDS or now - self._pending_since >= FLUSH_S:
+            self.flush()
+
+    def flush(self, names: tuple[str, ...] = (EVALUATIONS, PARETO, VIOLATIONS, SUMMARY)) -> None:
+        """Write the records waiting for the files `names` (all by default): one gzip member each, in
+        that order (evaluations first), one write each.
+
+        Raises:
+            StorageError: A member could not be written (full disk): it is taken back whole, and the
+                records it held are not written (a resumed search writes them again).
+        """
+        members = [(name, self._pending.pop(name, None)) for name in names]
+        if not any(records for records in self._pending.values()):
+            self._pending_since = None
+        for name, records in members:
+            if records:
+                self._write(name + GZIP_SUFFIX, encode_member(records))
 
     def low_on_space(self) -> bool:
         """Whether the results file system has less free space than `reserve_bytes` (never when 0)."""
@@ -386,17 +466,26 @@ class ResultsStore:
         return path
 
     def close(self) -> None:
-        """Close the open files (records are already written)."""
-        for handle in self._files.values():
-            with contextlib.suppress(OSError):
-                handle.close()
-        self._files.clear()
+        """Write the records that wait, then close the open files."""
+        try:
+            self.flush()
+        finally:
+            for handle in self._files.values():
+                with contextlib.suppress(OSError):
+                    handle.close()
+            self._files.clear()
 
     def __enter__(self) -> ResultsStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        # Leaving on an error or an interrupt: what waits is written all the same, and a failure to
+        # write it (the disk that failed first) does not hide the error that got us here.
+        with contextlib.suppress(StorageError):
+            self.close()
 
 
 class WriteRate:

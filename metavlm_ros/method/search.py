@@ -309,6 +309,8 @@ def run_search(
             if on_evaluation is not None:
                 on_evaluation(ev, result)
             ev.followup_frame = None  # judged and handed over: a search holds no frame beyond its batch
+        if store is not None:
+            store.flush()  # one member a generation: a killed search keeps every generation it finished
         if progress is not None:
             progress(len(batch))
 

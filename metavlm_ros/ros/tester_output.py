@@ -266,9 +266,9 @@ class TesterOutput:
             if self._store is not None:
                 self._store.close()
             self._store = ResultsStore(directory)
-            # violations.jsonl exists from configure on (empty until a violation), as users know it;
-            # the store appends to it.
-            (self._store.directory / VIOLATIONS).touch()
+            # violations.jsonl(.gz) exists from configure on (no record until a violation), as users
+            # know it; the store appends to it.
+            self._store.create(VIOLATIONS)
         return self._store
 
     def _on_evaluation(self, ev: Evaluation, result: SearchResult) -> None:

@@ -22,10 +22,12 @@ from metavlm_ros.common.results import (
     IDENTITY,
     PARETO,
     SUMMARY,
+    VIOLATIONS,
     iter_jsonl,
     read_identity,
     read_source_frame,
     record_key,
+    records_file,
     search_key,
 )
 
@@ -36,7 +38,6 @@ from metavlm_ros.viewer.channels import ViolationChannels
 
 __all__ = ['ExportResult', 'export_mcap', 'find_results', 'is_violation', 'time_of']
 
-VIOLATIONS = 'violations.jsonl'  # the tester node's published violations (docs/results.md)
 #: Files of a demo or campaign directory attached as they are (reports a reviewer reads beside the data).
 REPORTS = ('report.md', 'report.json', 'campaign.json')
 # Records of image files carry no camera time: their searches are laid one second apart.
@@ -109,7 +110,7 @@ def find_results(root: str | Path) -> list[tuple[Path, str]]:
 
 
 def _has_records(directory: Path) -> bool:
-    return any((directory / name).is_file() for name in (EVALUATIONS, SUMMARY, VIOLATIONS))
+    return any(records_file(directory / name).is_file() for name in (EVALUATIONS, SUMMARY, VIOLATIONS))
 
 
 def _records(path: Path) -> list[dict]:
@@ -154,7 +155,7 @@ def _read_results(directory: Path, prefix: str) -> _Results:
     identity = read_identity(directory)
     evaluations = _records(directory / EVALUATIONS)
     published = directory / VIOLATIONS
-    if published.is_file():
+    if records_file(published).is_file():
         # The tester node's own choice (its report threshold) of what was a violation.
         violations = _records(published)
     else:
@@ -388,14 +389,16 @@ def _write_identity(writer: foxglove.mcap.MCAPWriter, results: _Results, now: in
     name = results.prefix.strip('/').replace('/', '.')
     if results.identity is not None:
         writer.write_metadata(f'{name}.identity', _flat(results.identity))
-    for file_name in (IDENTITY, SUMMARY, CELL_FILE):
-        _attach(writer, results.path / file_name, f'{name}/{file_name}', now)
+    for path in (results.path / IDENTITY, records_file(results.path / SUMMARY), results.path / CELL_FILE):
+        _attach(writer, path, f'{name}/{path.name}', now)
 
 
 def _attach(writer: foxglove.mcap.MCAPWriter, path: Path, name: str, now: int) -> None:
     if not path.is_file():
         return
-    media = {'.md': 'text/markdown', '.jsonl': 'application/jsonl'}.get(path.suffix, 'application/json')
+    media = {'.md': 'text/markdown', '.jsonl': 'application/jsonl', '.gz': 'application/gzip'}.get(
+        path.suffix, 'application/json'
+    )
     writer.attach(
         log_time=now, create_time=path.stat().st_mtime_ns, name=name, media_type=media, data=path.read_bytes()
     )

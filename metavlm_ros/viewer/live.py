@@ -62,6 +62,10 @@ class _Viewers:
             self.changed.notify_all()
 
 
+#: How long a closing server keeps serving a subscribed viewer the last messages (see LiveServer.close).
+LINGER_S = 1.0
+
+
 class LiveServer:
     """A Foxglove WebSocket server (subprotocol `foxglove.sdk.v1`) with the export's channels."""
 
@@ -127,13 +131,20 @@ class LiveServer:
                 wake = deadline if not viewers.subscriptions else viewers.last_change + SETTLE_S
                 viewers.changed.wait(max(0.0, min(wake, deadline) - now))
 
-    def close(self, wait_s: float = 2.0) -> None:
+    def close(self, wait_s: float = 2.0, linger_s: float = LINGER_S) -> None:
         """Stop serving (clients see the channels go), and wait up to `wait_s` for the port to be free.
 
-        The SDK stops its listener in the background: a node's `configure` right after `cleanup`
+        The SDK sends to each client in the background and has no flush: while a viewer is
+        subscribed, the server stays up to `linger_s` (less once no viewer is left) so that what was
+        published last, a search's summary, reaches it; stopped at once, a loaded machine lost it. The
+        SDK stops its listener in the background too: a node's `configure` right after `cleanup`
         must find the port free again.
         """
         port = self.port
+        deadline = time.monotonic() + linger_s
+        with self._viewers.changed:
+            while self._viewers.subscriptions and time.monotonic() < deadline:
+                self._viewers.changed.wait(max(0.0, deadline - time.monotonic()))
         self.channels.close()
         self.server.stop()
         deadline = time.monotonic() + wait_s
@@ -175,6 +186,7 @@ class LiveResults:
         self._violations: dict[tuple, int] = {}
         self._source: np.ndarray | None = None
         self._source_file: Path | None = None
+        self._waiting: list[tuple[dict, int]] = []  # violations written, not flushed yet
 
     def next_source(self, rgb: np.ndarray) -> None:
         """The frame of the next search: published with its first record (its time is known then).
@@ -215,6 +227,14 @@ class LiveResults:
         self._source, self._source_file = None, None
         if not self._published and is_violation(record):
             self._count(record)
+            self._waiting.append((record, stamp))  # published once on disk: at the next flush
+
+    def flush(self) -> None:
+        """Write the records that wait (a search calls this after each generation), then publish the
+        violations among them: nothing is published before it is on disk."""
+        self._store.flush()
+        waiting, self._waiting = self._waiting, []
+        for record, stamp in waiting:
             self._channels.log_violation(record, stamp)
 
     def append_violation(self, record: dict, followup: np.ndarray | None = None) -> None:
@@ -252,6 +272,7 @@ class LiveResults:
 
     def append_summary(self, record: dict) -> None:
         """Write a search's summary; publish it with its violation count."""
+        self.flush()
         self._store.append_summary(record)
         count = self._violations.pop(record_key(record)[:-1], 0)
         self._channels.log_summary(record, count, self._time(record))

@@ -76,7 +76,7 @@ def test_relations_narrow_every_cell(tmp_path, image_dir, tiny_clip_dir):
     )
     run_campaign(config, tmp_path / 'out', progress=False, threads=1)
     records = [
-        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl') for r in read_jsonl(path)
+        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl.gz') for r in read_jsonl(path)
     ]
     assert len(records) == 2 * 12
     assert {r['composition'] for r in records} <= {'{}', '{5}'}
@@ -97,12 +97,12 @@ def test_a_campaign_of_three_algorithms_on_underwater_relations_reports_every_pa
     )
     run_campaign(config, tmp_path / 'out', progress=False, threads=1)
     records = [
-        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl') for r in read_jsonl(path)
+        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl.gz') for r in read_jsonl(path)
     ]
     assert len(records) == 3 * 2 * 2 * 12  # algorithms x runs x images x budget
     assert {r['composition'] for r in records} <= {'{}', '{8}', '{9}', '{8,9}'}
     assert all(len(r['genotype']) == 4 for r in records)
-    summaries = [json.loads(p.read_text()) for p in (tmp_path / 'out' / 'cells').glob('*/summary.jsonl')]
+    summaries = [read_jsonl(p)[0] for p in (tmp_path / 'out' / 'cells').glob('*/summary.jsonl.gz')]
     assert {tuple(s['relations']) for s in summaries} == {('turbidity', 'marine_snow')}
     report = build_report(tmp_path / 'out')
     keys = {t.key for t in report.tables}

@@ -1,7 +1,5 @@
 """The parsed configuration (campaign/spec.py): its identity, its fingerprint and the searches it asks for."""
 
-import json
-
 import pytest
 
 from metavlm_ros.campaign.report import build_report, write_report
@@ -22,7 +20,7 @@ def test_campaigns_warp_sequentially_by_default_and_say_so(tmp_path, image_dir, 
     with pytest.raises(ParameterError, match='threads: must be >= 1, got 0'):
         small_config(image_dir, tiny_clip_dir, threads=0)
     run_campaign(config, tmp_path / 'out', progress=False)
-    summaries = [json.loads(p.read_text()) for p in (tmp_path / 'out' / 'cells').glob('*/summary.jsonl')]
+    summaries = [read_jsonl(p)[0] for p in (tmp_path / 'out' / 'cells').glob('*/summary.jsonl.gz')]
     assert len(summaries) == 2 and {s['warp'] for s in summaries} == {'sequential'}
     (path,) = write_report(build_report(tmp_path / 'out'), tmp_path / 'report', plots=False)
     assert '- Warps: sequential (resampled after every relation, as the paper' in path.read_text()
@@ -46,7 +44,7 @@ def test_the_blur_angle_range_narrows_every_cell_and_is_part_of_the_campaign_ide
     assert 'extras' not in plain.identity()
     run_campaign(heave, tmp_path / 'out', progress=False, threads=1)
     records = [
-        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl') for r in read_jsonl(path)
+        r for path in (tmp_path / 'out' / 'cells').glob('*/evaluations.jsonl.gz') for r in read_jsonl(path)
     ]
     assert len(records) == 2 * 6 and all(r['parameters']['motion_blur_angle'] == 90.0 for r in records)
     with pytest.raises(

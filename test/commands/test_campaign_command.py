@@ -161,16 +161,16 @@ OPTIONS = ['--no-progress', '--threads', '1']
 
 
 def _damage(cell: Path, how: str) -> None:
-    evaluations = cell / 'evaluations.jsonl'
+    evaluations = cell / 'evaluations.jsonl.gz'
     if how == 'truncated':
         data = evaluations.read_bytes()
         evaluations.write_bytes(data[: len(data) // 2])
     elif how == 'garbled':
-        data = bytearray((cell / 'summary.jsonl').read_bytes())
+        data = bytearray((cell / 'summary.jsonl.gz').read_bytes())
         data[len(data) // 2] ^= 0x20
-        (cell / 'summary.jsonl').write_bytes(bytes(data))
+        (cell / 'summary.jsonl.gz').write_bytes(bytes(data))
     elif how == 'removed':
-        (cell / 'pareto.jsonl').unlink()
+        (cell / 'pareto.jsonl.gz').unlink()
     elif how == 'added':
         (cell / 'extra.jsonl').write_text('{}\n')
     elif how == 'record-edited':  # still valid JSON, another value
@@ -243,7 +243,7 @@ def test_a_full_disk_stops_the_campaign_in_one_line_and_it_resumes(tmp_path, cam
     out = tmp_path / 'out'
     fresh = tmp_path / 'fresh'
     assert main(['campaign', str(campaign_yaml), '--out', str(fresh), *OPTIONS]) == 0
-    size = max(p.stat().st_size for p in (fresh / 'cells').rglob('evaluations.jsonl'))
+    size = max(p.stat().st_size for p in (fresh / 'cells').rglob('evaluations.jsonl.gz'))
     capsys.readouterr()
     # Writes past this size fail with EFBIG, as they fail with ENOSPC on a full disk.
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.common.results import read_jsonl, records_file
 
 ROOT = Path(__file__).resolve().parents[2]
 METAVLM = Path(sys.executable).parent / 'metavlm'
@@ -65,7 +65,7 @@ def test_the_readme_commands_run_as_written(tmp_path):
     bag = tmp_path / 'dive.mcap'
     assert bag.is_file() and not (tmp_path / 'dive').exists()
     assert '4 frame(s) published' in outputs['run']
-    assert (tmp_path / 'results' / 'ros' / 'evaluations.jsonl').is_file()
+    assert records_file(tmp_path / 'results' / 'ros' / 'evaluations.jsonl').is_file()
     # Four frames, their camera info and ground truth.
     assert 'published 12 messages on 3 topic(s)' in outputs['replay'], outputs['replay']
     summaries = read_jsonl(tmp_path / 'results' / 'dive' / 'summary.jsonl')

@@ -14,7 +14,7 @@ from metavlm_ros.common.directories import (
     write_identity,
 )
 from metavlm_ros.common.errors import ParameterError, ResultsError, StorageError
-from metavlm_ros.common.record_format import EVALUATIONS, SEARCH_SOURCE
+from metavlm_ros.common.record_format import EVALUATIONS, SEARCH_SOURCE, records_file
 from metavlm_ros.common.results import ResultsStore
 from test.common.searches import search_frames
 
@@ -51,7 +51,7 @@ def test_overwrite_replaces_results_with_a_killed_writers_scratch_but_not_a_runn
     running.write_text('{')
     with pytest.raises(ParameterError, match='not results'):
         ResultsStore(directory, overwrite=True)
-    assert running.exists() and (directory / EVALUATIONS).exists()
+    assert running.exists() and records_file(directory / EVALUATIONS).exists()
 
 
 SETTINGS = {'algorithm': 'nsga2', 'population': 6, 'seed': 0}

@@ -1,7 +1,9 @@
-"""The records' layout on disk (docs/results.md): every field read back, every format written so far
-read, lines that refer to evaluations, and damage named."""
+"""The records' layout on disk (docs/results.md): every field read back, whole records in format 3, every
+format written so far read, format 2's lines that refer to evaluations (written where an earlier version's
+directory is appended to), and damage named."""
 
 import dataclasses
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -18,6 +20,7 @@ from metavlm_ros.common.results import (
     ResultsStore,
     iter_jsonl,
     read_jsonl,
+    records_file,
     to_jsonable,
 )
 from metavlm_ros.method.search import SearchConfig, evaluation_record, run_search
@@ -52,6 +55,13 @@ class _Recording:
 
     def __getattr__(self, name):
         return getattr(self._store, name)
+
+
+def _legacy(directory: Path) -> Path:
+    """A directory as an earlier version left it (an evaluations.jsonl): a store appends format 2 there."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / EVALUATIONS).touch()
+    return directory
 
 
 def _tester_like(directory, backend, frames=('a', 'b'), pngs=2) -> dict[str, list[dict]]:
@@ -98,9 +108,21 @@ _BACKENDS = {
 
 
 @pytest.mark.parametrize('kind', list(_BACKENDS))
-def test_every_field_reads_back_and_pareto_and_violations_refer_to_evaluations(tmp_path, kind):
+def test_every_record_is_a_whole_line_in_format_3(tmp_path, kind):
+    handed = _tester_like(tmp_path / 'd', _BACKENDS[kind]())
+    for name, records in handed.items():
+        assert records, name
+        path = records_file(tmp_path / 'd' / name)
+        assert path.name == name + '.gz'
+        with gzip.open(path, 'rt') as handle:  # the lines as any gzip reader sees them: the records
+            assert [json.loads(line) for line in handle] == records, name
+        assert list(iter_jsonl(tmp_path / 'd' / name, strict=True)) == records, name
+
+
+@pytest.mark.parametrize('kind', list(_BACKENDS))
+def test_every_field_reads_back_and_pareto_and_violations_refer_to_evaluations_in_format_2(tmp_path, kind):
     backend = _BACKENDS[kind]()
-    handed = _tester_like(tmp_path / 'd', backend)
+    handed = _tester_like(_legacy(tmp_path / 'd'), backend)
     for name, records in handed.items():
         assert records, name
         assert read_jsonl(tmp_path / 'd' / name) == records, name
@@ -174,7 +196,7 @@ def test_a_store_appends_in_its_format_to_results_of_an_older_one(tmp_path):
 
 def test_a_pareto_or_violation_record_unlike_its_evaluation_is_written_whole(tmp_path):
     evaluation = {'image': 'a', 'seed': 1, 'index': 0, 'f_pred': 0.5, 'cached': 0, 'failed': None, 'text': ''}
-    with ResultsStore(tmp_path / 'd') as store:
+    with ResultsStore(_legacy(tmp_path / 'd')) as store:
         store.append_evaluation(evaluation)
         store.append_evaluation({**evaluation, 'index': 1})
         store.append_evaluation({**evaluation, 'index': 1, 'f_pred': 0.7})  # index 1 twice: ambiguous
@@ -212,7 +234,7 @@ def _damaged(evaluations: bytes, target: int) -> dict[str, bytes | None]:
 
 @pytest.mark.parametrize('name', [PARETO, VIOLATIONS])
 def test_damaged_evaluations_that_lines_refer_to_are_named_by_every_reader(tmp_path, name):
-    _tester_like(tmp_path / 'd', ImageStatsBackend(), frames=('a',))
+    _tester_like(_legacy(tmp_path / 'd'), ImageStatsBackend(), frames=('a',))
     evaluations = (tmp_path / 'd' / EVALUATIONS).read_bytes()
     lines = [json.loads(x) for x in evaluations.splitlines()]
     referred = [json.loads(x) for x in (tmp_path / 'd' / name).read_text().splitlines()]
@@ -252,7 +274,7 @@ def test_float32_values_and_per_criterion_defaults_read_back_exactly(tmp_path):
     values = values.astype(np.float32)
     values *= rng.choice([-1, 1], values.size).astype(np.float32)
     handed = []
-    with ResultsStore(tmp_path / 'd') as store:
+    with ResultsStore(_legacy(tmp_path / 'd')) as store:
         for i, chunk in enumerate(values.reshape(-1, 4)):
             record = {
                 'image': 'a',
@@ -278,7 +300,7 @@ def test_a_served_models_latency_and_unparsed_answers_stay_on_their_lines(tmp_pa
     # Fields only some evaluations have, or that differ for each: one header line a search all the same.
     handed = [{'image': 'a', 'index': i, 'request': {'latency_s': i / 10, 'retries': 0}} for i in range(5)]
     handed[3]['parse_error'] = 'not the asked object'
-    with ResultsStore(tmp_path / 'd') as store:
+    with ResultsStore(_legacy(tmp_path / 'd')) as store:
         for record in handed:
             store.append_evaluation(record)
     assert read_jsonl(tmp_path / 'd' / EVALUATIONS) == handed

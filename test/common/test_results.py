@@ -1,5 +1,6 @@
 """The results store as evidence: interrupted at any moment, full disks, torn and damaged lines."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -9,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from metavlm_ros.common.errors import ResultsError, StorageError
+from metavlm_ros.common.gzip_lines import iter_members
 from metavlm_ros.common.results import (
     EVALUATIONS,
     PARETO,
     SUMMARY,
     ResultsStore,
     read_jsonl,
+    records_file,
 )
 from metavlm_ros.method.search import SearchConfig, run_search
 from test.common.searches import search_frames
@@ -38,39 +41,37 @@ def _lines(directory) -> dict[str, list[dict]]:
 
 
 def _write_order(directory) -> list[tuple[str, bytes]]:
-    """The lines of a finished directory in the order the store wrote them (per search: its
-    evaluations, then its non-dominated set, then its summary)."""
-    files = {name: (Path(directory) / name).read_bytes().splitlines(keepends=True) for name in FILES}
+    """The gzip members of a finished directory in the order the store wrote them (per search: its
+    evaluations, one member a generation, then its non-dominated set, then its summary)."""
+    members = {
+        name: [path.read_bytes()[m.start : m.end] for m in iter_members(path)]
+        for name, path in ((name, records_file(Path(directory) / name)) for name in FILES)
+    }
     order = []
-    for summary in files[SUMMARY]:
-        image = json.loads(summary)['image']
+    for summary in members[SUMMARY]:
+        image = _image(summary)
         for name in (EVALUATIONS, PARETO):
-            order += [(name, line) for line, line_image in _images(files[name]) if line_image == image]
+            order += [(name, member) for member in members[name] if _image(member) == image]
         order.append((SUMMARY, summary))
     return order
 
 
-def _images(lines: list[bytes]) -> list[tuple[bytes, str]]:
-    """Each raw line with the image it belongs to: a header line's own, or that of the header before."""
-    out, image = [], None
-    for line in lines:
-        record = json.loads(line)
-        image = record['header']['image'] if 'header' in record else record.get('image', image)
-        out.append((line, image))
-    return out
+def _image(member: bytes) -> str:
+    """The image of the records of one member (a member holds one search's records)."""
+    images = {json.loads(line)['image'] for line in gzip.decompress(member).splitlines()}
+    assert len(images) == 1, images
+    return images.pop()
 
 
 @pytest.mark.parametrize('algorithm', ['nsga2', 'random'])
 def test_resume_after_an_interruption_at_any_moment_gives_the_uninterrupted_records(tmp_path, algorithm):
-    # A kill (any signal) leaves a prefix of the writes, possibly with a torn last line; resuming
-    # from every such moment must give exactly the records of the uninterrupted run, once each.
+    # A kill (any signal) leaves a prefix of the writes (members), possibly with a torn last one;
+    # resuming from every such moment must give exactly the records of the uninterrupted run, once each.
     full = tmp_path / 'full'
     search_frames(full, algorithm)
     expected = _lines(full)
     order = _write_order(full)
-    moments = sorted(
-        {*range(0, len(order) + 1, 3), *(i for i, (n, _) in enumerate(order) if n != EVALUATIONS)}
-    )
+    moments = range(len(order) + 1)
     for moment in moments:
         for torn in (False, True):
             if torn and moment == len(order):
@@ -79,13 +80,13 @@ def test_resume_after_an_interruption_at_any_moment_gives_the_uninterrupted_reco
             cut.mkdir()
             (cut / 'frames').mkdir()
             parts = {name: b'' for name in FILES}
-            for name, line in order[:moment]:
-                parts[name] += line
-            if torn:  # the next line cut in its middle
-                name, line = order[moment]
-                parts[name] += line[: len(line) // 2]
+            for name, member in order[:moment]:
+                parts[name] += member
+            if torn:  # the next member cut in its middle
+                name, member = order[moment]
+                parts[name] += member[: len(member) // 2]
             for name, data in parts.items():
-                (cut / name).write_bytes(data)
+                (cut / (name + '.gz')).write_bytes(data)
             search_frames(cut, algorithm, resume=True)
             assert _lines(cut) == expected, (moment, torn)
 
@@ -96,8 +97,8 @@ def test_a_resumed_search_that_does_not_reproduce_its_records_is_stopped(tmp_pat
     # records to those of the first frame (as another device or thread count could do too).
     directory = tmp_path / 'd'
     search_frames(directory, algorithm, frames=('a',))
-    (directory / SUMMARY).write_text('')
-    before = (directory / EVALUATIONS).read_bytes()
+    records_file(directory / SUMMARY).write_bytes(b'')
+    before = records_file(directory / EVALUATIONS).read_bytes()
     config = SearchConfig(algorithm=algorithm, population=6, evaluations=20, seed=5)
     with (
         ResultsStore(directory, resume=True) as store,
@@ -105,7 +106,7 @@ def test_a_resumed_search_that_does_not_reproduce_its_records_is_stopped(tmp_pat
     ):
         run_search(make_frame(64, 48, seed=9), ImageStatsBackend(), config, image_id='a', store=store,
                    extra_fields={'model': 'fake-image-stats'})  # fmt: skip
-    assert (directory / EVALUATIONS).read_bytes() == before
+    assert records_file(directory / EVALUATIONS).read_bytes() == before
 
 
 _FILL_SCRIPT = """
@@ -132,11 +133,11 @@ except StorageError as exc:
 
 def test_a_file_size_limit_at_any_moment_leaves_whole_records_that_resume(tmp_path):
     # RLIMIT_FSIZE makes writes past the limit fail with EFBIG, as a full disk fails with ENOSPC:
-    # the failing record is taken back whole, the error is one line, and a resume completes the run.
+    # the failing member is taken back whole, the error is one line, and a resume completes the run.
     full = tmp_path / 'full'
     search_frames(full)
     expected = _lines(full)
-    size = (full / EVALUATIONS).stat().st_size
+    size = records_file(full / EVALUATIONS).stat().st_size
     for limit in (size // 5, size // 2 + 7, size - 1):
         directory = tmp_path / f'limit-{limit}'
         done = subprocess.run(
@@ -147,9 +148,10 @@ def test_a_file_size_limit_at_any_moment_leaves_whole_records_that_resume(tmp_pa
         message = done.stdout.strip()
         assert '\n' not in message and 'File too large' in message and 'intact' in message
         for name in FILES:
-            data = (directory / name).read_bytes() if (directory / name).exists() else b''
-            assert not data or data.endswith(b'\n'), name
-            assert len(data) <= limit
+            path = records_file(directory / name)
+            if path.exists():
+                assert all(m.problem is None for m in iter_members(path)), name
+                assert path.stat().st_size <= limit
         search_frames(directory, resume=True)
         assert _lines(directory) == expected
 
@@ -160,9 +162,11 @@ def test_a_directory_removed_while_written_stops_the_store(tmp_path):
     directory = tmp_path / 'd'
     with ResultsStore(directory) as store:
         store.append_evaluation({'image': 'a', 'index': 0})
+        store.flush()
         shutil.rmtree(directory)
+        store.append_evaluation({'image': 'a', 'index': 1})
         with pytest.raises(StorageError, match='removed while results were written'):
-            store.append_evaluation({'image': 'a', 'index': 1})
+            store.flush()
         with pytest.raises(StorageError, match='cannot write'):
             store.append_summary({'image': 'a'})
         with pytest.raises(StorageError, match='cannot write'):
@@ -174,7 +178,7 @@ def test_a_full_tmpfs_gives_one_line_and_a_resumable_directory(tmp_path):
     mount = tmp_path / 'mnt'
     mount.mkdir()
     script = (
-        f'mount -t tmpfs -o size=48k tmpfs {mount} && '
+        f'mount -t tmpfs -o size=24k tmpfs {mount} && '  # compressed, the run needs 36k
         f'{sys.executable} -c "$FILL" 100000000000 {mount}/r; code=$?; '
         f'cp -r {mount}/r {tmp_path}/copy; exit $code'
     )
@@ -185,8 +189,8 @@ def test_a_full_tmpfs_gives_one_line_and_a_resumable_directory(tmp_path):
     assert 'No space left on device' in done.stdout and '\n' not in done.stdout.strip()
     copy = tmp_path / 'copy'
     for name in FILES:
-        data = (copy / name).read_bytes() if (copy / name).exists() else b''
-        assert not data or data.endswith(b'\n')
+        path = records_file(copy / name)
+        assert not path.exists() or all(m.problem is None for m in iter_members(path)), name
     full = tmp_path / 'full'
     search_frames(full)
     search_frames(copy, resume=True)

@@ -82,10 +82,8 @@ def ros2(*args: str, timeout: float = 60.0) -> str:
 
 
 def records(path: Path) -> list[dict]:
-    """The JSON Lines records of a results file, whole (its header lines read back in by the one
-    reader, docs/results.md); empty when it does not exist."""
-    if not path.is_file():
-        return []
+    """The records of a results file by its name (evaluations.jsonl: the .gz beside it, or itself),
+    whole, as the one reader returns them (docs/results.md); empty when it does not exist."""
     return read_jsonl(path)
 
 

@@ -63,7 +63,7 @@ class TestReplay(unittest.TestCase):
         spin_until(self.watcher, lambda: self.watcher.tester_diagnostics_since(ended) >= 3, timeout=20.0)
         self.assertGreaterEqual(self.watcher.tester_diagnostics_since(ended), 3)
         results = os.environ['METAVLM_TEST_RESULTS']
-        self.assertTrue(os.path.isfile(os.path.join(results, 'violations.jsonl')))
+        self.assertTrue(os.path.isfile(os.path.join(results, 'violations.jsonl.gz')))  # from configure on
 
 
 @launch_testing.post_shutdown_test()

@@ -106,8 +106,9 @@ def test_the_pareto_png_budget_keeps_both_ends_and_spreads_the_rest(tmp_path):
     # The third is neither end: the middle of the front.
     assert len(chosen - {smallest_violation.index, largest.index}) == 1
     # The budget changes which PNGs exist, never a record.
-    for name in ('evaluations.jsonl',):
-        assert (tmp_path / 'k3' / name).read_bytes() == (tmp_path / 'all' / name).read_bytes()
+    assert read_jsonl(tmp_path / 'k3' / 'evaluations.jsonl') == read_jsonl(
+        tmp_path / 'all' / 'evaluations.jsonl'
+    )
     none = _search(tmp_path / 'k0', frame, pareto_pngs=0, **options)
     assert none.pareto and not (tmp_path / 'k0' / 'frames').exists()
     assert all(p['frame'] is None for p in read_jsonl(tmp_path / 'k0' / 'pareto.jsonl'))

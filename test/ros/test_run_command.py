@@ -8,7 +8,7 @@ import yaml
 
 from metavlm_ros.cli import main
 from metavlm_ros.common.errors import InputError, ParameterError
-from metavlm_ros.common.results import read_identity, read_jsonl
+from metavlm_ros.common.results import read_identity, read_jsonl, records_file
 from metavlm_ros.footage.bags import write_bag
 from metavlm_ros.method.prediction import CLASSES
 from metavlm_ros.models.vlm import answered_model_identity
@@ -85,7 +85,7 @@ def test_invalid_parameters_are_a_one_line_error_and_exit_2(tmp_path, tiny_clip_
     assert main(['run', '--params', str(params), '--source', str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith('metavlm: error: parameter population')
-    assert not (tmp_path / 'results' / 'evaluations.jsonl').exists()
+    assert not records_file(tmp_path / 'results' / 'evaluations.jsonl').exists()
 
 
 def test_missing_inputs_are_refused_before_anything_starts(tmp_path, folder, capsys):
@@ -196,7 +196,7 @@ def test_ctrl_c_during_metavlm_run_stops_the_search_with_its_summary(tmp_path, t
     evaluations = tmp_path / 'results' / 'evaluations.jsonl'
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        if evaluations.is_file() and len(read_jsonl(evaluations)) >= 12:
+        if len(read_jsonl(evaluations)) >= 12:
             break
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
@@ -225,7 +225,10 @@ def test_a_rerun_into_results_of_other_settings_is_refused_before_any_node_start
     assert identity['model'] == answered_model_identity(str(tiny_clip_dir), CLASSES)
     assert identity['settings']['population'] == 4 and identity['source']['transport_size'] == 32
     assert identity['source']['endpoint'] == 'ros'
-    before = {name: (results / name).read_bytes() for name in ('evaluations.jsonl', 'summary.jsonl')}
+    before = {
+        name: records_file(results / name).read_bytes() for name in ('evaluations.jsonl', 'summary.jsonl')
+    }
+    summaries_before = read_jsonl(results / 'summary.jsonl')
     capsys.readouterr()
 
     from metavlm_ros.ros import tester_node
@@ -246,10 +249,10 @@ def test_a_rerun_into_results_of_other_settings_is_refused_before_any_node_start
     )
     assert 'settings.population: 4 there, 5 here' in err and 'settings.evaluations: 8 there, 10 here' in err
     assert '\n' not in err
-    assert {name: (results / name).read_bytes() for name in before} == before
+    assert {name: records_file(results / name).read_bytes() for name in before} == before
     # The same settings continue the same directory.
     assert main(['run', '--params', str(params), '--source', str(folder), '--rate', '4']) == 0
-    assert len(read_jsonl(results / 'summary.jsonl')) > len(before['summary.jsonl'].splitlines())
+    assert len(read_jsonl(results / 'summary.jsonl')) > len(summaries_before)
 
 
 @pytest.mark.skipif(not can_mount_tmpfs(), reason='needs unshare and tmpfs mounts (user namespaces)')
@@ -265,7 +268,7 @@ def test_a_results_disk_that_fills_up_ends_the_run_with_one_line_and_exit_2(tmp_
         violation_pngs_per_search=1000, results_dir=str(mount / 'res'),
     )  # fmt: skip
     command = f'{sys.executable} -m metavlm_ros.cli run --params {params} --source {folder} --rate 2'
-    records = f'cat {mount}/res/*.jsonl'
+    records = f'zcat {mount}/res/*.jsonl.gz'
     script = f'mount -t tmpfs -o size=600k tmpfs {mount} && {command}; code=$?; {records}; exit $code'
     done = subprocess.run(['unshare', '-rm', 'sh', '-c', script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
@@ -275,7 +278,7 @@ def test_a_results_disk_that_fills_up_ends_the_run_with_one_line_and_exit_2(tmp_
     # The tester says so once, not once per frame.
     assert done.stderr.count('[metavlm_tester]: search stopped:') == 1, done.stderr
     assert 'Traceback' not in done.stderr
-    # What was written is whole: every line of every record file is a complete record.
+    # What was written is whole: zcat reads every member, and each line is a complete record.
     import json
 
     lines = [line for line in done.stdout.splitlines() if line.startswith('{')]

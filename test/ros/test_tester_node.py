@@ -7,7 +7,7 @@ import pytest
 from rclpy.parameter import Parameter
 
 from metavlm_ros.common.errors import ParameterError, ResultsError
-from metavlm_ros.common.results import read_identity, read_jsonl
+from metavlm_ros.common.results import read_identity, read_jsonl, records_file
 from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
@@ -155,7 +155,7 @@ def test_a_restart_into_results_of_another_search_is_refused_naming_what_differs
     g = graph()
     g.camera.publish(make_frame(96, 72, seed=1))
     g.wait(lambda: g.tester.searches_done == 1, message='the search')
-    before = (g.results / 'evaluations.jsonl').read_bytes()
+    before = records_file(g.results / 'evaluations.jsonl').read_bytes()
     g.close()
     with ros_context() as context:
         tester = MetaVLMTester(
@@ -171,7 +171,7 @@ def test_a_restart_into_results_of_another_search_is_refused_naming_what_differs
     message = str(refused.value)
     assert '\n' not in message
     assert 'settings.population: 6 there, 4 here' in message and 'settings.seed: 0 there, 3 here' in message
-    assert (g.results / 'evaluations.jsonl').read_bytes() == before
+    assert records_file(g.results / 'evaluations.jsonl').read_bytes() == before
     # Results without an identity record (an older tester's) cannot be continued either.
     (g.results / 'search.json').unlink()
     with ros_context() as context:
@@ -183,7 +183,7 @@ def test_a_restart_into_results_of_another_search_is_refused_naming_what_differs
                 bring_up(tester)
         finally:
             tester.destroy_node()
-    assert (g.results / 'evaluations.jsonl').read_bytes() == before
+    assert records_file(g.results / 'evaluations.jsonl').read_bytes() == before
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from sensor_msgs.msg import Image
 
 from metavlm_ros.cli import main as cli_main
 from metavlm_ros.common import results as results_module
-from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.common.results import read_jsonl, records_file
 from metavlm_ros.footage.frames import load_image
 from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.relations import apply_composition
@@ -172,7 +172,7 @@ def test_a_results_disk_below_its_reserve_pauses_searches_until_the_reserve_is_l
     g.wait(lambda: g.tester.searches_paused_disk == 1, message='the paused search')
     assert g.tester.searches_done == 0
     assert g.backend.calls == 0
-    assert not (g.results / 'evaluations.jsonl').exists()
+    assert not records_file(g.results / 'evaluations.jsonl').exists()
     count = len(g.diagnostics.messages)
     g.wait(lambda: len(g.diagnostics.messages) > count, 3, 'a diagnostics message')
     status = g.diagnostics.messages[-1].status[0]

@@ -10,14 +10,14 @@ import cv2
 import numpy as np
 
 from metavlm_ros.cli import main
-from metavlm_ros.common.results import read_jsonl, record_key, search_key, source_digest
+from metavlm_ros.common.results import read_jsonl, record_key, records_file, search_key, source_digest
 from metavlm_ros.method.search import followup_name
 from test.viewer.mcap_decode import read_mcap
 
 
 def expected_violations(results: Path) -> list[dict]:
     """The tester's published violations, else every evaluation violating by any criterion."""
-    if (results / 'violations.jsonl').is_file():
+    if records_file(results / 'violations.jsonl').is_file():
         return read_jsonl(results / 'violations.jsonl')
     return [
         r

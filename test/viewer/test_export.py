@@ -1,5 +1,6 @@
 """The export (viewer/export.py, `metavlm export`): real results directories to MCAP, read back, bad input."""
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -9,7 +10,8 @@ import pytest
 
 from metavlm_ros.campaign.runner import run_campaign
 from metavlm_ros.cli import main
-from metavlm_ros.common.results import read_jsonl
+from metavlm_ros.common.gzip_lines import iter_members
+from metavlm_ros.common.results import read_jsonl, records_file
 from metavlm_ros.footage.bags import iter_bag_frames, write_bag
 from metavlm_ros.ros.launcher import run_nodes
 from test.campaign.configs import small_config
@@ -132,17 +134,17 @@ def test_overwrite_replaces_an_existing_export(bag_search, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['run.mcap']
 
 
-def damage_middle_line(results):
-    path = results / 'evaluations.jsonl'
-    lines = path.read_text().splitlines(keepends=True)
-    lines[3] = lines[3][:20] + '\n'
-    path.write_text(''.join(lines))
+def damage_middle_member(results):
+    path = records_file(results / 'evaluations.jsonl')
+    data = bytearray(path.read_bytes())
+    data[list(iter_members(path))[1].start + 15] ^= 0xFF  # a generation's member that does not decompress
+    path.write_bytes(bytes(data))
 
 
 BAD = {
     'missing': (lambda r, b, o: (r.parent / 'nowhere', None), 'not a results directory'),
     'empty': (lambda r, b, o: (r / 'frames', None), 'not a results directory'),
-    'damaged line': (lambda r, b, o: (damage_middle_line(r), r)[1:] + (None,), 'line 4 is damaged'),
+    'damaged member': (lambda r, b, o: (damage_middle_member(r), r)[1:] + (None,), 'is damaged'),
     'damaged identity': (
         lambda r, b, o: ((r / 'search.json').write_text('{"id'), r)[1:] + (None,),
         'damaged identity record',
@@ -227,17 +229,24 @@ def test_a_campaign_cell_and_a_whole_campaign_are_exported(campaign, tmp_path):
     assert attachments['campaign.json'] == (campaign / 'campaign.json').read_bytes()
     for cell in cells:
         assert attachments[f'metavlm.cells.{cell.name}/cell.json'] == (cell / 'cell.json').read_bytes()
+        summary = records_file(cell / 'summary.jsonl')
+        assert attachments[f'metavlm.cells.{cell.name}/{summary.name}'] == summary.read_bytes()
 
 
 def _edit(path, old, new):
+    if path.suffix == '.gz':  # the records, edited and compressed again: every line still whole
+        path.write_bytes(
+            gzip.compress(gzip.decompress(path.read_bytes()).replace(old.encode(), new.encode(), 1))
+        )
+        return
     path.write_text(path.read_text().replace(old, new, 1))
 
 
 CELL_DAMAGE = {
     # One byte added to a record: the line still parses, only the cell's checksum tells.
     'record edited': (
-        lambda c: _edit(c / 'summary.jsonl', '"seed":', '"seed": '),
-        'summary.jsonl does not match',
+        lambda c: _edit(c / 'summary.jsonl.gz', '"seed":', '"seed": '),
+        'summary.jsonl.gz does not match',
     ),
     'source removed': (lambda c: [p.unlink() for p in (c / 'sources').iterdir()], '.png is missing'),
     'file added': (lambda c: (c / 'notes.txt').write_text('x'), 'notes.txt was not part of the cell'),
@@ -305,7 +314,7 @@ def test_searches_cut_short_keep_their_violations_without_follow_ups(bag_search,
     results = tmp_path / 'res'
     shutil.copytree(source, results)
     for name in ('summary.jsonl', 'pareto.jsonl'):
-        (results / name).unlink()
+        records_file(results / name).unlink()
     shutil.rmtree(results / 'frames')
     out = tmp_path / 'cut.mcap'
     assert main(['export', str(results), '--mcap', str(out)]) == 0

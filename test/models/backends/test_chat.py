@@ -217,7 +217,7 @@ def test_a_campaign_runs_a_chat_model(family_dirs, tmp_path):
     )
     assert config.models[0].options['kind'] == 'confidence'
     run_campaign(config, tmp_path / 'campaign', progress=False, log=lambda line: None)
-    cells = sorted((tmp_path / 'campaign').rglob('evaluations.jsonl'))
+    cells = sorted((tmp_path / 'campaign').rglob('evaluations.jsonl.gz'))
     assert len(cells) == 2
     assert all({r['kind'] for r in read_jsonl(path)} == {'confidence'} for path in cells)
     record = json.loads((tmp_path / 'campaign' / 'campaign.json').read_text())
