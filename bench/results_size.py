@@ -1,4 +1,5 @@
-"""Benchmark: MB per hour of a tester-like run at 1080p at defaults, every Pareto PNG against the budget.
+"""Benchmark: MB per hour of a tester-like run at 1080p at defaults: every Pareto PNG against the budget,
+and records format 3 (gzip members of whole records) against format 2 (header lines).
 
 Usage: python bench/results_size.py [--repeats 3] [--evaluations 3000] [--searches-per-hour 136]
 
@@ -11,12 +12,14 @@ endpoint). Each repetition searches one frame with `pareto_pngs` all (before) an
 are written as the tester does (violations.jsonl, the first 3 PNGs). Prints bytes per search by
 file, min / median / max, and MB per hour at `--searches-per-hour` (136: issue 30's 15-minute
 `metavlm run` at 1080p 10 Hz did 34 searches) and at the rate measured here (no ROS, no transport).
-Also prints bytes per record of each JSON Lines file as stored (records format 2, docs/results.md:
-a header line per search, the usual values left out, a Pareto or violation line that refers to its
-evaluation by index) and as each record whole on its own line (how they were written before header
-lines), from the same records.
-Checks: the budgeted run has every record of the full one, every Pareto and violation record reads
-back whole (its evaluation record plus its own fields), and every member re-renders byte for byte.
+A third variant writes the budgeted run in records format 2 (a directory an earlier version
+started, which the store appends to in its own format: header lines, the usual values left out, a
+Pareto or violation line that refers to its evaluation by index). Prints bytes per record of each
+record file as stored in format 3 and in format 2, and as each record whole on its own line,
+uncompressed, from the same records.
+Checks: the budgeted run has every record of the full one, format 2 holds the same records as format
+3, every Pareto and violation record reads back whole (its evaluation record plus its own fields),
+and every member re-renders byte for byte.
 """
 
 from __future__ import annotations
@@ -42,12 +45,21 @@ from metavlm_ros.method.render import render_search
 from metavlm_ros.method.search import SearchConfig, evaluation_record, run_search, searched_frame
 from metavlm_ros.models.vlm import create_backend
 
-VARIANTS = {'before (all)': None, f'after ({defaults.PARETO_PNGS})': defaults.PARETO_PNGS}
+# name: (Pareto PNGs, records format 2)
+VARIANTS = {
+    'before (all)': (None, False),
+    f'after ({defaults.PARETO_PNGS})': (defaults.PARETO_PNGS, False),
+    f'format 2, after ({defaults.PARETO_PNGS})': (defaults.PARETO_PNGS, True),
+}
 VIOLATION_PNGS, REPORT_KEY, WORKING_SIZE = 3, '0.05', 768
 
 
-def _search(out: Path, frame, index: int, backend, evaluations: int, pareto_pngs) -> tuple[int, float]:
+def _search(out: Path, frame, index: int, backend, evaluations: int, variant) -> tuple[int, float]:
     """One tester-like search into `out`; returns (bytes the directory grew by, seconds)."""
+    pareto_pngs, format_2 = variant
+    if format_2 and not out.exists():  # an earlier version's directory: appended to in format 2
+        out.mkdir(parents=True)
+        (out / 'evaluations.jsonl').touch()
     config = SearchConfig(evaluations=evaluations, working_size=WORKING_SIZE, pareto_pngs=pareto_pngs)
     stamp = 1_700_000_000_000_000_000 + index * 100_000_000
     extra = {
@@ -128,14 +140,17 @@ def main() -> int:
             here = statistics.median(mb) * rate_here
             print(f'    MB per hour at {args.searches_per_hour:.0f} searches an hour (extrapolated) '
                   f"{hourly}; at this machine's rate ({rate_here:.0f} an hour): {here:.0f}")  # fmt: skip
-        full, budgeted = dirs.values()
+        full, budgeted, format_2 = dirs.values()
         for name in ('evaluations.jsonl', 'pareto.jsonl', 'violations.jsonl'):
             records = read_jsonl(budgeted / name)
-            # Each record whole on its own line, as written before header lines: same fields, same bytes.
+            # Each record whole on its own line, uncompressed: same fields, same bytes.
             whole = sum(len(json.dumps(r, separators=(',', ':'))) + 1 for r in records)
             stored = records_file(budgeted / name).stat().st_size
-            print(f'{name}: {len(records)} records, bytes per record {stored / len(records):.0f} as stored '
-                  f'(gzip members), {whole / len(records):.0f} each line whole, uncompressed')  # fmt: skip
+            stored_2 = records_file(format_2 / name).stat().st_size
+            n = len(records)
+            print(f'{name}: {n} records, bytes per record {stored / n:.0f} in format 3, {stored_2 / n:.0f} '
+                  f'in format 2, {whole / n:.0f} each line whole, uncompressed')  # fmt: skip
+            checks.check(read_jsonl(format_2 / name) == records, f'{name}: format 2 holds the same records')
         checks.check(
             read_jsonl(full / 'evaluations.jsonl') == read_jsonl(budgeted / 'evaluations.jsonl'),
             'the budget keeps every evaluation record',

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from metavlm_ros.common.results import ResultsStore, WriteRate, read_jsonl
+from metavlm_ros.common.results import ResultsStore, WriteRate, read_jsonl, records_file
 from metavlm_ros.method.search import SearchConfig, evaluation_record, run_search
 from test.fakes import ImageStatsBackend
 
@@ -65,11 +65,14 @@ def test_the_write_rate_and_the_hours_left():
     assert WriteRate.hours_left(20, 10, float('nan')) == 0.0  # reached: known without a rate
 
 
-def test_pareto_and_violation_lines_repeat_nothing_that_evaluations_hold(tmp_path):
-    # Issue 30: a front member or a published violation is its evaluation's index (and rank, PNG);
-    # an evaluation line holds what is its own, not its search's fields nor the usual values.
+def _tester_like(directory, format_2: bool) -> None:
+    """A search with every violation published, as the tester writes them; in format 2 when the directory
+    is one an earlier version started (its evaluations.jsonl)."""
+    if format_2:
+        directory.mkdir(parents=True)
+        (directory / 'evaluations.jsonl').touch()
     config = SearchConfig(population=10, evaluations=60, seed=1, pareto_pngs=0)
-    with ResultsStore(tmp_path / 'out') as store:
+    with ResultsStore(directory) as store:
 
         def on_evaluation(ev, result):
             if any(ev.violation.values()):
@@ -77,6 +80,27 @@ def test_pareto_and_violation_lines_repeat_nothing_that_evaluations_hold(tmp_pat
 
         run_search(_noise(64, 48), ImageStatsBackend(), config, image_id='f', store=store,
                    on_evaluation=on_evaluation)  # fmt: skip
+
+
+def _bytes_per_record(directory, name) -> tuple[float, float]:
+    """(bytes a record takes on disk, bytes of the record whole on its own line, uncompressed)."""
+    records = read_jsonl(directory / name)
+    whole = sum(len(json.dumps(r, separators=(',', ':'))) + 1 for r in records) / len(records)
+    return records_file(directory / name).stat().st_size / len(records), whole
+
+
+def test_format_3_compresses_whole_records_in_members_of_a_generation(tmp_path):
+    _tester_like(tmp_path / 'out', format_2=False)
+    # A generation of 10 evaluations a member; a violation a member of its own (published at once).
+    for name, most in (('evaluations.jsonl', 0.45), ('pareto.jsonl', 0.45), ('violations.jsonl', 0.75)):
+        stored, whole = _bytes_per_record(tmp_path / 'out', name)
+        assert stored < most * whole, (name, stored, whole)
+
+
+def test_pareto_and_violation_lines_repeat_nothing_that_evaluations_hold_in_format_2(tmp_path):
+    # Issue 30: a front member or a published violation is its evaluation's index (and rank, PNG);
+    # an evaluation line holds what is its own, not its search's fields nor the usual values.
+    _tester_like(tmp_path / 'out', format_2=True)
     # Bytes a record takes against its whole line: a float64 model's evaluations save the least.
     for name, most in (('pareto.jsonl', 0.05), ('violations.jsonl', 0.05), ('evaluations.jsonl', 0.75)):
         path = tmp_path / 'out' / name
