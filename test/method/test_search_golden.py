@@ -251,13 +251,18 @@ def test_the_fixture_has_no_decision_within_tolerance():
 
 def _capabilities() -> list[str]:
     """ATen's CPU capabilities this CPU can run: default and avx2 on any x86-64 CPU this suite supports,
-    avx512 where the CPU has it."""
-    import torch
+    avx512 where the CPU has it. Asked of a fresh process without ATEN_CPU_CAPABILITY: this one may run
+    under a lower one than the CPU has."""
+    import os
+    import subprocess
+    import sys
 
-    found = ['default', 'avx2']
-    if torch.backends.cpu.get_cpu_capability() == 'AVX512':
-        found.append('avx512')
-    return found
+    env = {k: v for k, v in os.environ.items() if k != 'ATEN_CPU_CAPABILITY'}
+    best = subprocess.run(
+        [sys.executable, '-c', 'import torch; print(torch.backends.cpu.get_cpu_capability())'],
+        env=env, capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.strip()  # fmt: skip
+    return ['default', 'avx2', 'avx512'] if best == 'AVX512' else ['default', 'avx2']
 
 
 def _dispatched() -> tuple[list[str], list[str]]:
@@ -306,10 +311,10 @@ def test_seeded_searches_agree_under_every_cpu_capability(tmp_path, capability):
     assert not found, f'{capability}: {len(found)} differences from the fixture: ' + '; '.join(found[:10])
 
 
-def _write_fixture() -> None:
+def _fresh_searches() -> dict[str, str]:
+    """The seeded searches' texts, with tiny models built here, in this process, and removed after."""
     from metavlm_ros.models.tiny import build_tiny_model
 
-    FIXTURE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         built: dict[str, Path] = {}
 
@@ -318,27 +323,22 @@ def _write_fixture() -> None:
                 built[backend] = build_tiny_model(backend, Path(tmp) / backend, seed=0)
             return built[backend]
 
-        # Whole records, one a line (the oldest layout, which `read_jsonl` reads too).
-        for name, text in seeded_searches(model_dir).items():
-            (FIXTURE / name).write_text(text)
+        return seeded_searches(model_dir)
+
+
+def _write_fixture() -> None:
+    FIXTURE.mkdir(parents=True, exist_ok=True)
+    # Whole records, one a line (the oldest layout, which `read_jsonl` reads too).
+    for name, text in _fresh_searches().items():
+        (FIXTURE / name).write_text(text)
     (FIXTURE / 'platform.json').write_text(json.dumps(platform_fingerprint(), indent=1) + '\n')
 
 
 def _emit(path: Path) -> None:
-    """Run the seeded searches (models built here, in this process) and write their texts to `path`."""
+    """Run the seeded searches in this process and write their texts to `path`, with what ran them."""
     import torch
 
-    from metavlm_ros.models.tiny import build_tiny_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        built: dict[str, Path] = {}
-
-        def model_dir(backend: str) -> Path:
-            if backend not in built:
-                built[backend] = build_tiny_model(backend, Path(tmp) / backend, seed=0)
-            return built[backend]
-
-        texts = seeded_searches(model_dir)
+    texts = _fresh_searches()
     emitted = {
         'cpu_capability': torch.backends.cpu.get_cpu_capability(),
         'dispatched': _dispatched(),
