@@ -15,6 +15,7 @@ COMMANDS = (
     'render',
     'train_demo_models',
     'export',
+    'upgrade',
 )
 
 

@@ -17,9 +17,10 @@ import pytest
 
 from metavlm_ros.campaign.runner import run_campaign
 from metavlm_ros.cli import main
-from metavlm_ros.common.results import EVALUATIONS, PARETO, SUMMARY, read_jsonl, records_file
+from metavlm_ros.common.results import EVALUATIONS, read_jsonl
 from test.campaign.configs import small_config
 from test.conftest import make_frame
+from test.tools_reading import same_as_ours
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,32 +38,8 @@ def search_results(tmp_path_factory, tiny_clip_dir) -> Path:
     return out
 
 
-def _same_as_ours(directory: Path) -> None:
-    """pandas and DuckDB read every record file of `directory` as the project's reader does."""
-    import duckdb
-    import pandas
-
-    for name in (EVALUATIONS, PARETO, SUMMARY):
-        path = records_file(directory / name)
-        assert path.name == name + '.gz'
-        ours = read_jsonl(directory / name)
-        assert ours, name
-        frame = pandas.read_json(path, lines=True, precise_float=True)
-        assert len(frame) == len(ours), name
-        for column in ('index', 'f_pred', 'f_trans', 'composition', 'hypervolume', 'image'):
-            if column in frame:
-                assert frame[column].tolist() == [r[column] for r in ours], (name, column)
-        rows = duckdb.sql(f"SELECT * FROM read_json('{path}')")
-        found = [dict(zip(rows.columns, row, strict=True)) for row in rows.fetchall()]
-        assert len(found) == len(ours), name
-        for theirs, record in zip(found, ours, strict=True):
-            for key in ('index', 'genotype', 'f_pred', 'f_trans', 'followup', 'violation', 'image', 'seed'):
-                if key in record:
-                    assert theirs[key] == record[key], (name, key)
-
-
 def test_pandas_and_duckdb_read_a_search_as_the_project_does(search_results):
-    _same_as_ours(search_results)
+    same_as_ours(search_results)
 
 
 def test_pandas_and_duckdb_read_a_campaign_cell_as_the_project_does(tmp_path, tiny_clip_dir):
@@ -72,7 +49,7 @@ def test_pandas_and_duckdb_read_a_campaign_cell_as_the_project_does(tmp_path, ti
     config = small_config(images, tiny_clip_dir, runs=1, algorithms=['nsga2'], evaluations=24)
     run_campaign(config, tmp_path / 'campaign', progress=False, threads=1)
     (cell,) = sorted((tmp_path / 'campaign' / 'cells').iterdir())
-    _same_as_ours(cell)
+    same_as_ours(cell)
 
 
 def _blocks(language: str) -> list[str]:
