@@ -29,3 +29,29 @@ def same_as_ours(directory: Path, names: tuple[str, ...] = (EVALUATIONS, PARETO,
             for key in ('index', 'genotype', 'f_pred', 'f_trans', 'followup', 'violation', 'image', 'seed'):
                 if key in record:
                     assert theirs[key] == record[key], (name, key)
+
+
+def as_jq_reads(value):
+    """`value` as jq 1.6 (Debian 12's) holds it: numbers are doubles, so an integer past 2**53 (a
+    nanosecond stamp) is rounded to the nearest double (docs/results.md); jq 1.7 keeps it as written,
+    which compares equal through this too."""
+    if isinstance(value, dict):
+        return {key: as_jq_reads(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_jq_reads(item) for item in value]
+    if type(value) is int and abs(value) > 2**53:
+        return float(value)
+    return value
+
+
+def jq_records(path: Path, program: str = '.') -> list[dict]:
+    """What `zcat PATH | jq -c PROGRAM` prints, one JSON object a line (the shell as users run it),
+    through `as_jq_reads`."""
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        ['bash', '-c', f'zcat "{path}" | jq -c \'{program}\''], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return [as_jq_reads(json.loads(line)) for line in done.stdout.splitlines()]

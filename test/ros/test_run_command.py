@@ -283,3 +283,62 @@ def test_a_results_disk_that_fills_up_ends_the_run_with_one_line_and_exit_2(tmp_
 
     lines = [line for line in done.stdout.splitlines() if line.startswith('{')]
     assert lines and all(json.loads(line) for line in lines)
+
+
+def test_a_tester_killed_mid_search_leaves_records_pandas_duckdb_and_jq_read_as_ours(
+    tmp_path, tiny_clip_dir, folder
+):
+    """SIGKILL (no handler runs) while a search is going on: every flushed member stays readable by
+    the standard tools as written, and they get what the project's reader gets."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from metavlm_ros.common.gzip_lines import iter_members, repair_torn_member
+    from metavlm_ros.common.results import EVALUATIONS, PARETO, SUMMARY, VIOLATIONS
+    from test.tools_reading import as_jq_reads, jq_records, same_as_ours
+
+    # Thresholds at which the tiny CLIP's answers change (it is random): violations are published.
+    params = write_params(tmp_path, tiny_clip_dir, evaluations=40, thresholds=[0.0001, 0.001, 0.01],
+                          report_threshold=0.0001)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'metavlm_ros.cli', 'run', '--params', str(params), '--source', str(folder),
+         '--loop', '--duration', '600'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    results = tmp_path / 'results'
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and process.poll() is None:
+            searches = len(read_jsonl(results / SUMMARY))
+            # Mid-search: a later search's evaluations are on disk, its summary not yet.
+            if searches >= 2 and len(read_jsonl(results / EVALUATIONS)) > 40 * searches:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()[0]
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()  # never leave nodes behind in the tests' ROS domain
+            process.wait(10)
+    evaluations = read_jsonl(results / EVALUATIONS)
+    assert len(evaluations) > 40 * len(read_jsonl(results / SUMMARY)) >= 80, 'not killed mid-search'
+    names = (EVALUATIONS, PARETO, SUMMARY, VIOLATIONS)
+    for name in names:
+        path = records_file(results / name)
+        members = list(iter_members(path))
+        if members[-1].problem is not None:
+            # A kill inside a write (the kernel stops a write of several pages between two): the
+            # project's readers skipped it; the next store that opens the directory cuts it, as here.
+            before = read_jsonl(results / name)
+            assert repair_torn_member(path) and read_jsonl(results / name) == before
+        assert all(member.problem is None for member in iter_members(path)), name
+    assert read_jsonl(results / VIOLATIONS), 'no violation was published'
+    same_as_ours(results, names=names)
+    if shutil.which('jq') is None:
+        pytest.skip('jq is not installed here: pandas and DuckDB were compared, jq not')
+    for name in names:
+        assert jq_records(records_file(results / name)) == as_jq_reads(read_jsonl(results / name)), name
