@@ -159,9 +159,9 @@ def build_aside(old: Path, new: Path, fill: Callable[[Path], Upgrade]) -> Upgrad
         StorageError: `new` could not be written (full disk, no permission).
     """
     if new.exists():
-        raise InputError(f'{new}: exists; name a new directory for the upgraded results')
+        raise InputError(f'{new}: exists; name a new directory')
     if new.resolve().is_relative_to(old.resolve()):
-        raise InputError(f'{new}: inside {old}; name a directory outside the results it upgrades')
+        raise InputError(f'{new}: inside {old}; name a directory outside it')
     try:
         new.parent.mkdir(parents=True, exist_ok=True)
         staged = _staged_directory(new)

@@ -98,3 +98,67 @@ def test_the_docs_jq_one_liner_runs_as_written(search_results):
     assert got == [
         {k: r[k] for k in ('image', 'index', 'composition', 'f_trans', 'f_pred')} for r in expected
     ]
+
+
+def test_parquet_tables_keep_every_record_and_its_nested_fields(search_results, tmp_path, capsys):
+    import duckdb
+
+    out = tmp_path / 'tables'
+    assert main(['export', str(search_results), '--format', 'parquet', '--out', str(out)]) == 0
+    assert f'{out}: evaluations.parquet (' in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == [
+        'evaluations.parquet',
+        'pareto.parquet',
+        'summary.parquet',
+    ]
+    for name in (EVALUATIONS, 'pareto.jsonl', 'summary.jsonl'):
+        ours = read_jsonl(search_results / name)
+        rows = duckdb.sql(f"SELECT * FROM read_parquet('{out / name.replace('.jsonl', '.parquet')}')")
+        found = [dict(zip(rows.columns, row, strict=True)) for row in rows.fetchall()]
+        assert len(found) == len(ours), name
+        for theirs, record in zip(found, ours, strict=True):
+            for key in ('index', 'genotype', 'f_pred', 'f_trans', 'followup', 'violation', 'image', 'seed'):
+                if key in record:
+                    assert theirs[key] == record[key], (name, key)
+
+
+def test_csv_tables_hold_nested_fields_as_dotted_columns(search_results, tmp_path):
+    import pandas
+
+    out = tmp_path / 'tables'
+    assert main(['export', str(search_results), '--format', 'csv', '--out', str(out)]) == 0
+    ours = read_jsonl(search_results / EVALUATIONS)
+    table = pandas.read_csv(out / 'evaluations.csv')  # pandas 3 parses floats exactly by default
+    assert table['index'].tolist() == [r['index'] for r in ours]
+    assert table['f_pred'].tolist() == [r['f_pred'] for r in ours]
+    assert table['followup.animal'].tolist() == [r['followup']['animal'] for r in ours]
+    assert table['violation.0.05'].tolist() == [r['violation']['0.05'] for r in ours]
+    assert [json.loads(g) for g in table['genotype']] == [r['genotype'] for r in ours]
+
+
+def test_tables_of_an_earlier_versions_directory_and_refusals(tmp_path, capsys):
+    from test.common.searches import search_frames, write_legacy
+
+    old = tmp_path / 'old'
+    search_frames(old)
+    write_legacy(old)
+    assert main(['export', str(old), '--format', 'csv', '--out', str(tmp_path / 'csv')]) == 0
+    with open(tmp_path / 'csv' / 'summary.csv', newline='') as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row['image'] for row in rows] == [r['image'] for r in read_jsonl(old / 'summary.jsonl')]
+    capsys.readouterr()
+    for args, words in (
+        (['--format', 'csv', '--out', str(tmp_path / 'csv')], 'exists; name a new directory'),
+        (['--format', 'csv'], 'writes tables into --out DIR'),
+        (
+            ['--format', 'parquet', '--out', str(tmp_path / 'p'), '--mcap', str(tmp_path / 'x.mcap')],
+            '--out DIR',
+        ),
+        (['--out', str(tmp_path / 'p')], 'needs --mcap OUT.mcap'),
+    ):
+        assert main(['export', str(old), *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count('\n') == 1 and words in err, err
+    assert main(['export', str(tmp_path), '--format', 'csv', '--out', str(tmp_path / 'n')]) == 2
+    assert 'not a results directory' in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['csv', 'old']
