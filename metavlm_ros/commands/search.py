@@ -53,7 +53,12 @@ def add_frame_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser('search', help=HELP, description=HELP + '.')
-    parser.add_argument('frames', nargs='+', metavar='FRAME', help='image files, folders of images, or bags')
+    parser.add_argument(
+        'frames',
+        nargs='+',
+        metavar='FRAME',
+        help='image files, folders of images, videos, or bags (rosbag2 mcap / sqlite3, ROS 1 .bag)',
+    )
     add_model_arguments(parser)
     group = parser.add_argument_group('search')
     group.add_argument(
@@ -290,6 +295,9 @@ def run(args: argparse.Namespace) -> int:
                         'backend': backend.name,
                         'stamp_ns': frame.stamp_ns,
                         'frame_sha256': digest,
+                        # Where to find the frame again: the file, its position there (and stamp_ns).
+                        'frame_file': frame.file,
+                        'frame_index': frame.index,
                     },
                 )
             searched += 1

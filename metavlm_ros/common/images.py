@@ -31,14 +31,20 @@ class Frame:
     """One frame of footage.
 
     Attributes:
-        id: The file stem, or '<bag stem>@<stamp_ns>' for a bag message.
+        id: The file stem, or '<bag or video stem>@<stamp_ns>' for a bag message or a video frame.
         rgb: The pixels, uint8, shape (H, W, 3), RGB order, C-contiguous.
-        stamp_ns: The message timestamp in nanoseconds; 0 for image files.
+        stamp_ns: The message timestamp in nanoseconds, a video frame's presentation time (its
+            position in the video); 0 for image files.
+        file: The file (image, video or bag) the frame was read from, as given; '' when not read.
+        index: The frame's position in that file: its message on the bag topic, its frame in the
+            video, its image in the folder (0-based, counted from the start, not from a selection).
     """
 
     id: str
     rgb: np.ndarray
     stamp_ns: int = 0
+    file: str = ''
+    index: int = 0
 
 
 def resize_longer_side(frame: np.ndarray, size: int | None) -> np.ndarray:

@@ -1,9 +1,9 @@
-"""Reading ROS 2 bags without a ROS installation: verified, frames and messages streamed."""
+"""Reading bags (ROS 2: mcap, sqlite3; ROS 1: .bag) without a ROS installation: verified, streamed."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from metavlm_ros.footage.bag_writer import _MessageDigest
 from metavlm_ros.footage.truth import GroundTruth
 
 __all__ = [
+    'BAG_FILE_SUFFIXES',
+    'cdr_bytes',
     'decode_image',
     'iter_bag_frames',
     'iter_bag_messages',
@@ -44,37 +46,74 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+#: What a bag file may end in: rosbag2 storage files, and ROS 1 bags.
+BAG_FILE_SUFFIXES = ('.mcap', '.db3', '.bag')
+
+
 @contextmanager
 def open_bag(path: str | Path) -> Iterator[Any]:
-    """The one bag opener: a rosbag2 bag (directory, .mcap or .db3) read-only, as a rosbags Reader.
+    """The one bag opener: a rosbag2 bag (directory, .mcap or .db3) or a ROS 1 bag (.bag), read-only.
+
+    Both generations are read through rosbags' AnyReader: one `connections`, `start_time`,
+    `messages()` and `deserialize()` (CDR or ROS 1 wire format, by the bag's own type definitions,
+    else the ROS 2 Jazzy ones); `is2` tells them apart.
 
     Raises:
-        BagError: no such bag, not a rosbag2 bag (a ROS 1 bag says how to convert it), or unreadable.
+        BagError: no such bag, not a bag, of unknown storage, or unreadable.
     """
-    from rosbags.rosbag2 import Reader
+    from rosbags.highlevel import AnyReader
 
     path = resolve_bag(path)
-    if path.is_file() and path.suffix == '.bag':
-        raise BagError(f'{path} is a ROS 1 bag; convert it first (rosbags-convert --src {path.name})')
     if path.is_dir() and not (path / 'metadata.yaml').is_file():
         # A directory holding one storage file but no metadata (copied by hand): read the file.
         files = sorted(p for p in path.iterdir() if p.suffix in ('.mcap', '.db3'))
         if len(files) != 1:
             raise BagError(f'{path}: not a bag (no metadata.yaml)')
         path = files[0]
-    if path.is_file() and path.suffix not in ('.mcap', '.db3'):
+    if path.is_file() and path.suffix.lower() not in BAG_FILE_SUFFIXES:
         raise BagError(
-            f'{path}: unknown bag storage {path.suffix!r} (expected .mcap or .db3 or a bag directory)'
+            f'{path}: unknown bag storage {path.suffix!r} (expected .mcap, .db3, .bag or a bag directory)'
         )
     try:
-        reader = Reader(path)
+        reader = AnyReader([path], default_typestore=bag_typestore())
         reader.open()
-    except Exception as exc:  # rosbags raises several types (ReaderError, KeyError, sqlite3, mcap)
-        raise BagError(f'{path}: unreadable bag ({_one_line(exc)})') from None
+    except Exception as exc:  # rosbags raises several types (AnyReaderError, KeyError, sqlite3, mcap)
+        kind = 'ROS 1 bag' if path.suffix.lower() == '.bag' else 'bag'
+        raise BagError(f'{path}: unreadable {kind} ({_one_line(exc)})') from None
     try:
         yield reader
     finally:
         reader.close()
+
+
+def cdr_bytes(reader: Any) -> Callable[[Any, bytes | memoryview], bytes]:
+    """How the messages of an open bag become ROS 2 CDR bytes, for rclpy and Foxglove.
+
+    A rosbag2 bag's are already; a ROS 1 bag's are migrated to the ROS 2 Jazzy definitions of
+    their types (a header's `seq` dropped), as `rosbags-convert` does.
+
+    Raises:
+        BagError: (from the returned function) a ROS 1 message of a type ROS 2 does not define.
+    """
+    if reader.is2:
+        return lambda _conn, raw: bytes(raw)
+    from rosbags.convert.converter import migrate_bytes
+
+    target = bag_typestore()
+    cache: dict[str, object] = {}
+
+    def convert(conn: Any, raw: bytes | memoryview) -> bytes:
+        if conn.msgtype not in target.fielddefs:
+            raise BagError(f'{conn.topic}: ROS 1 type {conn.msgtype} has no ROS 2 definition')
+        try:
+            data = migrate_bytes(
+                reader.typestore, target, conn.msgtype, conn.msgtype, cache, raw, src_is2=False, dst_is2=True
+            )
+            return bytes(data)
+        except Exception as exc:
+            raise BagError(f'{conn.topic}: corrupt {conn.msgtype} message ({_one_line(exc)})') from None
+
+    return convert
 
 
 def verify_bag(path: str | Path) -> None:
@@ -102,7 +141,10 @@ def verify_bag(path: str | Path) -> None:
 
 def _stored_digest(reader: Any, path: Path) -> str | None:
     """The message digest `write_bag` stored: in metadata.yaml, or inside a single-file sqlite3 bag."""
-    custom = getattr(getattr(reader.storage, 'metadata', None), 'custom', None) or {}
+    if not reader.is2:
+        return None  # a ROS 1 bag: its chunks are read whole, no digest of ours
+    storage = reader.readers[0].storage
+    custom = getattr(getattr(storage, 'metadata', None), 'custom', None) or {}
     if DIGEST_KEY in custom:
         return custom[DIGEST_KEY]
     if not (path.is_file() and path.suffix.lower() == '.db3'):
@@ -169,10 +211,10 @@ def _raw_messages(messages: Iterator[Any], path: Path) -> Iterator[tuple[Any, in
         yield item
 
 
-def _deserialise(typestore: Any, conn: Any, timestamp: int, raw: bytes, path: Path) -> Any:
-    """One message from its CDR bytes; a damaged one is a BagError naming its type and time."""
+def _deserialise(reader: Any, conn: Any, timestamp: int, raw: bytes, path: Path) -> Any:
+    """One message from its bytes (CDR or ROS 1); a damaged one is a BagError naming its type and time."""
     try:
-        return typestore.deserialize_cdr(raw, conn.msgtype)
+        return reader.deserialize(raw, conn.msgtype)
     except Exception as exc:
         raise BagError(f'{path}: corrupt {conn.msgtype} message at {timestamp} ({_one_line(exc)})') from None
 
@@ -186,10 +228,10 @@ def iter_bag_frames(
     end: float | None = None,
     max_frames: int | None = None,
 ) -> Iterator[Frame]:
-    """Stream the frames of an image topic of a bag, one message at a time, read-only.
+    """Stream the frames of an image topic of a bag (ROS 2 or ROS 1), one message at a time, read-only.
 
     Args:
-        path: A bag directory, or an .mcap / .db3 storage file.
+        path: A bag directory, an .mcap / .db3 storage file, or a ROS 1 .bag file.
         topic: The image topic; default the bag's only image topic.
         every: Keep every n-th message of the selected time window.
         start: Skip messages earlier than this many seconds after the bag's first message.
@@ -197,8 +239,9 @@ def iter_bag_frames(
         max_frames: Stop after this many frames.
 
     Yields:
-        Frame with id '<bag name>@<stamp_ns>' and stamp_ns the header stamp (the bag time when
-        the header stamp is zero).
+        Frame with id '<bag name>@<stamp_ns>', stamp_ns the header stamp (the bag time when the
+        header stamp is zero), file the bag and index the message's position on its topic. Messages
+        before `start` are read to count them, not decoded.
 
     Raises:
         BagError: Unreadable, truncated or corrupt bag; no image topic; unknown topic; several image
@@ -221,29 +264,30 @@ def iter_bag_frames(
         if topic not in conns:
             raise BagError(f'{path}: no image topic {topic!r}; image topics: {", ".join(sorted(conns))}')
         t0 = reader.start_time
-        kwargs: dict[str, int] = {}
-        if start is not None:
-            kwargs['start'] = t0 + round(start * 1e9)
-        if end is not None:
-            kwargs['stop'] = t0 + round(end * 1e9) + 1  # rosbags' stop is exclusive, our end inclusive
-        typestore = bag_typestore()
-        yielded = 0
-        position = 0
+        first = None if start is None else t0 + round(start * 1e9)
+        last = None if end is None else t0 + round(end * 1e9)
         if max_frames is not None and max_frames <= 0:
             return
-        messages = reader.messages(connections=conns[topic], **kwargs)
-        for conn, timestamp, raw in _raw_messages(messages, path):
+        yielded = 0
+        position = 0
+        # From the topic's first message, so that `index` counts every message of the topic.
+        messages = reader.messages(connections=conns[topic])
+        for index, (conn, timestamp, raw) in enumerate(_raw_messages(messages, path)):
+            if first is not None and timestamp < first:
+                continue
+            if last is not None and timestamp > last:
+                return
             keep = position % every == 0
             position += 1
             if not keep:
                 continue
-            msg = _deserialise(typestore, conn, timestamp, raw, path)
+            msg = _deserialise(reader, conn, timestamp, raw, path)
             try:
                 rgb = decode_image(msg)
             except InputError as exc:
                 raise InputError(f'{path}: {topic} at {timestamp}: {exc}') from None
             stamp = _header_stamp(msg) or int(timestamp)
-            yield Frame(id=f'{name}@{stamp}', rgb=rgb, stamp_ns=stamp)
+            yield Frame(id=f'{name}@{stamp}', rgb=rgb, stamp_ns=stamp, file=str(path), index=index)
             yielded += 1
             if max_frames is not None and yielded >= max_frames:
                 return  # before the next message is read: what follows may be damaged
@@ -254,7 +298,8 @@ def iter_bag_messages(
 ) -> Iterator[tuple[str, str, int, Any]]:
     """Stream every message of a bag (or of `topics`) in time order, deserialised, read-only.
 
-    Message types unknown to `bag_typestore()` are registered from the definitions stored in the bag.
+    Messages are read by the type definitions stored in the bag (`bag_typestore()`'s when it stores
+    none). A ROS 1 bag's messages have ROS 1 fields (a header's `seq`).
 
     Yields:
         (topic, msgtype, timestamp_ns, rosbags message object).
@@ -262,9 +307,6 @@ def iter_bag_messages(
     Raises:
         BagError: Unreadable, truncated or corrupt bag, or a requested topic missing.
     """
-    from rosbags.typesys import get_types_from_msg
-
-    typestore = bag_typestore()
     with open_bag(path) as reader:
         conns = reader.connections
         if topics is not None:
@@ -274,25 +316,9 @@ def iter_bag_messages(
                 present = ', '.join(sorted({c.topic for c in conns}))
                 raise BagError(f'{path}: no topic {", ".join(sorted(missing))}; topics: {present}')
             conns = [c for c in conns if c.topic in wanted]
-        known = dict(typestore.fielddefs)
-        extra: dict = {}
-        for conn in conns:
-            if conn.msgtype not in known and conn.msgtype not in extra and conn.msgdef.data:
-                try:
-                    extra.update(get_types_from_msg(conn.msgdef.data, conn.msgtype))
-                except Exception as exc:
-                    raise BagError(
-                        f'{path}: unreadable definition of {conn.msgtype} ({_one_line(exc)})'
-                    ) from None
-        if extra:
-            # A private copy: registering a bag's own types must not change the shared typestore.
-            from rosbags.typesys import Stores, get_typestore
-
-            typestore = get_typestore(Stores.ROS2_JAZZY)
-            typestore.register(extra)
         messages = reader.messages(connections=conns)
         for conn, timestamp, raw in _raw_messages(messages, path):
-            msg = _deserialise(typestore, conn, timestamp, raw, path)
+            msg = _deserialise(reader, conn, timestamp, raw, path)
             yield conn.topic, conn.msgtype, int(timestamp), msg
 
 

@@ -1,4 +1,4 @@
-"""ROS 2 bags (mcap, sqlite3) without a ROS installation: write scene footage, stream frames and messages."""
+"""Bags without a ROS installation: scene footage written (rosbag2), frames and messages read (ROS 2, 1)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from metavlm_ros.footage.bag_format import (
     resolve_bag_output,
 )
 from metavlm_ros.footage.bag_reader import (
+    BAG_FILE_SUFFIXES,
+    cdr_bytes,
     decode_image,
     iter_bag_frames,
     iter_bag_messages,
@@ -31,6 +33,7 @@ from metavlm_ros.footage.bag_reader import (
 from metavlm_ros.footage.bag_writer import write_bag
 
 __all__ = [
+    'BAG_FILE_SUFFIXES',
     'CAMERA_INFO_TOPIC',
     'COMPRESSED_TOPIC',
     'DEFAULT_START_NS',
@@ -40,6 +43,7 @@ __all__ = [
     'bag_name',
     'bag_typestore',
     'camera_info_message',
+    'cdr_bytes',
     'decode_image',
     'ground_truth_message',
     'image_message',

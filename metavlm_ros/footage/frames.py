@@ -1,4 +1,4 @@
-"""Frame sources: image files, folders of images and ROS 2 bags, streamed as RGB uint8 frames."""
+"""Frame sources: image files, folders of images, videos and bags (ROS 2, ROS 1), streamed as RGB frames."""
 
 from __future__ import annotations
 
@@ -14,18 +14,23 @@ import numpy as np
 
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.images import Frame, to_rgb8
+from metavlm_ros.footage.video import VIDEO_SUFFIXES
 
 __all__ = [
+    'BAG_SUFFIXES',
     'IMAGE_SUFFIXES',
+    'VIDEO_SUFFIXES',
+    'footage_kind',
     'frame_digest',
     'is_bag_path',
+    'is_video_path',
     'iter_frames',
     'load_image',
     'verify_sources',
 ]
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
-BAG_SUFFIXES = ('.mcap', '.db3')
+BAG_SUFFIXES = ('.mcap', '.db3', '.bag')  # rosbag2 storage files, ROS 1 bags
 
 
 def frame_digest(rgb: np.ndarray) -> str:
@@ -92,28 +97,62 @@ def load_image(path: str | Path) -> np.ndarray:
 
 
 def is_bag_path(path: str | Path) -> bool:
-    """Whether `path` names a ROS 2 bag: a .mcap / .db3 file or a directory with metadata.yaml."""
+    """Whether `path` names a bag: a .mcap / .db3 / ROS 1 .bag file or a rosbag2 directory."""
     path = Path(path)
     if path.is_dir():
         return (path / 'metadata.yaml').is_file() or any(
-            child.suffix in BAG_SUFFIXES for child in path.iterdir() if child.is_file()
+            child.suffix in ('.mcap', '.db3') for child in path.iterdir() if child.is_file()
         )
     return path.suffix.lower() in BAG_SUFFIXES
 
 
+def is_video_path(path: str | Path) -> bool:
+    """Whether `path` names a video file by its suffix (VIDEO_SUFFIXES: what OpenCV's FFmpeg reads)."""
+    path = Path(path)
+    return path.suffix.lower() in VIDEO_SUFFIXES and not path.is_dir()
+
+
+def footage_kind(path: str | Path) -> str:
+    """What a source is: 'bag', 'video', 'folder' or 'image' (timed footage is a bag or a video)."""
+    if is_bag_path(path):
+        return 'bag'
+    if is_video_path(path):
+        return 'video'
+    return 'folder' if Path(path).is_dir() else 'image'
+
+
+def _unknown_type(path: Path) -> InputError:
+    return InputError(
+        f'{path}: unknown file type {path.suffix or "(no suffix)"}; frames are read from images '
+        f'({", ".join(IMAGE_SUFFIXES)}), folders of them, videos ({", ".join(VIDEO_SUFFIXES)}) and bags '
+        '(.mcap, .db3, rosbag2 directories, ROS 1 .bag)'
+    )
+
+
 def verify_sources(sources: Sequence[str | Path] | str | Path) -> None:
-    """Check the bags among `sources` whole for damage before any of their frames is used.
+    """Check the bags and videos among `sources` for damage before any of their frames is used.
+
+    Bags are read whole (checksums, truncation); videos are opened, their first frame and one near
+    their announced end decoded.
 
     Raises:
         BagError: A bag is damaged (checksum mismatch, truncated, unreadable).
+        InputError: A video that does not read, holds no frames or is cut short.
     """
     if isinstance(sources, (str, Path)):
         sources = [sources]
     for source in sources:
-        if Path(source).exists() and is_bag_path(source):
+        if not Path(source).exists():
+            continue
+        kind = footage_kind(source)
+        if kind == 'bag':
             from metavlm_ros.footage.bags import verify_bag
 
             verify_bag(source)
+        elif kind == 'video':
+            from metavlm_ros.footage.video import verify_video
+
+            verify_video(source)
 
 
 def _check_selection(every: int, start: float | None, end: float | None, max_frames: int | None) -> None:
@@ -125,6 +164,15 @@ def _check_selection(every: int, start: float | None, end: float | None, max_fra
         raise ParameterError(f'end ({end}) must not be before start ({start})')
     if max_frames is not None and max_frames < 0:
         raise ParameterError(f'max_frames must be >= 0, got {max_frames}')
+
+
+def _decodes(path: Path) -> bool:
+    """Whether a file of a suffix not ours is an image all the same (.ppm, .pgm, .exr, no suffix)."""
+    try:
+        load_image(path)
+    except InputError:
+        return False
+    return True
 
 
 def _folder_images(folder: Path) -> list[Path]:
@@ -140,17 +188,18 @@ def iter_frames(
     end: float | None = None,
     max_frames: int | None = None,
 ) -> Iterator[Frame]:
-    """Stream frames from image files, folders of images and ROS 2 bags, one at a time.
+    """Stream frames from image files, folders of images, videos and bags, one at a time.
 
     Folders are read in sorted file-name order, images only (other files are skipped). Bags are
-    .mcap or .db3 files or bag directories. Selection: `every` keeps one frame in `every`, counted
-    per source and starting at the first frame inside [start, end]; `start` and `end` (seconds,
-    inclusive) select by time since the first message of a bag, and by position in a folder, whose
-    i-th image (0-based, sorted) counts as i seconds; `max_frames` caps the total number of frames
-    yielded over all sources.
+    .mcap or .db3 files, rosbag2 directories or ROS 1 .bag files; videos any of VIDEO_SUFFIXES.
+    Selection: `every` keeps one frame in `every`, counted per source and starting at the first
+    frame inside [start, end]; `start` and `end` (seconds, inclusive) select by time since the first
+    message of a bag, by presentation time in a video, and by position in a folder, whose i-th image
+    (0-based, sorted) counts as i seconds; `max_frames` caps the total number of frames yielded over
+    all sources.
 
     Args:
-        sources: Paths (or one path) of images, folders or bags.
+        sources: Paths (or one path) of images, folders, videos or bags.
         topic: Image topic to read from bags; default the only image topic of each bag.
         every: Keep every n-th frame (n >= 1).
         start: Skip frames before this many seconds after the first bag message.
@@ -161,7 +210,8 @@ def iter_frames(
         Frame objects, in source order.
 
     Raises:
-        InputError: A source is missing, not an image, or a folder without images.
+        InputError: A source is missing, of an unknown type, not an image, a folder without images,
+            or a video that does not read.
         BagError: A bag is unreadable or lacks the image topic.
         ParameterError: Selection values are invalid.
     """
@@ -187,12 +237,18 @@ def iter_frames(
             frames = iter_bag_frames(
                 path, topic=topic, every=every, start=start, end=end, max_frames=remaining
             )
+        elif is_video_path(path):
+            from metavlm_ros.footage.video import iter_video_frames
+
+            frames = iter_video_frames(path, every=every, start=start, end=end, max_frames=remaining)
         else:
             if path.is_dir():
                 files = _folder_images(path)
                 if not files:
                     raise InputError(f'{path}: folder holds no images ({", ".join(IMAGE_SUFFIXES)})')
             else:
+                if path.suffix.lower() not in IMAGE_SUFFIXES and not _decodes(path):
+                    raise _unknown_type(path)
                 files = [path]
             frames = _iter_files(files, every=every, start=start, end=end, max_frames=remaining)
         for frame in frames:
@@ -217,5 +273,5 @@ def _iter_files(
         eligible += 1
         if (eligible - 1) % every:
             continue
-        yield Frame(id=file.stem, rgb=load_image(file), stamp_ns=0)
+        yield Frame(id=file.stem, rgb=load_image(file), stamp_ns=0, file=str(file), index=index)
         yielded += 1

@@ -64,23 +64,28 @@ def bag_topics(path: str | Path) -> dict[str, str]:
 
 
 def iter_raw_messages(path: str | Path, topics: Sequence[str] | None = None) -> Iterator[RawMessage]:
-    """Yield (topic, msgtype, timestamp_ns, CDR bytes) in bag time order.
+    """Yield (topic, msgtype, timestamp_ns, ROS 2 CDR bytes) in bag time order, of a ROS 2 or ROS 1 bag.
 
     Raises:
         BagError: not a bag, unknown topic, or corrupt data.
     """
     path = Path(path)
-    from metavlm_ros.footage.bags import open_bag  # rosbags loads only when a bag is read
+    from metavlm_ros.footage.bags import cdr_bytes, open_bag  # rosbags loads only when a bag is read
 
     with open_bag(path) as reader:
         available = {conn.topic: conn.msgtype for conn in reader.connections}
         selected = set(check_topics(available, topics, path))
         connections = [c for c in reader.connections if c.topic in selected]
-        try:
-            for conn, timestamp, rawdata in reader.messages(connections=connections):
-                yield conn.topic, conn.msgtype, timestamp, bytes(rawdata)
-        except Exception as exc:
-            raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
+        to_cdr = cdr_bytes(reader)  # a ROS 1 bag's messages as their ROS 2 types
+        messages = reader.messages(connections=connections)
+        while True:
+            try:
+                conn, timestamp, rawdata = next(messages)
+            except StopIteration:
+                return
+            except Exception as exc:
+                raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
+            yield conn.topic, conn.msgtype, timestamp, to_cdr(conn, rawdata)
 
 
 # -- publishing -------------------------------------------------------------------------------------

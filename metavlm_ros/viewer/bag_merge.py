@@ -8,7 +8,7 @@ import foxglove
 
 from metavlm_ros.common.errors import BagError, InputError
 from metavlm_ros.common.images import encode_png
-from metavlm_ros.footage.bags import bag_typestore, decode_image, open_bag, verify_bag
+from metavlm_ros.footage.bags import bag_typestore, cdr_bytes, decode_image, open_bag, verify_bag
 from metavlm_ros.footage.frames import frame_digest
 
 __all__ = ['check_bag_frames', 'merge_bag']
@@ -33,12 +33,11 @@ def check_bag_frames(bag: str | Path, wanted: dict[int, str]) -> dict[int, bytes
     if not wanted:
         raise InputError(f'{bag}: the results hold no frames with a camera stamp and hash to match a bag')
     verify_bag(bag)  # whole, with its checksums, before any of it is used
-    typestore = bag_typestore()
     found: dict[int, bytes] = {}
     with open_bag(bag) as reader:
         connections = [c for c in reader.connections if c.msgtype in IMAGE_TYPES]
         for connection, timestamp, raw in reader.messages(connections=connections):
-            msg = typestore.deserialize_cdr(raw, connection.msgtype)
+            msg = reader.deserialize(raw, connection.msgtype)
             header = msg.header.stamp
             stamp = int(header.sec) * 1_000_000_000 + int(header.nanosec) or int(timestamp)
             if stamp not in wanted or stamp in found:
@@ -61,6 +60,8 @@ def check_bag_frames(bag: str | Path, wanted: dict[int, str]) -> dict[int, bytes
 def merge_bag(bag: str | Path, context: foxglove.Context) -> int:
     """Copy every message of a bag, CDR bytes and ROS 2 schema as they are, into `context`'s sinks.
 
+    A ROS 1 bag's messages are migrated to their ROS 2 definitions first (`cdr_bytes`).
+
     Returns:
         The number of messages copied.
     """
@@ -68,8 +69,11 @@ def merge_bag(bag: str | Path, context: foxglove.Context) -> int:
     channels: dict[int, foxglove.Channel] = {}
     copied = 0
     with open_bag(bag) as reader:
+        to_cdr = cdr_bytes(reader)
         for connection in reader.connections:
-            text = connection.msgdef.data if connection.msgdef and connection.msgdef.data else ''
+            text = (
+                connection.msgdef.data if reader.is2 and connection.msgdef and connection.msgdef.data else ''
+            )
             if not text:
                 # sqlite3 bags may not store definitions; the typestore knows the standard ones.
                 try:
@@ -81,6 +85,6 @@ def merge_bag(bag: str | Path, context: foxglove.Context) -> int:
                 connection.topic, schema=schema, message_encoding='cdr', context=context
             )
         for connection, timestamp, raw in reader.messages():
-            channels[connection.id].log(bytes(raw), log_time=int(timestamp))
+            channels[connection.id].log(to_cdr(connection, raw), log_time=int(timestamp))
             copied += 1
     return copied

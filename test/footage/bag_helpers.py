@@ -4,7 +4,9 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+from rosbags.rosbag1 import Writer as Writer1
 from rosbags.rosbag2 import StoragePlugin, Writer
+from rosbags.typesys import Stores, get_typestore
 
 from metavlm_ros.footage.bag_format import DEFAULT_START_NS, bag_typestore
 
@@ -52,3 +54,59 @@ def compressed(fmt: str, data: bytes):
         stamp=t['builtin_interfaces/msg/Time'](sec=2, nanosec=5), frame_id='cam'
     )
     return t['sensor_msgs/msg/CompressedImage'](header=header, format=fmt, data=np.frombuffer(data, np.uint8))
+
+
+NOETIC = get_typestore(Stores.ROS1_NOETIC)
+
+
+def noetic_image(bgr: np.ndarray, stamp_ns: int, seq: int = 0):
+    """A ROS 1 sensor_msgs/Image, bgr8, as a Noetic camera driver publishes it."""
+    t = NOETIC.types
+    stamp = t['builtin_interfaces/msg/Time'](sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9)
+    height, width = bgr.shape[:2]
+    return t['sensor_msgs/msg/Image'](
+        header=t['std_msgs/msg/Header'](seq=seq, stamp=stamp, frame_id='camera'),
+        height=height,
+        width=width,
+        encoding='bgr8',
+        is_bigendian=0,
+        step=width * 3,
+        data=np.ascontiguousarray(bgr).reshape(-1),
+    )
+
+
+def noetic_compressed(bgr: np.ndarray, stamp_ns: int, seq: int = 0):
+    """A ROS 1 sensor_msgs/CompressedImage (JPEG), as image_transport's compressed plugin writes it."""
+    import cv2
+
+    t = NOETIC.types
+    stamp = t['builtin_interfaces/msg/Time'](sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9)
+    data = cv2.imencode('.jpg', bgr, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].reshape(-1)
+    return t['sensor_msgs/msg/CompressedImage'](
+        header=t['std_msgs/msg/Header'](seq=seq, stamp=stamp, frame_id='camera'),
+        format='bgr8; jpeg compressed bgr8',
+        data=data,
+    )
+
+
+def write_ros1(path: Path, messages: list[tuple[str, str, int, object]]) -> Path:
+    """A ROS 1 bag of (topic, msgtype, bag time ns, Noetic message) entries, as `rosbag record` writes it."""
+    with Writer1(path) as writer:
+        conns = {}
+        for topic, msgtype, stamp, msg in messages:
+            if topic not in conns:
+                conns[topic] = writer.add_connection(topic, msgtype, typestore=NOETIC, callerid='/camera')
+            writer.write(conns[topic], stamp, NOETIC.serialize_ros1(msg, msgtype))
+    return path
+
+
+def write_ros1_scene(path: Path, scene, *, compressed: bool = False, fps: float = FPS) -> Path:
+    """A ROS 1 bag of a scene's frames on /camera/image_raw (or .../compressed), bgr8, stamped at `fps`."""
+    topic = '/camera/image_raw/compressed' if compressed else '/camera/image_raw'
+    msgtype = 'sensor_msgs/msg/CompressedImage' if compressed else 'sensor_msgs/msg/Image'
+    build = noetic_compressed if compressed else noetic_image
+    entries = []
+    for i, (rgb, _gt) in enumerate(scene):
+        stamp = DEFAULT_START_NS + round(i * 1e9 / fps)
+        entries.append((topic, msgtype, stamp, build(rgb[..., ::-1], stamp, seq=i)))
+    return write_ros1(path, entries)

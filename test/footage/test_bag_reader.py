@@ -157,7 +157,7 @@ def test_corrupt_and_unknown_bags(tmp_path, mcap_bag):
         list(iter_bag_frames(other))
     ros1 = tmp_path / 'x.bag'
     ros1.write_bytes(b'#ROSBAG V2.0\n')
-    with pytest.raises(BagError, match='ROS 1 bag; convert it first'):
+    with pytest.raises(BagError, match='x.bag: unreadable ROS 1 bag'):
         list(iter_bag_frames(ros1))
     with pytest.raises(BagError, match='no such bag'):
         list(iter_bag_frames(tmp_path / 'missing'))

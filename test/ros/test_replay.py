@@ -80,6 +80,36 @@ def write_bare_mcap(path: Path) -> Path:
     return path
 
 
+def write_ros1_bag(path: Path) -> Path:
+    """The same messages in a ROS 1 bag, as a Noetic robot records them (Noetic types, header seq)."""
+    from rosbags.rosbag1 import Writer as Writer1
+
+    noetic = get_typestore(Stores.ROS1_NOETIC)
+    t = noetic.types
+    with Writer1(path) as writer:
+        connections = {}
+        for seq, (topic, msgtype, stamp, msg) in enumerate(messages()):
+            if msgtype == 'sensor_msgs/msg/Image':
+                header = t['std_msgs/msg/Header'](
+                    seq=seq,
+                    stamp=t['builtin_interfaces/msg/Time'](
+                        sec=msg.header.stamp.sec, nanosec=msg.header.stamp.nanosec
+                    ),
+                    frame_id=msg.header.frame_id,
+                )
+                fields = {
+                    k: getattr(msg, k)
+                    for k in ('height', 'width', 'encoding', 'is_bigendian', 'step', 'data')
+                }
+                msg = t[msgtype](header=header, **fields)
+            else:
+                msg = t[msgtype](data=msg.data)
+            if topic not in connections:
+                connections[topic] = writer.add_connection(topic, msgtype, typestore=noetic)
+            writer.write(connections[topic], stamp, noetic.serialize_ros1(msg, msgtype))
+    return path
+
+
 @pytest.fixture
 def bag(tmp_path) -> Path:
     return write_rosbag2(tmp_path / 'dive')
@@ -208,6 +238,28 @@ def test_bare_storage_files_replay(tmp_path, name, write):
         assert image_msg_to_rgb(images.messages[-1])[0, 0, 0] == 50
 
 
+def test_a_ros1_bag_replays_as_its_ros2_types(tmp_path, capsys):
+    path = write_ros1_bag(tmp_path / 'dive.bag')
+    assert bag_topics(path) == {'/camera/image_raw': 'sensor_msgs/msg/Image', '/note': 'std_msgs/msg/String'}
+    with ros_context() as context:
+        images = TopicCollector(context, '/camera/image_raw', Image, name='images')
+        notes = TopicCollector(context, '/note', String, name='notes')
+        codes = []
+        argv = ['replay', str(path), '--rate', '10', '--wait-for-subscribers', '5']
+        thread = threading.Thread(target=lambda: codes.append(cli.main(argv)))
+        thread.start()
+        try:
+            wait_for(lambda: not thread.is_alive(), 20, [images, notes], 'metavlm replay to finish')
+            wait_for(lambda: len(images.messages) == N_FRAMES, 3, images, 'all frames')
+        finally:
+            thread.join(10)
+    assert codes == [0], capsys.readouterr().err
+    stamps = [stamp_to_ns(m.header.stamp) for m in images.messages]
+    assert stamps == [T0 + i * SPACING_NS + STAMP_OFFSET_NS for i in range(N_FRAMES)]
+    assert [image_msg_to_rgb(m)[0, 0, 0] for m in images.messages] == [i * 10 for i in range(N_FRAMES)]
+    assert [m.data for m in notes.messages] == ['after frame 1', 'after frame 3']
+
+
 def test_cli_replays_to_a_best_effort_subscriber(bag, capsys):
     with ros_context() as context:
         sensor_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
@@ -243,7 +295,7 @@ def test_qos_override_file_is_applied(bag, tmp_path):
         (['{missing}'], 'no such bag'),
         (['{empty_dir}'], 'no metadata.yaml'),
         (['{text_file}'], 'unknown bag storage'),
-        (['{ros1}'], 'is a ROS 1 bag'),
+        (['{ros1}'], 'unreadable ROS 1 bag'),
         (['{bag}', '--topic', '/sonar'], 'topic /sonar is not in dive'),
         (['{bag}', '--rate', '0'], '--rate must be positive'),
         (['{bag}', '--remap', '/note'], 'not of the form OLD:=NEW'),
