@@ -49,6 +49,9 @@ class CampaignImage:
     id: str
     rgb: np.ndarray = field(repr=False, compare=False)
     stamp_ns: int = 0
+    #: The file the frame was read from and its position there ('' for generated scenes).
+    file: str = ''
+    frame_index: int = 0
 
     @property
     def sha256(self) -> str:
@@ -69,10 +72,10 @@ def load_images(frames: FrameSpec) -> list[CampaignImage]:
     from metavlm_ros.common.images import resize_longer_side
     from metavlm_ros.footage.frames import iter_frames, verify_sources
 
-    items: list[tuple[str, np.ndarray, int]] = []
+    items: list[tuple[str, np.ndarray, int, str, int]] = []
     if frames.generate is not None:
         for name, rgb in _generate_scenes(frames.generate):
-            items.append((name, rgb, 0))
+            items.append((name, rgb, 0, '', 0))
             if frames.max_frames is not None and len(items) >= frames.max_frames:
                 break
     else:
@@ -85,19 +88,20 @@ def load_images(frames: FrameSpec) -> list[CampaignImage]:
             end=frames.end,
             max_frames=frames.max_frames,
         ):
-            items.append((frame.id, frame.rgb, frame.stamp_ns))
+            items.append((frame.id, frame.rgb, frame.stamp_ns, frame.file, frame.index))
     if not items:
         raise InputError('frames: the selection holds no frames')
     images: list[CampaignImage] = []
     used: set[str] = set()
-    for index, (name, rgb, stamp) in enumerate(items):
+    for index, (name, rgb, stamp, file, position) in enumerate(items):
         safe = safe_name(name)
         unique, n = safe, 2
         while unique in used:
             unique, n = f'{safe}-{n}', n + 1
         used.add(unique)
         rgb = resize_longer_side(rgb, frames.size) if frames.size else rgb
-        images.append(CampaignImage(index=index, id=unique, rgb=np.ascontiguousarray(rgb), stamp_ns=stamp))
+        rgb = np.ascontiguousarray(rgb)
+        images.append(CampaignImage(index, unique, rgb, stamp_ns=stamp, file=file, frame_index=position))
     return images
 
 

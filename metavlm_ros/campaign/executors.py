@@ -47,6 +47,9 @@ class CellTask:
     search: Any  # SearchConfig
     threads: int | None = None
     stamp_ns: int = 0
+    #: Where the frame came from: file and position ('' for generated scenes: no field in the records).
+    frame_file: str = ''
+    frame_index: int = 0
 
 
 @dataclass
@@ -106,6 +109,11 @@ def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
                     'model': task.model.model,
                     'backend': task.model.backend,
                     'stamp_ns': task.stamp_ns,
+                    **(
+                        {'frame_file': task.frame_file, 'frame_index': task.frame_index}
+                        if task.frame_file
+                        else {}
+                    ),
                     'run': cell.run,
                     'cell': cell.id,
                 },

@@ -226,11 +226,16 @@ def run_campaign(
         if threads is None:
             threads = config.threads
         models = config.models
-        stamps = {im.index: im.stamp_ns for im in images}
-        tasks = [
-            CellTask(c, models[c.model_index], _search_for(config, c), threads, stamps[c.image_index])
-            for c in pending
-        ]
+        by_index = {im.index: im for im in images}
+        tasks = []
+        for c in pending:
+            image = by_index[c.image_index]
+            search = _search_for(config, c)
+            tasks.append(
+                CellTask(
+                    c, models[c.model_index], search, threads, image.stamp_ns, image.file, image.frame_index
+                )
+            )
         started = time.perf_counter()
         completed = 0
         bar = _progress_bar(len(cells), skipped, progress)

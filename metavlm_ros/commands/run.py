@@ -1,4 +1,4 @@
-"""`metavlm run`: the perception and tester nodes in one process, fed from a bag or a folder of images."""
+"""`metavlm run`: the perception and tester nodes in one process, fed from a bag, a video or a folder."""
 
 from __future__ import annotations
 
@@ -22,7 +22,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='ROS parameter file of both nodes (config/metavlm.yaml)',
     )
     parser.add_argument(
-        '--source', default=None, metavar='BAG_OR_FOLDER', help='footage to publish on the camera topic'
+        '--source',
+        default=None,
+        metavar='FOOTAGE',
+        help='footage to publish on the camera topic: a bag (ROS 2 or ROS 1), a video or a folder of images',
     )
     parser.add_argument(
         '--topic', default=None, help='image topic to read from a bag (default: its only one)'
@@ -39,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         metavar='HZ',
-        help=f"camera rate (default: a bag's own spacing, {DEFAULT_FOLDER_RATE_HZ:g} Hz for folders)",
+        help=f"camera rate (default: the footage's own spacing, {DEFAULT_FOLDER_RATE_HZ:g} Hz for folders)",
     )
     parser.add_argument('--loop', action='store_true', help='replay the footage until --duration ends')
     parser.add_argument(

@@ -103,15 +103,15 @@ def _write_ros_file(nodes: Mapping[str, Mapping[str, Any]], directory: Path) -> 
 def _footage(
     source: str | None, topic: str | None, rate: float | None, loop: bool
 ) -> Iterator[tuple[Any, float]]:
-    """Yield (frame, seconds to wait before publishing it) from a bag or folder, looping when asked."""
-    from metavlm_ros.footage.frames import is_bag_path, iter_frames
+    """Yield (frame, seconds to wait before publishing it) from a bag, video or folder, looping when asked."""
+    from metavlm_ros.footage.frames import footage_kind, iter_frames
 
     if source is None:
         return
-    bag = is_bag_path(source)
+    timed = footage_kind(source) in ('bag', 'video')  # spaced by their own stamps
     if rate is not None and not rate > 0:
         raise ParameterError(f'--rate must be positive, got {rate:g}')
-    period = 1.0 / rate if rate else (None if bag else 1.0 / DEFAULT_FOLDER_RATE_HZ)
+    period = 1.0 / rate if rate else (None if timed else 1.0 / DEFAULT_FOLDER_RATE_HZ)
     first = True
     gap = 0.0
     while True:
@@ -266,9 +266,14 @@ def _run_in_context(nodes, footage, source, duration, dds_transport, say, should
     from rclpy.signals import SignalHandlerOptions
     from sensor_msgs.msg import CompressedImage, Image
 
+    from metavlm_ros.footage.frames import footage_kind
     from metavlm_ros.ros.managed import bring_up, shut_down
 
     published = 0
+    # A video's times start at 0, which ROS takes for no stamp: its frames are stamped from the
+    # moment the first is published on, keeping their spacing.
+    video = source is not None and footage_kind(source) == 'video'
+    video_start = None
     # The transport is chosen before rclpy starts DDS in this process.
     with use_transport(dds_transport) as transport, tempfile.TemporaryDirectory(prefix='metavlm-run-') as tmp:
         path = _write_ros_file(nodes, Path(tmp))
@@ -354,7 +359,11 @@ def _run_in_context(nodes, footage, source, duration, dds_transport, say, should
                         time.sleep(min(0.01, max(0.0, next_at - time.monotonic())))
                     if stop_now():
                         break
-                    stamp = frame.stamp_ns or time.time_ns()
+                    if video:
+                        video_start = video_start or time.time_ns() - frame.stamp_ns
+                        stamp = video_start + frame.stamp_ns
+                    else:
+                        stamp = frame.stamp_ns or time.time_ns()
                     publisher.publish(_camera_message(frame.rgb, stamp, compressed))
                     published += 1
                     continue

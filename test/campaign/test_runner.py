@@ -27,6 +27,8 @@ def test_campaign_local_resume_and_refusal(tmp_path, image_dir, tiny_clip_dir):
     assert len(records) == 24
     assert {r['run'] for r in records} == {0} and {r['cell'] for r in records} == {'m0-nsga2-r000-img0'}
     assert {(r['model'], r['backend'], r['stamp_ns']) for r in records} == {(str(tiny_clip_dir), 'clip', 0)}
+    # Where the frame came from: the image of the folder, and its position there.
+    assert {(r['frame_file'], r['frame_index']) for r in records} == {(str(image_dir / 'img0.png'), 0)}
     info = json.loads((cell_dir / 'cell.json').read_text())
     assert info['search_seconds'] > 0 and info['finished'] >= info['started']
 
