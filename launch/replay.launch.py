@@ -1,4 +1,4 @@
-"""Replay a bag into the metavlm_ros perception and tester nodes, once they are active."""
+"""Replay a bag (ROS 2 or ROS 1) or a video into the perception and tester nodes, once they are active."""
 
 import os
 from pathlib import Path
@@ -44,6 +44,13 @@ def _bag_path(name: str) -> str:
         return name  # the player says what is wrong with it
 
 
+def _needs_own_player(footage: str) -> bool:
+    """Whether the footage is a ROS 1 bag or a video, which only `metavlm replay` plays."""
+    from metavlm_ros.footage.frames import is_video_path
+
+    return Path(footage).suffix.lower() == '.bag' or is_video_path(footage)
+
+
 def _flag(context, name: str) -> bool:
     from metavlm_ros.ros.launch_arguments import flag
 
@@ -61,6 +68,8 @@ def _player_command(context) -> list:
     bag, rate = _bag_path(arg('bag')), arg('rate')
     player = one_of('player', LaunchConfiguration('player', default='ros2').perform(context), PLAYERS)
     positive_number('rate', rate)
+    if _needs_own_player(bag):
+        player = 'metavlm'  # `ros2 bag play` reads neither ROS 1 bags nor videos
     if player == 'ros2':
         cmd = ['ros2', 'bag', 'play', bag]
         storage = {'.mcap': 'mcap', '.db3': 'sqlite3'}.get(Path(bag).suffix.lower())
@@ -98,7 +107,7 @@ def _checked(context, *args, **kwargs):
 
     bag = LaunchConfiguration('bag').perform(context)
     if not os.path.exists(_bag_path(bag)):
-        raise LaunchArgumentError('bag', f'no such bag {bag!r}')
+        raise LaunchArgumentError('bag', f'no such bag or video {bag!r}')
     qos = LaunchConfiguration('qos_overrides').perform(context)
     if not os.path.isfile(qos):
         raise LaunchArgumentError('qos_overrides', f'no such file {qos!r}')
@@ -162,7 +171,10 @@ def generate_launch_description() -> LaunchDescription:
     )
     return LaunchDescription(
         [
-            DeclareLaunchArgument('bag', description='bag to replay (directory, .mcap or .db3)'),
+            DeclareLaunchArgument(
+                'bag',
+                description='footage to replay: a bag (directory, .mcap, .db3; ROS 1 .bag) or a video',
+            ),
             DeclareLaunchArgument('rate', default_value='1.0', description='playback speed factor'),
             DeclareLaunchArgument('loop', default_value='false', description='replay the bag until stopped'),
             DeclareLaunchArgument(
@@ -173,7 +185,8 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument(
                 'player',
                 default_value='ros2',
-                description='ros2 (ros2 bag play) | metavlm (metavlm replay: no rosbag2 needed)',
+                description='ros2 (ros2 bag play) | metavlm (metavlm replay: no rosbag2 needed; '
+                'always for ROS 1 bags and videos)',
             ),
             DeclareLaunchArgument(
                 'camera_topic', default_value='/camera/image_raw', description='camera image topic in the bag'

@@ -1,4 +1,4 @@
-"""`metavlm replay`: publish a bag's messages through rclpy with their recorded spacing (no ros2 CLI)."""
+"""`metavlm replay`: a bag's messages, or a video's frames, published by rclpy in their time (no ros2 CLI)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ from metavlm_ros.ros.transport import add_transport_argument
 
 __all__ = ['add_parser', 'run']
 
-HELP = 'publish the messages of a rosbag2 bag (directory, .mcap or .db3 file) on ROS topics'
+HELP = 'publish the messages of a bag (rosbag2 directory, .mcap, .db3; ROS 1 .bag) or a video on ROS topics'
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `metavlm replay`."""
     parser = subparsers.add_parser('replay', help=HELP, description=HELP + '.')
-    parser.add_argument('bag', metavar='BAG', help='rosbag2 directory, .mcap or .db3 file')
+    parser.add_argument(
+        'bag',
+        metavar='FOOTAGE',
+        help='rosbag2 directory, .mcap or .db3 file, ROS 1 .bag file, or a video (published as rgb8 Image '
+        'on /camera/image_raw at its frame rate)',
+    )
     parser.add_argument(
         '--topic', action='append', default=None, metavar='T', help='topic to publish (repeat; default: all)'
     )

@@ -1,4 +1,4 @@
-"""The bag player of `metavlm replay`: a bag's messages published by rclpy with their recorded spacing."""
+"""The player of `metavlm replay`: a bag's messages, or a video's frames, published by rclpy in their time."""
 
 from __future__ import annotations
 
@@ -51,25 +51,47 @@ def check_topics(available: Mapping[str, str], topics: Sequence[str] | None, pat
     return list(dict.fromkeys(topics))
 
 
+def _is_video(path: str | Path) -> bool:
+    from metavlm_ros.footage.frames import is_video_path
+
+    return is_video_path(path)
+
+
 def bag_topics(path: str | Path) -> dict[str, str]:
-    """Topics of a bag and their message types.
+    """Topics of a bag (ROS 2 or ROS 1) and their message types; a video's is its camera topic.
 
     Raises:
         BagError: not a bag, unreadable, or corrupt.
+        InputError: a video that does not read.
     """
+    if _is_video(path):
+        from metavlm_ros.footage.bag_format import IMAGE_MSGTYPE, IMAGE_TOPIC
+        from metavlm_ros.footage.video import video_rate
+
+        video_rate(path)  # it opens
+        return {IMAGE_TOPIC: IMAGE_MSGTYPE}
     from metavlm_ros.footage.bags import open_bag  # rosbags loads only when a bag is read
 
     with open_bag(path) as reader:
         return {conn.topic: conn.msgtype for conn in reader.connections}
 
 
-def iter_raw_messages(path: str | Path, topics: Sequence[str] | None = None) -> Iterator[RawMessage]:
+def iter_raw_messages(
+    path: str | Path, topics: Sequence[str] | None = None, *, video_start_ns: int | None = None
+) -> Iterator[RawMessage]:
     """Yield (topic, msgtype, timestamp_ns, ROS 2 CDR bytes) in bag time order, of a ROS 2 or ROS 1 bag.
+
+    A video is its frames as rgb8 sensor_msgs/Image on /camera/image_raw, stamped `video_start_ns`
+    (default: now) plus their presentation time.
 
     Raises:
         BagError: not a bag, unknown topic, or corrupt data.
+        InputError: a video that does not read.
     """
     path = Path(path)
+    if _is_video(path):
+        yield from _video_messages(path, topics, video_start_ns)
+        return
     from metavlm_ros.footage.bags import cdr_bytes, open_bag  # rosbags loads only when a bag is read
 
     with open_bag(path) as reader:
@@ -86,6 +108,23 @@ def iter_raw_messages(path: str | Path, topics: Sequence[str] | None = None) -> 
             except Exception as exc:
                 raise BagError(f'{path}: corrupt or truncated bag ({_one_line(exc)})') from None
             yield conn.topic, conn.msgtype, timestamp, to_cdr(conn, rawdata)
+
+
+def _video_messages(path: Path, topics: Sequence[str] | None, start_ns: int | None) -> Iterator[RawMessage]:
+    """A video's frames as camera messages: one decoded and serialised at a time."""
+    from metavlm_ros.footage.bag_format import IMAGE_MSGTYPE, IMAGE_TOPIC, bag_typestore, image_message
+    from metavlm_ros.footage.video import iter_video_frames
+
+    if not check_topics({IMAGE_TOPIC: IMAGE_MSGTYPE}, topics, path):
+        return
+    typestore = bag_typestore()
+    for frame in iter_video_frames(path):
+        if start_ns is None:
+            # A video's times start at 0, which ROS takes for no stamp: stamped from now on.
+            start_ns = time.time_ns() - frame.stamp_ns
+        stamp = start_ns + frame.stamp_ns
+        message = image_message(frame.rgb, stamp)
+        yield IMAGE_TOPIC, IMAGE_MSGTYPE, stamp, bytes(typestore.serialize_cdr(message, IMAGE_MSGTYPE))
 
 
 # -- publishing -------------------------------------------------------------------------------------
@@ -343,7 +382,7 @@ def play(
     wait_for_subscribers_s: float = 0.0,
     dds_transport: str | None = None,
 ) -> tuple[ReplayStats, bool]:
-    """Check a bag whole, then publish it in a context of its own until it ends or SIGINT/SIGTERM.
+    """Check a bag (or video) whole, then publish it in a context of its own until it ends or SIGINT/SIGTERM.
 
     Returns:
         The replay's statistics, and whether a signal ended it.
@@ -358,9 +397,14 @@ def play(
 
     # The whole bag is read once before anything starts: a damaged chunk (checksum mismatch) or a cut
     # tail is one line and exit 2 here, not an error after half the bag was published.
-    from metavlm_ros.footage.bags import verify_bag
+    if _is_video(bag):
+        from metavlm_ros.footage.video import verify_video
 
-    verify_bag(bag)
+        verify_video(bag)  # opens, holds frames, not cut short
+    else:
+        from metavlm_ros.footage.bags import verify_bag
+
+        verify_bag(bag)
     require_rclpy('replay')
     import rclpy
     from rclpy.context import Context
@@ -414,6 +458,8 @@ def play(
 
 def _count(bag: str, topics: Sequence[str] | None) -> int | None:
     """Messages a single pass publishes, for the progress bar; None when the bag does not say."""
+    if _is_video(bag):
+        return None  # a container's frame count may be an estimate
     try:
         from metavlm_ros.footage.bags import open_bag
 

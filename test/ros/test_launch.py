@@ -257,6 +257,20 @@ def test_replay_plays_the_bag_under_the_name_scenes_gave_it(tmp_path):
     assert _replay_command(str(tmp_path / 'old.mcap'))[3] == str(tmp_path / 'old')
 
 
+def test_ros1_bags_and_videos_play_through_metavlm_replay(tmp_path, monkeypatch):
+    # `ros2 bag play` reads neither: the package's own player is started for them, whatever `player` says.
+    prefix = tmp_path / 'install'
+    (prefix / 'share' / 'ament_index' / 'resource_index' / 'packages').mkdir(parents=True)
+    (prefix / 'share' / 'ament_index' / 'resource_index' / 'packages' / 'metavlm_ros').touch()
+    (prefix / 'share' / 'metavlm_ros').mkdir()
+    monkeypatch.setenv('AMENT_PREFIX_PATH', str(prefix))
+    for footage in ('dive.bag', 'dive.mp4', 'dive.MKV'):
+        cmd = _replay_command(str(tmp_path / footage))
+        assert cmd[:3] == [str(prefix / 'lib' / 'metavlm_ros' / 'metavlm'), 'replay', str(tmp_path / footage)]
+        assert '--clock' in cmd and '--qos-profile-overrides-path' in cmd
+    assert _replay_command(str(tmp_path / 'dive.mcap'))[:3] == ['ros2', 'bag', 'play']
+
+
 def _load_launch_module(name: str):
     spec = importlib.util.spec_from_file_location(name.replace('.', '_'), LAUNCH_DIR / name)
     module = importlib.util.module_from_spec(spec)

@@ -260,6 +260,47 @@ def test_a_ros1_bag_replays_as_its_ros2_types(tmp_path, capsys):
     assert [m.data for m in notes.messages] == ['after frame 1', 'after frame 3']
 
 
+def test_a_video_replays_as_a_camera_topic_at_its_frame_rate(tmp_path, capsys):
+    import time
+
+    from metavlm_ros.footage.video import write_video
+
+    frames = [np.full((24, 32, 3), 20 * i, np.uint8) for i in range(N_FRAMES)]
+    video = write_video(tmp_path / 'dive.mkv', frames, fps=10.0)
+    assert bag_topics(video) == {'/camera/image_raw': 'sensor_msgs/msg/Image'}
+    started = time.time_ns()
+    with ros_context() as context:
+        images = TopicCollector(context, '/camera/image_raw', Image, name='images')
+        codes = []
+        argv = ['replay', str(video), '--rate', '2', '--wait-for-subscribers', '5']
+        thread = threading.Thread(target=lambda: codes.append(cli.main(argv)))
+        thread.start()
+        try:
+            wait_for(lambda: not thread.is_alive(), 20, images, 'metavlm replay to finish')
+            wait_for(lambda: len(images.messages) == N_FRAMES, 3, images, 'all frames')
+        finally:
+            thread.join(10)
+    assert codes == [0], capsys.readouterr().err
+    stamps = [stamp_to_ns(m.header.stamp) for m in images.messages]
+    # Stamped from the replay's start, 100 ms apart as the video's frames; sent 50 ms apart at rate 2.
+    assert started < stamps[0] and np.diff(stamps).tolist() == [100_000_000] * (N_FRAMES - 1)
+    levels = [round(float(image_msg_to_rgb(m).mean()) / 20) for m in images.messages]
+    assert levels == list(range(N_FRAMES)) and images.messages[0].encoding == 'rgb8'
+    assert 0.2 <= images.sent[-1] - images.sent[0] <= 0.4
+    assert f'published {N_FRAMES} messages on 1 topic(s)' in capsys.readouterr().out
+
+
+def test_a_cut_video_is_refused_in_one_line_before_anything_is_published(tmp_path, capsys):
+    from metavlm_ros.footage.video import write_video
+
+    video = write_video(tmp_path / 'dive.mkv', [np.zeros((24, 32, 3), np.uint8)] * 12, fps=10.0)
+    cut = tmp_path / 'cut.mkv'
+    cut.write_bytes(video.read_bytes()[: video.stat().st_size // 2])
+    assert cli.main(['replay', str(cut)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f'metavlm: error: {cut}: truncated or damaged video') and '\n' not in err
+
+
 def test_cli_replays_to_a_best_effort_subscriber(bag, capsys):
     with ros_context() as context:
         sensor_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
