@@ -1,4 +1,4 @@
-"""`metavlm scenes`: write synthetic SeaClear-like underwater footage with ground truth, as a bag or PNGs."""
+"""`metavlm scenes`: synthetic SeaClear-like underwater footage with ground truth: a bag, a video or PNGs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.results import check_output_dir, storage_error
 from metavlm_ros.common.scratch import remove_stale, scratch_path
 
-HELP = 'write synthetic underwater footage with ground truth (a ROS 2 bag or a folder of PNGs)'
+HELP = 'write synthetic underwater footage with ground truth (a ROS 2 or ROS 1 bag, a video, or PNGs)'
 GROUND_TRUTH_FILE = 'ground_truth.jsonl'
 
 
@@ -28,19 +28,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=HELP,
         description=HELP + '. The bag gets the name given: --out X.mcap (or X.db3) writes the single-file '
         'bag X.mcap, which every metavlm command, the launch files and `ros2 bag play X.mcap` read under '
-        'that name; any other --out is a rosbag2 bag directory (metadata.yaml and DIR/DIR.mcap).',
+        'that name; --out X.bag a ROS 1 bag (Noetic message definitions); --out X.mp4 (.mkv, .avi, .mov) a '
+        'video, without ground truth; any other --out is a rosbag2 bag directory (metadata.yaml and '
+        'DIR/DIR.mcap).',
     )
     parser.add_argument(
         '--out',
         required=True,
         metavar='PATH',
-        help='demo.mcap, demo.db3, a bag directory, or a folder (--format png)',
+        help='demo.mcap, demo.db3, demo.bag (ROS 1), demo.mp4 (.mkv, .avi, .mov), a bag directory, or a '
+        'folder (--format png)',
     )
     parser.add_argument(
         '--format',
-        choices=('bag', 'png'),
-        default='bag',
-        help='ROS 2 bag (default) or PNG files + ground_truth.jsonl',
+        choices=('bag', 'video', 'png'),
+        default=None,
+        help='bag (the default; ROS 1 for --out X.bag), video (the default for a video --out) or PNG files '
+        '+ ground_truth.jsonl',
     )
     parser.add_argument(
         '--frames', type=int, default=100, metavar='N', help='number of frames (default: 100)'
@@ -52,13 +56,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         '--environment', choices=('pool', 'shallow', 'deep'), default=None, help='default: chosen by the seed'
     )
     parser.add_argument(
-        '--compressed', action='store_true', help='JPEG CompressedImage instead of raw rgb8 Image'
+        '--compressed', action='store_true', help='JPEG CompressedImage instead of raw rgb8 Image (bags)'
     )
     parser.add_argument(
         '--storage',
         choices=('mcap', 'sqlite3'),
         default=None,
-        help='bag storage (default: from --out, else mcap)',
+        help='rosbag2 storage (default: from --out, else mcap)',
     )
     parser.add_argument('--overwrite', action='store_true', help='replace an existing output')
     parser.set_defaults(handler=run)
@@ -92,10 +96,18 @@ def run(args: argparse.Namespace) -> int:
         raise ParameterError(f'--frames must be >= 1, got {args.frames}')
     if not args.fps or args.fps <= 0:
         raise ParameterError(f'--fps must be > 0, got {args.fps}')
-    if args.format == 'png' and (args.compressed or args.storage):
-        raise ParameterError('--compressed and --storage apply to bags, not to --format png')
-    if args.format == 'png' and Path(args.out).suffix.lower() in ('.mcap', '.db3'):
+    from metavlm_ros.footage.video import VIDEO_SUFFIXES, WRITE_CODECS
+
+    suffix = Path(args.out).suffix.lower()
+    form = args.format or ('video' if suffix in VIDEO_SUFFIXES else 'bag')
+    if form != 'bag' and (args.compressed or args.storage):
+        raise ParameterError(f'--compressed and --storage apply to bags, not to --format {form}')
+    if form == 'png' and suffix in ('.mcap', '.db3', '.bag'):
         raise ParameterError(f'--format png writes a folder; {args.out} names a bag file')
+    if form == 'video' and suffix not in WRITE_CODECS:
+        raise ParameterError(f'--format video: --out must end in {", ".join(WRITE_CODECS)}, got {args.out}')
+    if form == 'bag' and suffix == '.bag' and args.storage:
+        raise ParameterError(f'--storage is for rosbag2 bags; {args.out} is a ROS 1 bag')
     # The output location is checked before any frame is made: a file in the path, a read-only disk.
     check_output_dir(Path(args.out).absolute().parent, what='footage')  # the output is made beside it
     generator = SceneGenerator(
@@ -109,9 +121,21 @@ def run(args: argparse.Namespace) -> int:
             bar.update(1)
 
     try:
-        if args.format == 'png':
+        if form == 'png':
             out = write_png_folder(Path(args.out), frames(), fps=args.fps, overwrite=args.overwrite)
             what = f'{out}/ (frame_*.png, {GROUND_TRUTH_FILE})'
+        elif form == 'video':
+            from metavlm_ros.footage.video import write_video
+
+            out = write_video(args.out, (rgb for rgb, _ in frames()), fps=args.fps, overwrite=args.overwrite)
+            what = f'video {out} ({WRITE_CODECS[suffix]}; no ground truth)'
+        elif suffix == '.bag':
+            from metavlm_ros.footage.bags import write_bag
+
+            out = write_bag(
+                args.out, frames(), fps=args.fps, compressed=args.compressed, overwrite=args.overwrite
+            )
+            what = f'ROS 1 bag {out}'
         else:
             from metavlm_ros.footage.bags import resolve_bag_output, write_bag
 

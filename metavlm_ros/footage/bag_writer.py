@@ -1,7 +1,8 @@
-"""Writing scene footage into a ROS 2 bag (mcap, sqlite3), checksummed and reproducible from a seed."""
+"""Writing scene footage into a bag (ROS 2: mcap, sqlite3, checksummed; ROS 1), reproducible from a seed."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -133,6 +134,49 @@ def _staging(bag: Path, storage: str, overwrite: bool) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: The suffix of a ROS 1 bag output: written as `rosbag record` on Noetic writes it.
+ROS1_SUFFIX = '.bag'
+_CAMERA_INFO_TYPE = 'sensor_msgs/msg/CameraInfo'
+_GROUND_TRUTH_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
+
+
+def _frame_messages(
+    frames: Iterable[tuple[np.ndarray, GroundTruth | None]],
+    *,
+    fps: float,
+    compressed: bool,
+    start_ns: int,
+    frame_id: str,
+    quality: int,
+) -> Iterator[tuple[str, str, int, Any]]:
+    """The messages of each frame, in order: (topic, msgtype, stamp, ROS 2 message), for any bag."""
+    image_topic, image_type = (
+        (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
+    )
+    for index, (rgb, gt) in enumerate(frames):
+        if not (
+            isinstance(rgb, np.ndarray) and rgb.dtype == np.uint8 and rgb.ndim == 3 and rgb.shape[2] == 3
+        ):
+            raise InputError(f'frame {index}: expected an RGB uint8 (H, W, 3) array')
+        stamp = start_ns + round(index * 1e9 / fps)
+        msg = image_message(rgb, stamp, compressed=compressed, frame_id=frame_id, quality=quality)
+        yield image_topic, image_type, stamp, msg
+        info = camera_info_message(rgb.shape[1], rgb.shape[0], stamp, frame_id=frame_id)
+        yield CAMERA_INFO_TOPIC, _CAMERA_INFO_TYPE, stamp, info
+        if gt is not None:
+            yield (
+                GROUND_TRUTH_TOPIC,
+                _GROUND_TRUTH_TYPE,
+                stamp,
+                ground_truth_message(gt, stamp, frame_id=frame_id),
+            )
+
+
+def _topics(compressed: bool) -> list[tuple[str, str]]:
+    image = (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
+    return [image, (CAMERA_INFO_TOPIC, _CAMERA_INFO_TYPE), (GROUND_TRUTH_TOPIC, _GROUND_TRUTH_TYPE)]
+
+
 def write_bag(
     bag_dir: str | Path,
     frames: Iterable[tuple[np.ndarray, GroundTruth | None]],
@@ -145,21 +189,23 @@ def write_bag(
     frame_id: str = 'camera',
     quality: int = JPEG_QUALITY,
 ) -> Path:
-    """Write frames (and their ground truth) as a ROS 2 bag: a directory, or one .mcap / .db3 file.
+    """Write frames (and their ground truth) as a ROS 2 bag (a directory, or one .mcap / .db3 file),
+    or as a ROS 1 bag (a path ending in .bag).
 
     Topics: /camera/image_raw (sensor_msgs/Image, rgb8) or, when `compressed`,
     /camera/image_raw/compressed (sensor_msgs/CompressedImage, JPEG); /camera/camera_info
     (sensor_msgs/CameraInfo); /metavlm/ground_truth (diagnostic_msgs/DiagnosticArray) for frames
     with ground truth. Message i is stamped start_ns + i / fps seconds, in the header and the bag.
-    The bag appears at `bag_dir` only when complete; an interrupted write leaves the previous bag
-    intact, and its scratch copy is removed by the next write of the same name.
+    A ROS 1 bag holds the same messages in their ROS 1 (Noetic) definitions. The bag appears at
+    `bag_dir` only when complete; an interrupted write leaves the previous bag intact, and its
+    scratch copy is removed by the next write of the same name.
 
     Args:
-        bag_dir: The bag directory to create, or a path ending in .mcap / .db3 for a single-file bag
-            of that storage (see `resolve_bag_output`).
+        bag_dir: The bag directory to create, a path ending in .mcap / .db3 for a single-file bag
+            of that storage (see `resolve_bag_output`), or in .bag for a ROS 1 bag.
         frames: (rgb, ground truth or None) pairs, consumed one at a time.
         fps: Frame rate of the stamps.
-        storage: 'mcap' or 'sqlite3'.
+        storage: 'mcap' or 'sqlite3' (ROS 2 bags).
         compressed: Write JPEG CompressedImage instead of raw Image.
         overwrite: Replace an existing bag at `bag_dir`.
         start_ns: Stamp of the first frame.
@@ -180,48 +226,62 @@ def write_bag(
         raise ParameterError(f'unknown bag storage {storage!r}; choose one of {", ".join(STORAGES)}')
     if not fps or fps <= 0:
         raise ParameterError(f'fps must be > 0, got {fps}')
+    messages = _frame_messages(
+        frames, fps=fps, compressed=compressed, start_ns=start_ns, frame_id=frame_id, quality=quality
+    )
+    if bag_dir.suffix.lower() == ROS1_SUFFIX:
+        return _write_ros1(bag_dir, messages, _topics(compressed), overwrite)
     implied = STORAGE_SUFFIXES.get(bag_dir.suffix.lower())
     if implied is not None and implied != storage:
         raise ParameterError(f'{bag_dir}: a {bag_dir.suffix} bag is {implied} storage, not {storage}')
     typestore = bag_typestore()
     plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
-    image_topic, image_type = (
-        (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
-    )
     with _staging(bag_dir, storage, overwrite) as staged:
         digest = _MessageDigest()
         with _checksummed_writer()(staged, version=BAG_VERSION, storage_plugin=plugin) as writer:
-
-            def put(connection: Any, stamp: int, data: Any) -> None:
-                digest.update(connection.topic, stamp, data)
-                writer.write(connection, stamp, data)
-
             qos = _offered_qos()
-            image_conn = writer.add_connection(
-                image_topic, image_type, typestore=typestore, offered_qos_profiles=qos
-            )
-            info_type, gt_type = 'sensor_msgs/msg/CameraInfo', 'diagnostic_msgs/msg/DiagnosticArray'
-            info_conn = writer.add_connection(
-                CAMERA_INFO_TOPIC, info_type, typestore=typestore, offered_qos_profiles=qos
-            )
-            gt_conn = writer.add_connection(
-                GROUND_TRUTH_TOPIC, gt_type, typestore=typestore, offered_qos_profiles=qos
-            )
-            for index, (rgb, gt) in enumerate(frames):
-                if not (
-                    isinstance(rgb, np.ndarray)
-                    and rgb.dtype == np.uint8
-                    and rgb.ndim == 3
-                    and rgb.shape[2] == 3
-                ):
-                    raise InputError(f'frame {index}: expected an RGB uint8 (H, W, 3) array')
-                stamp = start_ns + round(index * 1e9 / fps)
-                msg = image_message(rgb, stamp, compressed=compressed, frame_id=frame_id, quality=quality)
-                put(image_conn, stamp, typestore.serialize_cdr(msg, image_type))
-                info = camera_info_message(rgb.shape[1], rgb.shape[0], stamp, frame_id=frame_id)
-                put(info_conn, stamp, typestore.serialize_cdr(info, 'sensor_msgs/msg/CameraInfo'))
-                if gt is not None:
-                    diag = ground_truth_message(gt, stamp, frame_id=frame_id)
-                    put(gt_conn, stamp, typestore.serialize_cdr(diag, 'diagnostic_msgs/msg/DiagnosticArray'))
+            connections = {
+                topic: writer.add_connection(topic, msgtype, typestore=typestore, offered_qos_profiles=qos)
+                for topic, msgtype in _topics(compressed)
+            }
+            for topic, msgtype, stamp, msg in messages:
+                data = typestore.serialize_cdr(msg, msgtype)
+                digest.update(topic, stamp, data)
+                writer.write(connections[topic], stamp, data)
             writer.set_custom_data(DIGEST_KEY, digest.hexdigest())
     return bag_dir
+
+
+_ROS1_MAGIC = b'#ROSBAG V2.0\n'
+
+
+def _write_ros1(bag: Path, messages: Iterable[tuple[str, str, int, Any]], topics, overwrite: bool) -> Path:
+    """The messages in a ROS 1 bag at `bag`, migrated to their Noetic definitions, written aside first."""
+    from rosbags.convert.converter import migrate_message
+    from rosbags.rosbag1 import Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    if bag.exists() or bag.is_symlink():
+        if not overwrite:
+            raise InputError(f'{bag}: already exists (use --overwrite to replace it)')
+        with open(bag, 'rb') if bag.is_file() else contextlib.nullcontext(None) as handle:
+            if handle is None or handle.read(len(_ROS1_MAGIC)) != _ROS1_MAGIC:
+                raise InputError(f'{bag}: exists and is not a ROS 1 bag; refusing to replace it')
+    bag.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(bag.parent, bag.name)
+    tmp = scratch_path(bag, ROS1_SUFFIX)
+    source, noetic = bag_typestore(), get_typestore(Stores.ROS1_NOETIC)
+    cache: dict[str, object] = {}
+    try:
+        with Writer(tmp) as writer:
+            connections = {
+                topic: writer.add_connection(topic, msgtype, typestore=noetic, callerid='/metavlm_scenes')
+                for topic, msgtype in topics
+            }
+            for topic, msgtype, stamp, msg in messages:
+                ros1 = migrate_message(source, noetic, msgtype, msgtype, cache, msg)
+                writer.write(connections[topic], stamp, noetic.serialize_ros1(ros1, msgtype))
+        os.replace(tmp, bag)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return bag

@@ -244,6 +244,11 @@ def write_video(
             raise InputError(f'{path}: no frames to write')
         writer.release()
         writer = None
+        # OpenCV's writer reports no failed write (a full disk): the video is read back before it counts.
+        try:
+            verify_video(tmp)
+        except InputError:
+            raise OSError(f'the written video does not read back ({tmp.stat().st_size} bytes)') from None
         os.replace(tmp, path)
     finally:
         if writer is not None:
