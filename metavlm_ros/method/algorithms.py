@@ -23,6 +23,9 @@ from metavlm_ros.method.encoding import N_VAR, SearchSpace
 
 __all__ = [
     'ALGORITHMS',
+    'ENVELOPE',
+    'UniformSampling',
+    'uniform_genotypes',
     'SearchSettings',
     'RandSampling',
     'rand_genotypes',
@@ -79,6 +82,28 @@ def rand_genotypes(space: SearchSpace, n: int, rng: np.random.Generator) -> np.n
     return genotypes
 
 
+class UniformSampling(Sampling):
+    """Uniform samples of a region: every relation the space enables active, each parameter (and
+    extra) uniform in the space's range. With the relations and ranges of an acceptance criterion's
+    region, the rate of violations among them estimates that region's violation rate without bias (a
+    search's records do not: it goes where violations are)."""
+
+    def __init__(self, space: SearchSpace):
+        super().__init__()
+        self.space = space
+
+    def _do(self, problem, n_samples, *args, random_state=None, **kwargs) -> np.ndarray:
+        return uniform_genotypes(self.space, int(n_samples), random_state)
+
+
+def uniform_genotypes(space: SearchSpace, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` genotypes of `UniformSampling` drawn with `rng`."""
+    low, high = space.bounds()
+    genotypes = low + (high - low) * rng.random((n, space.n_var))
+    genotypes[:, 0 : 2 * space.indices.size : 2] = 1.0
+    return genotypes
+
+
 def _nsga2(config: SearchSettings) -> Algorithm:
     return NSGA2(
         pop_size=config.population,
@@ -93,6 +118,14 @@ def _rand(config: SearchSettings) -> Algorithm:
     return RandomSearch(
         n_points_per_iteration=config.population,
         sampling=RandSampling(config.space),
+        output=MultiObjectiveOutput(),
+    )
+
+
+def _uniform(config: SearchSettings) -> Algorithm:
+    return RandomSearch(
+        n_points_per_iteration=config.population,
+        sampling=UniformSampling(config.space),
         output=MultiObjectiveOutput(),
     )
 
@@ -142,5 +175,10 @@ _ALGORITHM_FACTORIES: dict[str, Callable[[SearchSettings], Algorithm]] = {
     'nsga3': _nsga3,
     'smsemoa': _smsemoa,
     'moead': _moead,
+    # For acceptance criteria (assurance/): uniform samples of a region, and the boundary search of
+    # method/envelope.py, which method/search.py drives itself (it needs each violation, not only
+    # the objectives a pymoo algorithm is told).
+    'uniform': _uniform,
 }
-ALGORITHMS = tuple(_ALGORITHM_FACTORIES)
+ENVELOPE = 'envelope'
+ALGORITHMS = (*_ALGORITHM_FACTORIES, ENVELOPE)

@@ -31,7 +31,14 @@ from metavlm_ros.method.relations import WARPS, apply_composition
 if TYPE_CHECKING:
     from metavlm_ros.common.results import ResultsStore
     from metavlm_ros.method.prediction import Prediction, VLMBackend
-from metavlm_ros.method.algorithms import _ALGORITHM_FACTORIES, ALGORITHMS, RandSampling, rand_genotypes
+from metavlm_ros.method.algorithms import (
+    _ALGORITHM_FACTORIES,
+    ALGORITHMS,
+    ENVELOPE,
+    RandSampling,
+    rand_genotypes,
+)
+from metavlm_ros.method.envelope import EnvelopeSearch
 from metavlm_ros.method.records import (
     Evaluation,
     SearchResult,
@@ -320,6 +327,8 @@ def run_search(
             # Without the source's answer there is nothing to compare follow-ups with: the frame is
             # done, its summary says why (source_error), and no evaluation is spent on it.
             result.source_error = source.error
+        elif config.algorithm == ENVELOPE:
+            _drive_envelope(judge, config, record, should_stop, result)
         else:
             _drive(judge, config, xl, xu, record, should_stop, result)
     except SearchInterrupted:
@@ -357,6 +366,31 @@ def _drive(judge, config, xl, xu, record, should_stop, result) -> None:
         record(batch)
         done += len(batch)
         generation += 1
+
+
+def _drive_envelope(judge, config, record, should_stop, result) -> None:
+    """Run the boundary search of method/envelope.py with an exact budget: each round's magnitudes
+    judged in generations of `population` (one model call each, as every search), the round told
+    once all are judged, the last cut to what is left."""
+    search = EnvelopeSearch(config.space)
+    # Refined on the most demanding criterion: a count change, or the smallest threshold.
+    key = 'count' if judge.source.kind == 'count' else threshold_key(min(config.thresholds))
+    done, generation = 0, 0
+    while done < config.evaluations and not search.done:
+        genotypes = search.ask(config.evaluations - done)
+        if len(genotypes) == 0:
+            break  # every open bracket is as narrow as floats go
+        told = []
+        for start in range(0, len(genotypes), config.population):
+            if should_stop is not None and should_stop():
+                result.stopped = True
+                return
+            batch = judge.judge(genotypes[start : start + config.population], generation, done)
+            told += [None if ev.failed else ev.violation.get(key) for ev in batch]
+            record(batch)
+            done += len(batch)
+            generation += 1
+        search.tell(told)
 
 
 def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, started: float) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from metavlm_ros.common.errors import InputError, ParameterError, SearchInterrupted
 from metavlm_ros.common.results import ResultsStore, free_disk_bytes, read_jsonl
+from metavlm_ros.method.algorithms import ENVELOPE
 from metavlm_ros.method.encoding import SearchSpace, decode
 from metavlm_ros.method.metrics import hypervolume, non_dominated
 from metavlm_ros.method.relations import apply_composition
@@ -46,7 +47,9 @@ def test_same_seed_same_genotypes_other_seed_differs(algorithm, frame):
     )
     ga = np.array([ev.genotype for ev in a.evaluations])
     assert np.array_equal(ga, np.array([ev.genotype for ev in b.evaluations]))
-    assert not np.array_equal(ga, np.array([ev.genotype for ev in c.evaluations]))
+    # The boundary search draws nothing: its magnitudes are set by the ranges and the answers.
+    other_seed_differs = not np.array_equal(ga, np.array([ev.genotype for ev in c.evaluations]))
+    assert other_seed_differs == (algorithm != ENVELOPE)
     assert a.hypervolume == b.hypervolume
 
 

@@ -1,0 +1,213 @@
+"""Robustness envelopes: per relation and direction, how far a frame can be changed before the model's
+answer does, bracketed by a batched k-section search and read back from any search's records.
+
+A direction is one side of a relation's nominal value inside the search space's range: rotation,
+scaling, shear and translation have two (`-`, `+`), CLAHE, downsampling and the underwater relations
+one. Its magnitude is |value - nominal| in the relation's unit (degrees, zoom, clip limit, ...).
+
+The boundary search (`EnvelopeSearch`, driven by method/search.py): each round evaluates, for every
+direction still open, `points` magnitudes evenly spread over its bracket (round 1: (0, range end], the
+end included), judged in generations of the search's population (one model call each). The bracket
+then becomes (the largest magnitude found violation-free below the smallest violating one, that
+violating one); a
+direction with no violation is closed at the range's end ("holds up to the range's end", censored).
+So `rounds` rounds cost at most `rounds * points` evaluations a direction and bracket its boundary to
+1/(points + 1)**rounds of its range. The violation that refines is that of the search's smallest
+threshold (the most demanding); the records keep every threshold's, and `boundaries` reads any.
+Answers need not be monotone in the magnitude: the boundary is the smallest violating magnitude
+found, and the clean side the largest violation-free magnitude found below it. It draws nothing at
+random: the seed changes nothing, the same model and frame give the same records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from metavlm_ros.method.encoding import Composition, SearchSpace, encode
+from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS
+
+__all__ = [
+    'ENVELOPE_POINTS',
+    'Boundary',
+    'Direction',
+    'EnvelopeSearch',
+    'boundaries',
+    'directions',
+]
+
+#: Magnitudes a round evaluates per open direction: with the paper's six relations (10 directions),
+#: 80 evaluations the first round, brackets 1/8 of each range wide; each round after that narrows
+#: them 9 times for 8 evaluations a direction that broke.
+ENVELOPE_POINTS = 8
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One side of a relation's nominal value: `sign` -1 or +1, magnitudes up to `end`."""
+
+    relation: str
+    sign: int
+    end: float
+
+    @property
+    def name(self) -> str:
+        """'rotation-', 'scaling+', ... (the relation id and the side)."""
+        return f'{self.relation}{"+" if self.sign > 0 else "-"}'
+
+    def value(self, magnitude: float) -> float:
+        return RELATION_BY_ID[self.relation].nominal + self.sign * magnitude
+
+
+def directions(space: SearchSpace) -> list[Direction]:
+    """The directions of the space's enabled relations, in the fixed relation order, `-` before `+`."""
+    found = []
+    for i in space.indices:
+        relation = RELATIONS[int(i)]
+        low, high = space.low[int(i)], space.high[int(i)]
+        if low < relation.nominal:
+            found.append(Direction(relation.id, -1, relation.nominal - low))
+        if high > relation.nominal:
+            found.append(Direction(relation.id, +1, high - relation.nominal))
+    return found
+
+
+def _genotype(space: SearchSpace, direction: Direction, magnitude: float) -> np.ndarray:
+    relation = RELATION_BY_ID[direction.relation]
+    i = RELATIONS.index(relation)
+    # Clipped: nominal +- (nominal - low) may miss `low` by a bit in binary floating point.
+    value = min(max(direction.value(magnitude), space.low[i]), space.high[i])
+    active = [r.id == relation.id for r in RELATIONS]
+    values = [value if r.id == relation.id else r.nominal for r in RELATIONS]
+    return encode(Composition(tuple(active), tuple(values)), space)
+
+
+@dataclass
+class _Open:
+    direction: Direction
+    clean: float  # the bracket's low end: violation-free (0: the nominal value)
+    violating: float | None  # its high end: None until a violation was found
+    tried: dict[float, bool]
+
+
+class EnvelopeSearch:
+    """The boundary search of one frame: `ask` a round's genotypes, `tell` their violations.
+
+    Args:
+        space: The search space; its enabled relations and ranges give the directions.
+        points: Magnitudes per open direction and round.
+        resolution: A bracket narrower than this fraction of its range is closed (floats end there).
+    """
+
+    def __init__(self, space: SearchSpace, points: int = ENVELOPE_POINTS, resolution: float = 1e-9) -> None:
+        self.space = space
+        self.resolution = resolution
+        self.points = max(1, int(points))
+        self._open = [_Open(d, 0.0, None, {}) for d in directions(space)]
+        self._asked: list[tuple[_Open, float]] = []
+        #: The directions closed so far, with their brackets.
+        self.closed: list[_Open] = []
+
+    @property
+    def done(self) -> bool:
+        """Whether every direction is closed (censored at its end, or bracketed to `resolution`)."""
+        return not self._open
+
+    def ask(self, budget: int) -> np.ndarray:
+        """The next round's genotypes (at most `budget`), directions in order, magnitudes ascending."""
+        asked = []
+        for state in self._open:
+            if state.violating is None:  # the first round: (0, end], the end included
+                magnitudes = [state.direction.end * k / self.points for k in range(1, self.points + 1)]
+            else:  # inside the bracket, both ends excluded
+                width = (state.violating - state.clean) / (self.points + 1)
+                magnitudes = [state.clean + width * k for k in range(1, self.points + 1)]
+            for magnitude in magnitudes:
+                if magnitude not in state.tried and (state.violating is None or magnitude < state.violating):
+                    asked.append((state, magnitude))
+        self._asked = asked[:budget]
+        return np.array([_genotype(self.space, s.direction, m) for s, m in self._asked]).reshape(
+            len(self._asked), self.space.n_var
+        )
+
+    def tell(self, violations: Iterable[bool | None]) -> None:
+        """Each asked genotype's violation at the refining threshold (None: the evaluation failed, and
+        its magnitude is asked again); narrows or closes directions."""
+        for (state, magnitude), violated in zip(self._asked, violations, strict=True):
+            if violated is not None:
+                state.tried[magnitude] = bool(violated)
+        still = []
+        for state in self._open:
+            bad = [m for m, v in state.tried.items() if v]
+            if not bad:
+                if state.direction.end in state.tried:
+                    state.clean = state.direction.end
+                    self.closed.append(state)  # holds up to the range's end: closed, censored
+                    continue
+                still.append(state)
+                continue
+            state.violating = min(bad)
+            state.clean = max(
+                [m for m, v in state.tried.items() if not v and m < state.violating], default=0.0
+            )
+            if state.violating - state.clean > self.resolution * state.direction.end:
+                still.append(state)
+            else:
+                self.closed.append(state)
+        self._open = still
+        self._asked = []
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One frame's boundary in one direction at one violation criterion, from the records.
+
+    `clean`: the largest magnitude evaluated with no violation below `violating` (0 when none: the
+    nominal value); `violating`: the smallest magnitude with a violation, None when none was found
+    (censored: the model held up to `clean`, and `reached_end` says whether that is the range's end).
+    """
+
+    image: str
+    direction: str
+    clean: float
+    violating: float | None
+    reached_end: bool
+    evaluations: int
+
+    @property
+    def censored(self) -> bool:
+        return self.violating is None
+
+
+def boundaries(records: Iterable[dict], key: str, space: SearchSpace | None = None) -> list[Boundary]:
+    """Every (frame, direction) boundary at violation criterion `key` ('0.05', 'count') that the
+    evaluation records show: from their single-relation evaluations (an envelope search's, and those
+    any other search judged), failed ones left out. `space` gives the ranges' ends (the paper's by
+    default)."""
+    space = space or SearchSpace.default()
+    ends = {d.name: d.end for d in directions(space)}
+    tried: dict[tuple[str, str], dict[float, bool]] = {}
+    for record in records:
+        if record.get('order') != 1 or record.get('failed'):
+            continue
+        ((relation, value), *_) = record['parameters'].items()
+        nominal = RELATION_BY_ID[relation].nominal
+        if value == nominal:
+            continue  # magnitude 0 carries no side (CLAHE at nominal): not an envelope point
+        direction = f'{relation}{"+" if value > nominal else "-"}'
+        violated = bool((record.get('violation') or {}).get(key))
+        magnitude = round(abs(value - nominal), 12)
+        seen = tried.setdefault((record['image'], direction), {})
+        seen[magnitude] = seen.get(magnitude, False) or violated
+    found = []
+    for (image, direction), seen in sorted(tried.items()):
+        bad = [m for m, v in seen.items() if v]
+        violating = min(bad) if bad else None
+        below = [m for m, v in seen.items() if not v and (violating is None or m < violating)]
+        clean = max(below, default=0.0)
+        end = ends.get(direction)
+        reached = violating is None and end is not None and clean >= round(end, 12)
+        found.append(Boundary(image, direction, clean, violating, reached, len(seen)))
+    return found
