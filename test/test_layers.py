@@ -8,7 +8,19 @@ import metavlm_ros
 
 PACKAGE = Path(metavlm_ros.__path__[0])
 #: Bottom to top. `metavlm_ros` itself (the version) sits at the bottom, cli.py at the top.
-LAYERS = ('common', 'method', 'models', 'footage', 'demo', 'campaign', 'viewer', 'ros', 'commands', 'cli')
+LAYERS = (
+    'common',
+    'method',
+    'models',
+    'footage',
+    'demo',
+    'campaign',
+    'assurance',
+    'viewer',
+    'ros',
+    'commands',
+    'cli',
+)
 
 
 def module_name(path: Path) -> str:
