@@ -32,7 +32,7 @@ from metavlm_ros.common.results import (
 )
 
 # The PNG check load_image runs before decoding; decoding every follow-up would be 80% of an export.
-from metavlm_ros.footage.frames import _check_png
+from metavlm_ros.footage.frames import _check_png, is_video_path
 from metavlm_ros.method.render import render_followup
 from metavlm_ros.viewer.channels import ViolationChannels
 
@@ -133,12 +133,13 @@ def is_violation(record: dict) -> bool:
 def time_of(record: dict, searches: list[tuple]) -> int:
     """A record's time on the timeline: its source frame's camera stamp (ns).
 
-    The tester's `source_stamp`, else the bag stamp `stamp_ns`; records of image files (no stamp)
-    get one second per search, in the order the searches were written.
+    The tester's `source_stamp`, else the bag stamp or video position `stamp_ns` (a video's first
+    frame is at 0); records of image files (no stamp) get one second per search, in the order the
+    searches were written.
     """
     for name in ('source_stamp', 'stamp_ns'):
         value = record.get(name)
-        if value:
+        if value or (value == 0 and name == 'stamp_ns' and is_video_path(record.get('frame_file') or '')):
             return int(value)
     key = record_key(record)[:-1]
     position = searches.index(key) if key in searches else len(searches)

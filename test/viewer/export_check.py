@@ -78,6 +78,8 @@ def check_export(results: Path, out: Path, scratch: Path, prefix: str = '/metavl
 
     def time_of(record):
         stamp = record.get('source_stamp') or record.get('stamp_ns')
+        if not stamp and str(record.get('frame_file', '')).endswith(('.mp4', '.mkv', '.avi', '.mov')):
+            return int(record['stamp_ns'])  # a video's first frame, at 0
         return int(stamp) if stamp else (searches.index(search_key(record)) + 1) * 10**9
 
     logged = {record_key(m): (t, m) for t, m, _ in topics[f'{prefix}/violations']}

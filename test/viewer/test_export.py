@@ -103,6 +103,22 @@ def test_image_files_are_laid_one_second_per_search(tmp_path, tiny_clip_dir):
     assert times == {'f1': 10**9, 'f2': 2 * 10**9}
 
 
+def test_video_frames_are_laid_at_their_position_in_the_video(tmp_path, tiny_clip_dir):
+    from metavlm_ros.footage.video import write_video
+
+    # Frames 0 and 5 of a 5 fps video: 0 s and 1 s, where image files' first search would go.
+    video = write_video(tmp_path / 'dive.mkv', [make_frame(64, 48, seed=i) for i in range(6)], fps=5.0)
+    results = tmp_path / 'res'
+    args = ['--population', '6', '--evaluations', '12', '--every', '5', '--out', str(results), str(video)]
+    assert main(['search', '--backend', 'clip', '--model', str(tiny_clip_dir), '--quiet', *args]) == 0
+    out = tmp_path / 'video.mcap'
+    assert main(['export', str(results), '--mcap', str(out)]) == 0
+    topics = check_export(results, out, tmp_path / 'scratch')['topics']
+    times = {m['image']: t for t, m, _ in topics['/metavlm/violations']}
+    assert times == {'dive@0': 0, 'dive@1000000000': 10**9}
+    assert sorted(t for t, _, _ in topics['/metavlm/source/image']) == [0, 10**9]
+
+
 def test_a_folder_of_results_gets_a_prefix_per_subfolder(bag_search, tmp_path):
     # The demo's shape: one results directory per model under one folder, with its report.
     _, results, _ = bag_search
