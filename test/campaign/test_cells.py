@@ -23,6 +23,29 @@ def test_cells_and_seeds(image_dir, tiny_clip_dir):
     assert cell_seed(5, 0, 0) != expected and cell_seed(5, 1, 1) != expected
 
 
+def test_ros1_bags_and_videos_are_campaign_sources(tmp_path, tiny_clip_dir):
+    from metavlm_ros.footage.scenes import SceneGenerator
+    from metavlm_ros.footage.video import write_video
+    from test.footage.bag_helpers import stamps, write_ros1_scene
+
+    scene = [SceneGenerator(64, 48, 5.0, seed=2, frames=5).frame(i) for i in range(5)]
+    bag = write_ros1_scene(tmp_path / 'dive.bag', scene)
+    video = write_video(tmp_path / 'dive.mkv', [rgb for rgb, _ in scene], fps=5.0)
+    spec = {'sources': ['dive.bag', 'dive.mkv'], 'every': 2, 'start': 0.2}
+    model = [{'backend': 'clip', 'model': str(tiny_clip_dir)}]
+    images = load_images(parse_config({'frames': spec, 'models': model}, base_dir=tmp_path).frames)
+    # Frames 1 and 3 of each, by the bag's stamps and the video's presentation times.
+    s = stamps()
+    assert [im.id for im in images] == [f'dive@{s[1]}', f'dive@{s[3]}', 'dive@200000000', 'dive@600000000']
+    assert [(im.file, im.frame_index) for im in images] == [
+        (str(bag), 1),
+        (str(bag), 3),
+        (str(video), 1),
+        (str(video), 3),
+    ]
+    np.testing.assert_array_equal(images[0].rgb, scene[1][0])
+
+
 def test_generated_scene_frames(tiny_clip_dir):
     spec = {'generate': {'count': 2, 'size': [64, 48], 'seed': 3}}
     config = parse_config({'frames': spec, 'models': [{'backend': 'clip', 'model': str(tiny_clip_dir)}]})
