@@ -249,7 +249,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
 
 def _parse_frames(raw: Any, base_dir: Path, problems: _Problems) -> FrameSpec:
     if raw is None:
-        problems.add('frames', 'is required (a list of images, folders or bags, or {generate: ...})')
+        problems.add('frames', 'is required (a list of images, folders, videos or bags, or {generate: ...})')
         return FrameSpec()
     if isinstance(raw, (str, list)):
         raw = {'sources': raw}
@@ -271,7 +271,7 @@ def _parse_frames(raw: Any, base_dir: Path, problems: _Problems) -> FrameSpec:
     if generate is not None and sources is not None:
         problems.add('frames', 'give either sources or generate, not both')
     if generate is None and sources is None:
-        problems.add('frames', 'needs sources (images, folders or bags) or generate')
+        problems.add('frames', 'needs sources (images, folders, videos or bags) or generate')
     if generate is not None:
         return FrameSpec(generate=_parse_generate(generate, problems), max_frames=max_frames, size=size)
 

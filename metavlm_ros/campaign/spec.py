@@ -57,7 +57,7 @@ _RELATION_KEYS = {'enabled', 'ranges'}
 
 @dataclass(frozen=True)
 class FrameSpec:
-    """Where a campaign's images come from: files, folders or bags, or generated scenes."""
+    """Where a campaign's images come from: files, folders, videos or bags, or generated scenes."""
 
     sources: tuple[str, ...] = ()
     topic: str | None = None
