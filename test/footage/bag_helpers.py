@@ -89,9 +89,15 @@ def noetic_compressed(bgr: np.ndarray, stamp_ns: int, seq: int = 0):
     )
 
 
-def write_ros1(path: Path, messages: list[tuple[str, str, int, object]]) -> Path:
-    """A ROS 1 bag of (topic, msgtype, bag time ns, Noetic message) entries, as `rosbag record` writes it."""
-    with Writer1(path) as writer:
+def write_ros1(
+    path: Path, messages: list[tuple[str, str, int, object]], compression: str | None = None
+) -> Path:
+    """A ROS 1 bag of (topic, msgtype, bag time ns, Noetic message) entries, as `rosbag record` writes it
+    (`--bz2` / `--lz4`: `compression`)."""
+    writer = Writer1(path)
+    if compression:
+        writer.set_compression(Writer1.CompressionFormat[compression.upper()])
+    with writer:
         conns = {}
         for topic, msgtype, stamp, msg in messages:
             if topic not in conns:
@@ -100,7 +106,9 @@ def write_ros1(path: Path, messages: list[tuple[str, str, int, object]]) -> Path
     return path
 
 
-def write_ros1_scene(path: Path, scene, *, compressed: bool = False, fps: float = FPS) -> Path:
+def write_ros1_scene(
+    path: Path, scene, *, compressed: bool = False, fps: float = FPS, compression: str | None = None
+) -> Path:
     """A ROS 1 bag of a scene's frames on /camera/image_raw (or .../compressed), bgr8, stamped at `fps`."""
     topic = '/camera/image_raw/compressed' if compressed else '/camera/image_raw'
     msgtype = 'sensor_msgs/msg/CompressedImage' if compressed else 'sensor_msgs/msg/Image'
@@ -109,4 +117,4 @@ def write_ros1_scene(path: Path, scene, *, compressed: bool = False, fps: float 
     for i, (rgb, _gt) in enumerate(scene):
         stamp = DEFAULT_START_NS + round(i * 1e9 / fps)
         entries.append((topic, msgtype, stamp, build(rgb[..., ::-1], stamp, seq=i)))
-    return write_ros1(path, entries)
+    return write_ros1(path, entries, compression)

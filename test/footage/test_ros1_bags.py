@@ -35,6 +35,15 @@ def test_frames_pixels_stamps_and_positions(ros1_bag, scene):
     verify_sources([ros1_bag])
 
 
+@pytest.mark.parametrize('compression', ['bz2', 'lz4'])
+def test_bags_recorded_with_compressed_chunks(tmp_path, scene, compression):
+    bag = write_ros1_scene(tmp_path / f'{compression}.bag', scene, compression=compression)
+    verify_bag(bag)
+    frames = list(iter_frames([bag], start=0.4))
+    assert [f.index for f in frames] == [2, 3, 4] and [f.stamp_ns for f in frames] == stamps()[2:]
+    np.testing.assert_array_equal(frames[0].rgb, scene[2][0])
+
+
 def test_selection_as_for_rosbag2_bags(ros1_bag):
     def picked(**kw):
         return [(f.index, f.stamp_ns) for f in iter_bag_frames(ros1_bag, **kw)]
