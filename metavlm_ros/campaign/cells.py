@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from metavlm_ros.campaign.config import CampaignConfig, FrameSpec, sha256_text
+from metavlm_ros.common.directories import sha256_file
 
 __all__ = [
     'CAMPAIGN_FILE',
@@ -186,17 +186,9 @@ def verify_cell(cell_dir: str | Path) -> str | None:
         path = cell_dir / name
         if not path.is_file():
             return f'{name} is missing'
-        if _sha256_file(path) != digest:
+        if sha256_file(path) != digest:
             return f'{name} does not match its checksum'
     return None
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, 'rb') as handle:
-        for block in iter(lambda: handle.read(1 << 20), b''):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def finished_cells(directory: str | Path) -> set[str]:

@@ -11,11 +11,11 @@ from metavlm_ros.campaign.cells import (
     CELL_FILE,
     CELLS_DIR,
     UNVERIFIED,
-    _sha256_file,
     read_campaign,
     verify_cell,
 )
 from metavlm_ros.campaign.config import sha256_text
+from metavlm_ros.common.directories import sha256_file
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.upgrade import Upgrade, build_aside, legacy_files, write_upgraded
 
@@ -41,7 +41,7 @@ def _restamp(cell: Path) -> None:
         return  # a cell written before checksums: it stays unverified, as it was
     info['upgraded_from'] = {'files': info['files'], 'checksum': info.pop('checksum', None)}
     info['files'] = {
-        str(p.relative_to(cell)): _sha256_file(p)
+        str(p.relative_to(cell)): sha256_file(p)
         for p in sorted(cell.rglob('*'))
         if p.is_file() and p.name != CELL_FILE
     }

@@ -16,6 +16,7 @@ COMMANDS = (
     'train_demo_models',
     'export',
     'upgrade',
+    'verify',
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -266,6 +267,15 @@ def _differences(stored: dict, new: dict) -> list[str]:
         for key in sorted(set(old) | set(now))
         if old.get(key) != now.get(key)
     ]
+
+
+def sha256_file(path: str | Path) -> str:
+    """The sha256 of a file's bytes, hex, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, 'rb') as handle:
+        for block in iter(lambda: handle.read(1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_file_atomic(path: str | Path, data: bytes) -> None:

@@ -137,6 +137,38 @@ class SearchSpace:
         return cls()
 
     @classmethod
+    def from_record(cls, record: Mapping) -> SearchSpace:
+        """The space a search stored (`as_record`, the `relations` of its settings): relations past the
+        lists' end are off, at their full ranges.
+
+        Raises:
+            ParameterError: The record does not describe a space.
+        """
+        try:
+            enabled = [bool(v) for v in record['enabled']]
+            low = [float(v) for v in record['low']]
+            high = [float(v) for v in record['high']]
+            extras = dict(record.get('extras') or {})
+        except (KeyError, TypeError, ValueError):
+            raise ParameterError(f'not a stored search space: {record!r}') from None
+        n = len(enabled)
+        if not n <= N_RELATIONS or len(low) != n or len(high) != n:
+            raise ParameterError(f'not a stored search space: {record!r}')
+        extra_low = [[e.low for e in r.extras] for r in RELATIONS]
+        extra_high = [[e.high for e in r.extras] for r in RELATIONS]
+        for i, relation in enumerate(RELATIONS):
+            for k, extra_id in enumerate(relation.extra_ids):
+                if extra_id in extras:
+                    extra_low[i][k], extra_high[i][k] = (float(v) for v in extras[extra_id])
+        return cls(
+            tuple(enabled) + (False,) * (N_RELATIONS - n),
+            tuple(low) + tuple(r.low for r in RELATIONS[n:]),
+            tuple(high) + tuple(r.high for r in RELATIONS[n:]),
+            tuple(map(tuple, extra_low)),
+            tuple(map(tuple, extra_high)),
+        )
+
+    @classmethod
     def from_options(
         cls,
         enabled: Iterable[str] | None = None,

@@ -1,0 +1,193 @@
+"""A verdict report: the criteria judged, what each rests on, and the exact configuration they hold for,
+as JSON, Markdown, HTML and JUnit XML."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from metavlm_ros import __version__
+from metavlm_ros.assurance.criteria import Criteria
+from metavlm_ros.assurance.judge import Evidence, envelope_table
+from metavlm_ros.assurance.junit import write_junit
+from metavlm_ros.assurance.verdict import Verdict, overall
+from metavlm_ros.common.directories import write_file_atomic
+from metavlm_ros.common.record_format import to_jsonable
+
+__all__ = ['REPORT_NAMES', 'configuration', 'markdown', 'write_report']
+
+#: The files `write_report` writes into its directory.
+REPORT_NAMES = ('verdict.json', 'verdict.md', 'verdict.html')
+
+
+def configuration(criteria: Criteria, evidence: Evidence, manifest: str) -> dict[str, Any]:
+    """The exact configuration the verdicts hold for: tool, criteria file, every results directory's
+    identity (model weights and options, settings), every frame's sha256, the manifest's status."""
+    frames: dict[str, str] = {}
+    for run in evidence.runs:
+        for record in run.records:
+            frames.setdefault(record['image'], record.get('frame_sha256') or '')
+        for summary in run.summaries:
+            if summary.get('source_sha256'):
+                frames[summary['image']] = summary['source_sha256']
+    return {
+        'tool': {'package': 'metavlm_ros', 'version': __version__},
+        'criteria': {'path': str(criteria.path), 'sha256': criteria.sha256, 'name': criteria.name},
+        'evidence': {'root': str(evidence.root), 'manifest': manifest},
+        'models': evidence.models,
+        'runs': [
+            {'directory': run.label(evidence.root), 'identity': run.identity, 'evaluations': len(run.records)}
+            for run in evidence.runs
+        ],
+        'frames': dict(sorted(frames.items())),
+    }
+
+
+def _properties(config: dict) -> dict[str, str]:
+    """The configuration as JUnit properties: flat, one value each."""
+    props = {
+        'metavlm.version': config['tool']['version'],
+        'criteria.name': config['criteria']['name'],
+        'criteria.sha256': config['criteria']['sha256'],
+        'evidence.root': config['evidence']['root'],
+        'evidence.manifest': config['evidence']['manifest'],
+        'models': ', '.join(config['models']),
+    }
+    for run in config['runs']:
+        model = (run['identity'] or {}).get('model') or {}
+        if model.get('weights_sha256'):
+            props[f'run.{run["directory"]}.weights_sha256'] = str(model['weights_sha256'])
+    for image, digest in config['frames'].items():
+        props[f'frame.{image}.sha256'] = digest
+    return props
+
+
+def _figure(value: Any) -> str:
+    if isinstance(value, float):
+        return f'{value:.4g}'
+    return 'none' if value is None else str(value)
+
+
+def markdown(criteria: Criteria, verdicts: list[Verdict], config: dict, table: list[dict]) -> str:
+    """The verdict as Markdown: outcome, one row per criterion, reasons, envelope table, configuration."""
+    lines = [
+        f'# Verdict: {overall(verdicts)}',
+        '',
+        f'Criteria: **{criteria.name}** (`{criteria.path}`, sha256 `{criteria.sha256}`); evidence: '
+        f'`{config["evidence"]["root"]}` ({config["evidence"]["manifest"]}); model(s): '
+        f'{", ".join(f"`{m}`" for m in config["models"]) or "none"}; '
+        f'metavlm_ros {config["tool"]["version"]}.',
+        '',
+        '| criterion | kind | status | claim |',
+        '|---|---|---|---|',
+        *(f'| {v.criterion} | {v.kind} | **{v.status}** | {v.claim} |' for v in verdicts),
+        '',
+    ]
+    for v in verdicts:
+        lines += [f'## {v.criterion}: {v.status}', '', f'Claim: {v.claim}.', '', v.reason + '.', '']
+        if v.figures:
+            lines += ['Figures: ' + ', '.join(f'{k} {_figure(x)}' for k, x in v.figures.items()) + '.', '']
+        if v.counterexample:
+            example = v.counterexample
+            lines += [
+                f'Counterexample: `{example["composition"]}` {example["parameters"]} on `{example["image"]}` '
+                f'(evaluation {example["index"]}, f_trans {_figure(example["f_trans"])}, f_pred '
+                f'{_figure(example["f_pred"])}); render it: `{example["render"]}`',
+                '',
+            ]
+    if table:
+        lines += [
+            '## Robustness envelope',
+            '',
+            'Per relation and direction, over frames: the boundary (the smallest change that breaks the '
+            "answer, in the relation's unit) lies above the lower and below the upper bound shown, with "
+            f'{criteria.confidence:.0%} confidence each (order statistics; frames that held to the searched '
+            'end are censored, never dropped).',
+            '',
+            '| direction | frames | censored | median: lower | median: upper | 5 %: lower | 5 %: upper '
+            '| smallest break |',
+            '|---|---|---|---|---|---|---|---|',
+            *(
+                f'| {r["direction"]} | {r["frames"]} | {r["censored"]} | {_figure(r["median_lower"])} | '
+                f'{_figure(r["median_upper"])} | {_figure(r["q05_lower"])} | {_figure(r["q05_upper"])} | '
+                f'{_figure(r["min_violating"])} |'
+                for r in table
+            ),
+            '',
+        ]
+    lines += [
+        '## Configuration',
+        '',
+        "The verdict holds for exactly this: the frames by sha256, each results directory's identity "
+        '(model weights, options, settings) and the criteria file by sha256.',
+        '',
+        '```json',
+        json.dumps(to_jsonable(config), indent=1, sort_keys=True),
+        '```',
+        '',
+    ]
+    return '\n'.join(lines)
+
+
+def _html(text: str, title: str) -> str:
+    """The Markdown shown as a page: tables as tables, the rest as preformatted text, all escaped."""
+    body, rows = [], []
+    for line in text.splitlines():
+        if line.startswith('|'):
+            if not set(line) <= set('|-'):
+                cells = [html.escape(c.strip()).replace('**', '') for c in line.strip('|').split('|')]
+                tag = 'th' if not rows else 'td'
+                rows.append('<tr>' + ''.join(f'<{tag}>{c}</{tag}>' for c in cells) + '</tr>')
+            continue
+        if rows:
+            body.append('<table>' + ''.join(rows) + '</table>')
+            rows = []
+        if line.startswith('#'):
+            level = len(line) - len(line.lstrip('#'))
+            body.append(f'<h{level}>{html.escape(line.lstrip("#").strip())}</h{level}>')
+        elif line.strip():
+            body.append(f'<p>{html.escape(line)}</p>')
+    if rows:
+        body.append('<table>' + ''.join(rows) + '</table>')
+    style = 'body{font-family:sans-serif;max-width:70em}td,th{border:1px solid #999;padding:2px 6px}'
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<style>{style}table{{border-collapse:collapse}}</style></head><body>{"".join(body)}</body></html>\n'
+    )
+
+
+def write_report(
+    out: str | Path,
+    criteria: Criteria,
+    evidence: Evidence,
+    verdicts: list[Verdict],
+    *,
+    manifest: str,
+    junit: str | Path | None = None,
+) -> list[Path]:
+    """Write verdict.json, verdict.md and verdict.html into `out` (and JUnit XML to `junit`)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = configuration(criteria, evidence, manifest)
+    table = envelope_table(evidence, criteria.key(evidence.kind), criteria.confidence)
+    record = {
+        'overall': overall(verdicts),
+        'verdicts': [to_jsonable(v.__dict__) for v in verdicts],
+        'envelope': to_jsonable(table),
+        'configuration': to_jsonable(config),
+    }
+    text = markdown(criteria, verdicts, config, table)
+    written = []
+    for name, data in zip(
+        REPORT_NAMES,
+        (json.dumps(record, indent=1, sort_keys=True) + '\n', text, _html(text, f'Verdict: {criteria.name}')),
+        strict=True,
+    ):
+        write_file_atomic(out / name, data.encode())
+        written.append(out / name)
+    if junit is not None:
+        write_junit(junit, verdicts, suite=f'metavlm verify: {criteria.name}', properties=_properties(config))
+        written.append(Path(junit))
+    return written

@@ -1,0 +1,142 @@
+"""Criteria judged on evidence written by searches of a stand-in model: each kind of claim's PASS, FAIL
+and INCONCLUSIVE, from the right records only, with figures checked against a direct computation."""
+
+import shlex
+
+import pytest
+import yaml
+from scipy import stats
+
+from metavlm_ros.assurance.criteria import load_criteria
+from metavlm_ros.assurance.judge import judge, load_evidence
+from metavlm_ros.cli import main
+from metavlm_ros.common.errors import InputError
+from metavlm_ros.method.encoding import SearchSpace
+from metavlm_ros.method.envelope import boundaries
+from test.assurance.evidence import write_run
+
+SIX = tuple('abcdef')
+
+
+def _criteria(tmp_path, *criteria, threshold=0.05, confidence=0.95):
+    path = tmp_path / 'criteria.yaml'
+    document = {'format': 1, 'name': 'test', 'threshold': threshold, 'confidence': confidence}
+    path.write_text(yaml.safe_dump({**document, 'criteria': [dict(c) for c in criteria]}))
+    return load_criteria(path)
+
+
+@pytest.fixture(scope='module')
+def evidence_root(tmp_path_factory):
+    """One root holding an NSGA-II search, uniform samples of two regions and a boundary search."""
+    root = tmp_path_factory.mktemp('evidence')
+    write_run(root / 'search', 'nsga2', evaluations=60)
+    write_run(
+        root / 'calm',
+        'uniform',
+        space=SearchSpace.from_options(['downsampling'], {'downsampling': (0.98, 1)}),
+    )
+    write_run(root / 'roll', 'uniform', space=SearchSpace.from_options(['rotation'], {'rotation': (-5, 5)}))
+    write_run(root / 'envelope', 'envelope', space=SearchSpace.from_options(['rotation']), frames=SIX,
+              population=8, evaluations=64)  # fmt: skip
+    return root
+
+
+def test_existence_fails_with_the_smallest_counterexample_which_renders_again(evidence_root, tmp_path):
+    criteria = _criteria(tmp_path, {'id': 'any', 'kind': 'existence', 'f_trans_max': 6})
+    (verdict,) = judge(criteria, load_evidence(evidence_root))
+    evidence = load_evidence(evidence_root)
+    broken = [r for _, r in evidence.evaluations() if r['order'] and r['violation']['0.05']]
+    assert verdict.status == 'FAIL' and verdict.figures['violations'] == len(broken) > 0
+    example = verdict.counterexample
+    assert example['f_trans'] == min(r['f_trans'] for r in broken)
+    # The counterexample is evidence an engineer can look at: `metavlm render` makes its follow-up.
+    argv = shlex.split(example['render'])[1:] + ['--out', str(tmp_path / 'rendered')]
+    assert main(argv) == 0
+    assert len(list((tmp_path / 'rendered').glob('*.png'))) == 1
+
+
+def test_existence_passes_as_none_found_and_is_inconclusive_where_nothing_was_searched(
+    evidence_root, tmp_path
+):
+    criteria = _criteria(
+        tmp_path,
+        {'id': 'calm', 'kind': 'existence', 'within': {'downsampling': [0.98, 1.0]}},
+        {'id': 'murky', 'kind': 'existence', 'within': {'turbidity': [0, 1]}},
+    )
+    evidence = load_evidence(evidence_root)
+    calm, murky = judge(criteria, evidence)
+    # Every evaluation in the region counts, whichever search judged it (a few of NSGA-II's too).
+    inside = [
+        r for _, r in evidence.evaluations()
+        if r['order'] and set(r['parameters']) == {'downsampling'} and r['parameters']['downsampling'] >= 0.98
+    ]  # fmt: skip
+    assert len(inside) >= 180
+    assert calm.status == 'PASS' and calm.reason.startswith(f'none found: no violation among {len(inside)} ')
+    assert calm.figures == {'evaluations_in_region': len(inside), 'frames': 3, 'violations': 0}
+    assert murky.status == 'INCONCLUSIVE' and murky.figures['evaluations_in_region'] == 0
+
+
+def test_rate_claims_use_only_uniform_samples_of_their_region_with_exact_bounds(evidence_root, tmp_path):
+    evidence = load_evidence(evidence_root)
+    (roll,) = [run for run in evidence.runs if run.directory.name == 'roll']
+    k = sum(r['violation']['0.03'] for r in roll.records)
+    n = len(roll.records)
+    assert 0 < k < n
+    criteria = _criteria(
+        tmp_path,
+        {'id': 'pass', 'kind': 'rate', 'within': {'downsampling': [0.98, 1]}, 'limit': 0.05},
+        {'id': 'fail', 'kind': 'rate', 'within': {'rotation': [-5, 5]}, 'limit': k / n / 3},
+        {'id': 'open', 'kind': 'rate', 'within': {'rotation': [-5, 5]}, 'limit': k / n},
+        {'id': 'none', 'kind': 'rate', 'within': {'rotation': [-1, 1]}, 'limit': 0.5},
+        threshold=0.03,
+    )
+    passed, failed, undecided, missing = judge(criteria, evidence)
+    assert passed.status == 'PASS' and passed.figures['samples'] == 180 and passed.figures['violations'] == 0
+    assert passed.figures['upper'] == pytest.approx(1 - 0.05 ** (1 / 180))
+    assert failed.status == 'FAIL' and failed.figures['violations'] == k and failed.figures['samples'] == n
+    assert failed.figures['lower'] == pytest.approx(stats.beta.ppf(0.05, k, n - k + 1))
+    assert undecided.status == 'INCONCLUSIVE' and 'no number of samples decides' in undecided.reason
+    # Another region's samples, and a search's records, are not samples of this one.
+    assert missing.status == 'INCONCLUSIVE' and missing.figures['samples'] == 0
+
+
+def test_envelope_claims_bound_the_boundary_over_frames_from_order_statistics(evidence_root, tmp_path):
+    evidence = load_evidence(evidence_root)
+    (run,) = [run for run in evidence.runs if run.directory.name == 'envelope']
+    # At the smallest threshold, the one the boundary search refines (at 0.05 every frame holds to 5).
+    found = boundaries(run.records, '0.01', run.space)
+    per_frame = {
+        image: min(b.violating for b in found if b.image == image and b.violating is not None)
+        for image in SIX
+    }
+    cleans = {image: min(b.clean for b in found if b.image == image) for image in SIX}
+    assert all(v is not None for v in per_frame.values())  # rotation breaks every frame inside +-5
+    easy, hard, all_frames, few = judge(
+        _criteria(
+            tmp_path,
+            {'id': 'easy', 'kind': 'envelope', 'relation': 'rotation', 'at_least': min(cleans.values()),
+             'frames': 0.5, 'confidence': 0.9},
+            {'id': 'hard', 'kind': 'envelope', 'relation': 'rotation', 'at_least': 4.99, 'frames': 0.5,
+             'confidence': 0.9},
+            {'id': 'all', 'kind': 'envelope', 'relation': 'rotation', 'direction': '+', 'at_least': 0.01,
+             'frames': 1.0},
+            {'id': 'few', 'kind': 'envelope', 'relation': 'rotation', 'at_least': 0.01, 'frames': 0.95},
+            threshold=0.01,
+        ),
+        evidence,
+    )  # fmt: skip
+    # 6 frames, median, 90 %: the smallest clean magnitude bounds it from below (P(Bin(6, .5) >= 1) = .98).
+    assert easy.status == 'PASS' and easy.figures['lower'] == min(cleans.values())
+    # ... and the largest violating one from above (P(Bin(6, .5) <= 5) = .98; <= 4 is only .89).
+    assert hard.status == 'FAIL' and hard.figures['upper'] == max(per_frame.values())
+    assert all_frames.status == 'PASS'
+    # The 5 % quantile from 6 frames: no order statistic bounds it at 95 %; never a PASS.
+    assert few.status == 'INCONCLUSIVE' and few.figures['lower'] is None
+
+
+def test_evidence_at_other_thresholds_and_empty_roots_are_refused_in_one_line(evidence_root, tmp_path):
+    criteria = _criteria(tmp_path, {'id': 'x', 'kind': 'existence', 'f_trans_max': 1}, threshold=0.07)
+    with pytest.raises(InputError, match='not at the criteria threshold 0.07'):
+        judge(criteria, load_evidence(evidence_root))
+    with pytest.raises(InputError, match='no results directory'):
+        load_evidence(tmp_path)

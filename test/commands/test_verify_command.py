@@ -1,0 +1,117 @@
+"""`metavlm verify --results`: verdicts judged again from evidence as it is, exit status by the outcome,
+Markdown / HTML / JSON and JUnit XML read by a real JUnit consumer; tampered evidence refused."""
+
+import hashlib
+import json
+import shutil
+
+import pytest
+import yaml
+from junitparser import Failure, JUnitXml, Skipped
+
+from metavlm_ros.assurance.manifest import write_manifest
+from metavlm_ros.cli import main
+from metavlm_ros.method.encoding import SearchSpace
+from test.assurance.evidence import write_run
+
+CALM = {'downsampling': [0.98, 1.0]}
+PASSING = [
+    {'id': 'calm', 'kind': 'existence', 'within': CALM},
+    {'id': 'calm-rate', 'kind': 'rate', 'within': CALM, 'limit': 0.05},
+]
+FAILING = {'id': 'anything', 'kind': 'existence', 'f_trans_max': 6}
+OPEN = {'id': 'murky', 'kind': 'rate', 'within': {'turbidity': [0, 1]}, 'limit': 0.1}
+
+
+@pytest.fixture(scope='module')
+def evidence(tmp_path_factory):
+    root = tmp_path_factory.mktemp('verify') / 'evidence'
+    write_run(root / 'search', 'nsga2', evaluations=40)
+    write_run(
+        root / 'calm',
+        'uniform',
+        space=SearchSpace.from_options(['downsampling'], {'downsampling': (0.98, 1)}),
+    )
+    return root
+
+
+def _criteria(tmp_path, criteria):
+    path = tmp_path / 'criteria.yaml'
+    path.write_text(
+        yaml.safe_dump({'format': 1, 'name': 'test camera', 'threshold': 0.03, 'criteria': criteria})
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    'criteria, code, outcome',
+    [(PASSING, 0, 'PASS'), ([*PASSING, OPEN], 3, 'INCONCLUSIVE'), ([*PASSING, OPEN, FAILING], 1, 'FAIL')],
+    ids=['pass', 'inconclusive', 'fail'],
+)
+def test_exit_status_reports_and_junit_follow_the_verdicts(
+    evidence, tmp_path, capsys, criteria, code, outcome
+):
+    path = _criteria(tmp_path, criteria)
+    out, junit = tmp_path / 'verdict', tmp_path / 'verdict.xml'
+    args = [
+        'verify',
+        '--criteria',
+        str(path),
+        '--results',
+        str(evidence),
+        '--out',
+        str(out),
+        '--junit',
+        str(junit),
+    ]
+    assert main(args) == code
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[-1].startswith(f'{outcome}: test camera ({len(criteria)} criteria;')
+    record = json.loads((out / 'verdict.json').read_text())
+    assert record['overall'] == outcome
+    assert [v['criterion'] for v in record['verdicts']] == [c['id'] for c in criteria]
+    assert record['configuration']['criteria']['sha256'] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert set(record['configuration']['frames']) == {'a', 'b', 'c'}
+    assert all(len(digest) == 64 for digest in record['configuration']['frames'].values())
+    assert (out / 'verdict.md').read_text().startswith(f'# Verdict: {outcome}')
+    assert '<table>' in (out / 'verdict.html').read_text()
+    # A real JUnit consumer reads it as CI servers do.
+    xml = JUnitXml.fromfile(str(junit))
+    (suite,) = list(xml)
+    cases = {case.name: case for case in suite}
+    assert list(cases) == [c['id'] for c in criteria]
+    statuses = {v['criterion']: v['status'] for v in record['verdicts']}
+    for name, case in cases.items():
+        kinds = {type(result) for result in case.result}
+        expected = {'PASS': set(), 'FAIL': {Failure}, 'INCONCLUSIVE': {Skipped}}[statuses[name]]
+        assert kinds == expected, name
+    assert suite.failures == list(statuses.values()).count('FAIL')
+    assert suite.skipped == list(statuses.values()).count('INCONCLUSIVE')
+    properties = {p.name: p.value for p in suite.properties()}
+    assert properties['criteria.sha256'] == record['configuration']['criteria']['sha256']
+    assert properties['frame.a.sha256'] == record['configuration']['frames']['a']
+
+
+def test_evidence_that_does_not_match_its_manifest_is_refused(evidence, tmp_path, capsys):
+    copy = tmp_path / 'evidence'
+    shutil.copytree(evidence, copy)
+    write_manifest(copy)
+    path = _criteria(tmp_path, PASSING)
+    args = ['verify', '--criteria', str(path), '--results', str(copy), '--out', str(tmp_path / 'v')]
+    assert main(args) == 0
+    assert 'SHA256SUMS verified' in (tmp_path / 'v' / 'verdict.md').read_text()
+    with open(copy / 'calm' / 'summary.jsonl.gz', 'ab') as handle:
+        handle.write(b'\0')
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err == f'metavlm: error: {copy}: calm/summary.jsonl.gz does not match SHA256SUMS (changed since)\n'
+
+
+def test_a_verdict_is_never_written_into_the_evidence(evidence, tmp_path, capsys):
+    path = _criteria(tmp_path, PASSING)
+    assert (
+        main(['verify', '--criteria', str(path), '--results', str(evidence), '--out', str(evidence / 'v')])
+        == 2
+    )
+    assert 'inside the evidence' in capsys.readouterr().err
+    assert not (evidence / 'v').exists()
