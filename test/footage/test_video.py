@@ -77,13 +77,28 @@ def test_max_frames_spans_videos_and_bags(tmp_path):
     ]
 
 
-def test_a_long_video_streams_one_frame_at_a_time(tmp_path):
-    # The generator holds one decoded frame: taking two frames of 40 decodes no more than needed.
+def test_start_seeks_into_the_video_and_frames_keep_their_number(tmp_path, monkeypatch):
+    import cv2
+
     video = write_video(tmp_path / 'long.mkv', scene(12) * 4, fps=25.0)
-    frames = iter_video_frames(video, start=1.2)
-    first = next(frames)
-    assert (first.index, first.stamp_ns) == (30, 1200 * MS)
-    frames.close()
+    grabs = []
+    original = cv2.VideoCapture
+
+    class Counting:
+        def __init__(self, *args):
+            self.capture = original(*args)
+
+        def grab(self):
+            grabs.append(1)
+            return self.capture.grab()
+
+        def __getattr__(self, name):
+            return getattr(self.capture, name)
+
+    monkeypatch.setattr(cv2, 'VideoCapture', Counting)
+    first = next(iter_video_frames(video, start=1.2))
+    assert (first.index, first.stamp_ns, level(first.rgb)) == (30, 1200 * MS, 30 % 12)
+    assert len(grabs) <= 2  # seeked to a frame before 1.2 s, not decoded from the start
 
 
 def _cut(video, fraction):
