@@ -14,8 +14,10 @@ import numpy as np
 
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.images import Frame
+from metavlm_ros.footage.bag_format import DEFAULT_START_NS
 
 __all__ = [
+    'VIDEO_EPOCH_NS',
     'VIDEO_SUFFIXES',
     'WRITE_CODECS',
     'iter_video_frames',
@@ -27,6 +29,11 @@ __all__ = [
 
 #: What a video file may end in: containers OpenCV's FFmpeg demuxes.
 VIDEO_SUFFIXES = ('.mp4', '.m4v', '.mov', '.mkv', '.webm', '.avi', '.mpg', '.mpeg')
+#: Where a video's frames are stamped when published on ROS topics (metavlm replay, metavlm run): this
+#: instant plus their presentation time. A video's time 0 is 'no stamp' in ROS; a fixed instant (the
+#: one scene bags start at, 2026-01-01T00:00:00Z) keeps a frame's position in its stamp (stamp - epoch)
+#: and gives a frame the same stamp in every run, so a tester resumes on it.
+VIDEO_EPOCH_NS = DEFAULT_START_NS
 #: The codec `write_video` uses per container: those OpenCV's own FFmpeg build encodes everywhere.
 WRITE_CODECS = {'.mp4': 'mp4v', '.m4v': 'mp4v', '.mov': 'mp4v', '.mkv': 'MJPG', '.avi': 'MJPG'}
 

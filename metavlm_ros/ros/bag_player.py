@@ -76,13 +76,11 @@ def bag_topics(path: str | Path) -> dict[str, str]:
         return {conn.topic: conn.msgtype for conn in reader.connections}
 
 
-def iter_raw_messages(
-    path: str | Path, topics: Sequence[str] | None = None, *, video_start_ns: int | None = None
-) -> Iterator[RawMessage]:
+def iter_raw_messages(path: str | Path, topics: Sequence[str] | None = None) -> Iterator[RawMessage]:
     """Yield (topic, msgtype, timestamp_ns, ROS 2 CDR bytes) in bag time order, of a ROS 2 or ROS 1 bag.
 
-    A video is its frames as rgb8 sensor_msgs/Image on /camera/image_raw, stamped `video_start_ns`
-    (default: now) plus their presentation time.
+    A video is its frames as rgb8 sensor_msgs/Image on /camera/image_raw, stamped VIDEO_EPOCH_NS
+    plus their presentation time.
 
     Raises:
         BagError: not a bag, unknown topic, or corrupt data.
@@ -90,7 +88,7 @@ def iter_raw_messages(
     """
     path = Path(path)
     if _is_video(path):
-        yield from _video_messages(path, topics, video_start_ns)
+        yield from _video_messages(path, topics)
         return
     from metavlm_ros.footage.bags import cdr_bytes, open_bag  # rosbags loads only when a bag is read
 
@@ -110,19 +108,16 @@ def iter_raw_messages(
             yield conn.topic, conn.msgtype, timestamp, to_cdr(conn, rawdata)
 
 
-def _video_messages(path: Path, topics: Sequence[str] | None, start_ns: int | None) -> Iterator[RawMessage]:
+def _video_messages(path: Path, topics: Sequence[str] | None) -> Iterator[RawMessage]:
     """A video's frames as camera messages: one decoded and serialised at a time."""
     from metavlm_ros.footage.bag_format import IMAGE_MSGTYPE, IMAGE_TOPIC, bag_typestore, image_message
-    from metavlm_ros.footage.video import iter_video_frames
+    from metavlm_ros.footage.video import VIDEO_EPOCH_NS, iter_video_frames
 
     if not check_topics({IMAGE_TOPIC: IMAGE_MSGTYPE}, topics, path):
         return
     typestore = bag_typestore()
     for frame in iter_video_frames(path):
-        if start_ns is None:
-            # A video's times start at 0, which ROS takes for no stamp: stamped from now on.
-            start_ns = time.time_ns() - frame.stamp_ns
-        stamp = start_ns + frame.stamp_ns
+        stamp = VIDEO_EPOCH_NS + frame.stamp_ns  # a video's time 0 is 'no stamp' in ROS
         message = image_message(frame.rgb, stamp)
         yield IMAGE_TOPIC, IMAGE_MSGTYPE, stamp, bytes(typestore.serialize_cdr(message, IMAGE_MSGTYPE))
 

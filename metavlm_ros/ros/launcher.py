@@ -267,13 +267,12 @@ def _run_in_context(nodes, footage, source, duration, dds_transport, say, should
     from sensor_msgs.msg import CompressedImage, Image
 
     from metavlm_ros.footage.frames import footage_kind
+    from metavlm_ros.footage.video import VIDEO_EPOCH_NS
     from metavlm_ros.ros.managed import bring_up, shut_down
 
     published = 0
-    # A video's times start at 0, which ROS takes for no stamp: its frames are stamped from the
-    # moment the first is published on, keeping their spacing.
+    # A video's times start at 0, which ROS takes for no stamp: they are published from VIDEO_EPOCH_NS.
     video = source is not None and footage_kind(source) == 'video'
-    video_start = None
     # The transport is chosen before rclpy starts DDS in this process.
     with use_transport(dds_transport) as transport, tempfile.TemporaryDirectory(prefix='metavlm-run-') as tmp:
         path = _write_ros_file(nodes, Path(tmp))
@@ -360,8 +359,7 @@ def _run_in_context(nodes, footage, source, duration, dds_transport, say, should
                     if stop_now():
                         break
                     if video:
-                        video_start = video_start or time.time_ns() - frame.stamp_ns
-                        stamp = video_start + frame.stamp_ns
+                        stamp = VIDEO_EPOCH_NS + frame.stamp_ns
                     else:
                         stamp = frame.stamp_ns or time.time_ns()
                     publisher.publish(_camera_message(frame.rgb, stamp, compressed))
