@@ -16,6 +16,7 @@ from metavlm_ros.common.results import EVALUATIONS, SUMMARY, read_identity, reco
 from metavlm_ros.method.algorithms import ENVELOPE
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import Boundary, boundaries
+from metavlm_ros.method.relations import RELATION_BY_ID
 
 __all__ = ['Evidence', 'Run', 'envelope_table', 'judge', 'load_evidence']
 
@@ -219,32 +220,41 @@ class FrameBoundary:
     evidence: bool  # False: no single-relation evaluation in that direction on this frame
 
 
-def _frame_boundaries(criterion: Criterion, evidence: Evidence, key: str) -> list[FrameBoundary]:
-    sides = ('-', '+') if criterion.direction == 'both' else (criterion.direction,)
-    names = {f'{criterion.relation}{side}' for side in sides}
-    found: dict[str, list[Boundary]] = {image: [] for image in evidence.frames}
+def merged_boundaries(evidence: Evidence, key: str) -> dict[tuple[str, str], tuple[float, float | None]]:
+    """(frame, direction) -> (clean, violating): the tightest bracket all the evidence gives together
+    (several searches may have tried a frame's direction): the smallest violating magnitude any found,
+    and the largest violation-free one below it."""
+    found: dict[tuple[str, str], list[Boundary]] = {}
     for run in evidence.runs:
         for b in boundaries(run.records, key, run.space):
-            if b.direction in names:
-                found[b.image].append(b)
+            found.setdefault((b.image, b.direction), []).append(b)
+    merged = {}
+    for where, bs in found.items():
+        bad = min((b.violating for b in bs if b.violating is not None), default=None)
+        clean = max((b.clean for b in bs if bad is None or b.clean < bad), default=0.0)
+        merged[where] = (clean, bad)
+    return merged
+
+
+def _frame_boundaries(criterion: Criterion, evidence: Evidence, key: str) -> list[FrameBoundary]:
+    sides = ('-', '+') if criterion.direction == 'both' else (criterion.direction,)
+    names = [f'{criterion.relation}{side}' for side in sides]
+    merged = merged_boundaries(evidence, key)
     result = []
-    for image, bs in found.items():
-        # Per direction, the tightest bracket the evidence gives (several searches may cover it).
-        per: dict[str, tuple[float, float | None]] = {}
-        for name in names:
-            mine = [b for b in bs if b.direction == name]
-            if mine:
-                bad = min((b.violating for b in mine if b.violating is not None), default=None)
-                clean = max((b.clean for b in mine if bad is None or b.clean < bad), default=0.0)
-                per[name] = (clean, bad)
-        if set(per) != names:
+    for image in evidence.frames:
+        per = [merged[(image, name)] for name in names if (image, name) in merged]
+        if len(per) != len(names):
             result.append(FrameBoundary(image, 0.0, None, False))
             continue
         # The frame holds to m in both directions only if it does in each: the smaller boundary.
-        clean = min(c for c, _ in per.values())
-        bad = [v for _, v in per.values() if v is not None]
-        result.append(FrameBoundary(image, clean, min(bad) if bad else None, True))
+        bad = [v for _, v in per if v is not None]
+        result.append(FrameBoundary(image, min(c for c, _ in per), min(bad) if bad else None, True))
     return result
+
+
+def _frames_for_a_bound(q: float, confidence: float) -> int:
+    """The fewest frames whose smallest value bounds the q-quantile from below at `confidence`."""
+    return math.ceil(math.log(1 - confidence) / math.log(1 - q))
 
 
 def _envelope(criterion: Criterion, evidence: Evidence, key: str) -> Verdict:
@@ -286,31 +296,34 @@ def _envelope(criterion: Criterion, evidence: Evidence, key: str) -> Verdict:
         shown = lambda v: 'none' if v is None else f'{v:.4g}'  # noqa: E731
         reason = (
             f'bounds [{shown(lower)}, {shown(upper)}] on the boundary {share} of frames clear, from '
-            f'{with_evidence} of {len(frames)} frames ({sum(censored)} hold to the searched end): more '
-            'frames would narrow them'
+            f'{with_evidence} of {len(frames)} frames ({sum(censored)} hold to the searched end)'
         )
+        if lower is None and criterion.frames < 1:
+            needed = _frames_for_a_bound(1 - criterion.frames, criterion.confidence)
+            reason += f'; a lower bound needs at least {needed} frames'
+            figures['frames_for_a_lower_bound'] = needed
     return Verdict(criterion.id, criterion.kind, status, criterion.claim, reason, figures)
 
 
 def envelope_table(evidence: Evidence, key: str, confidence: float = 0.95) -> list[dict]:
-    """Per direction of every relation the evidence covers: frames, censored, the median and the 5 %
-    quantile of the boundary with their order-statistic bounds (the report's table)."""
-    rows: dict[str, list[Boundary]] = {}
-    for run in evidence.runs:
-        for b in boundaries(run.records, key, run.space):
-            rows.setdefault(b.direction, []).append(b)
+    """Per direction the evidence covers: frames, censored, the median and the 5 % quantile of the
+    boundary over frames with their order-statistic bounds, the smallest break (the report's table)."""
+    by_direction: dict[str, list[tuple[float, float | None]]] = {}
+    for (_, direction), bracket in sorted(merged_boundaries(evidence, key).items()):
+        by_direction.setdefault(direction, []).append(bracket)
     table = []
-    for direction, bs in rows.items():
-        cleans = [b.clean for b in bs]
-        censored = [b.censored for b in bs]
-        violating = [b.clean if b.violating is None else b.violating for b in bs]
-        row = {'direction': direction, 'frames': len(bs), 'censored': sum(censored)}
+    for direction, brackets in by_direction.items():
+        cleans = [clean for clean, _ in brackets]
+        censored = [bad is None for _, bad in brackets]
+        violating = [clean if bad is None else bad for clean, bad in brackets]
+        row = {'direction': direction, 'frames': len(brackets), 'censored': sum(censored)}
         for name, q in (('median', 0.5), ('q05', 0.05)):
             row[f'{name}_lower'] = quantile_bounds(cleans, censored, q, confidence)[0]
             row[f'{name}_upper'] = quantile_bounds(violating, censored, q, confidence)[1]
-        row['min_violating'] = min((b.violating for b in bs if b.violating is not None), default=math.nan)
+        row['min_violating'] = min((bad for _, bad in brackets if bad is not None), default=None)
         table.append(row)
-    return table
+    order = list(RELATION_BY_ID)
+    return sorted(table, key=lambda row: (order.index(row['direction'][:-1]), row['direction'][-1] == '+'))
 
 
 def envelope_runs(evidence: Evidence) -> list[Run]:

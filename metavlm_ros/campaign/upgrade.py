@@ -95,4 +95,4 @@ def upgrade_campaign(
             total.notes += done.notes
         return total
 
-    return build_aside(old, new, fill)
+    return build_aside(new, fill, outside=old)

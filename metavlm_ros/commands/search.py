@@ -6,49 +6,16 @@ import argparse
 import sys
 
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.footage.arguments import add_frame_arguments
 from metavlm_ros.method import defaults
-from metavlm_ros.models.registry import BACKENDS, all_options, options_for
+from metavlm_ros.models.arguments import (
+    add_model_arguments,
+    create_backend_from_args,
+    search_identity,
+)
 from metavlm_ros.viewer import DEFAULT_HOST
 
 HELP = 'search frames offline for the smallest transformations that change the model'
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that choose and configure a VLM backend: --backend, --model and every backend's own
-    options, as the backends declare them (models/registry.py)."""
-    group = parser.add_argument_group('model')
-    group.add_argument('--backend', default='clip', help=f'{", ".join(BACKENDS)} (default: clip)')
-    group.add_argument(
-        '--model',
-        default='demo',
-        help="Hugging Face id or local directory; 'demo' = the embedded demo model; a served backend: "
-        "the server's model id",
-    )
-    for option in all_options().values():
-        takers = options_for(option.name)
-        text = option.help + ('' if len(takers) == len(BACKENDS) else f' [{", ".join(takers)}]')
-        if option.default is not None:
-            text += f' (default: {option.default})'
-        # Every default is None here: an option given for a backend that does not take it is refused.
-        if option.type is list:
-            group.add_argument(option.cli_flag, nargs='+', default=None, metavar='VALUE', help=text)
-        elif option.type is dict:
-            group.add_argument(option.cli_flag, action='append', default=None, metavar='KEY=VALUE', help=text)
-        else:
-            group.add_argument(
-                option.cli_flag, dest=option.name, type=option.type, choices=option.choices, default=None,
-                help=text,
-            )  # fmt: skip
-
-
-def add_frame_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that select frames from folders and bags."""
-    group = parser.add_argument_group('frame selection (bags)')
-    group.add_argument('--topic', default=None, help='image topic of a bag (default: its only image topic)')
-    group.add_argument('--every', type=int, default=1, metavar='N', help='take every Nth frame')
-    group.add_argument('--start', type=float, default=None, metavar='S', help='skip the first S seconds')
-    group.add_argument('--end', type=float, default=None, metavar='S', help='stop after S seconds')
-    group.add_argument('--max-frames', type=int, default=None, metavar='N', help='at most N frames')
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -159,35 +126,8 @@ def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
     return ranges
 
 
-def model_options(args: argparse.Namespace) -> dict:
-    """The options the model flags give for the chosen backend (refusing those it does not take)."""
-    from metavlm_ros.models.registry import given_options
-
-    values = {}
-    for name, option in all_options().items():
-        value = getattr(args, name, None)
-        values[name] = option.from_items(value) if option.type is dict and value is not None else value
-    return given_options(args.backend, values)
-
-
-def create_backend_from_args(args: argparse.Namespace):
-    """Build the VLM backend the model options describe."""
-    from metavlm_ros.models.vlm import create_backend
-
-    return create_backend(args.backend, args.model, **model_options(args))
-
-
 # Free space a search needs at least: its evaluation records take about 1 KiB each.
 RECORD_BYTES = 1024
-
-
-def search_identity(args: argparse.Namespace, config) -> dict:
-    """What identifies the searches of one `metavlm search` (search.json): settings, the model under
-    test (backend, options, weights, what the backend adds, read before the model loads) and the
-    source (frames read and judged in process)."""
-    from metavlm_ros.models.vlm import identity_record, model_identity
-
-    return identity_record(config, model_identity(args.backend, args.model, model_options(args)))
 
 
 def run(args: argparse.Namespace) -> int:

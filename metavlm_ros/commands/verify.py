@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from metavlm_ros.footage.arguments import add_frame_arguments
+from metavlm_ros.method import defaults
+from metavlm_ros.method.envelope import ENVELOPE_ROUNDS
+from metavlm_ros.models.arguments import add_model_arguments, create_backend_from_args, model_options
+
 HELP = 'judge results against acceptance criteria: PASS, FAIL or INCONCLUSIVE per criterion and overall'
 
 
@@ -13,8 +18,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         'verify',
         help=HELP,
-        description=HELP + '. Exit status 0: all PASS; 1: a FAIL; 3: INCONCLUSIVE and no FAIL; 2: an error '
-        '(docs/assurance.md).',
+        description=HELP + '. With FRAMES: search them as the criteria need (evidence under '
+        'OUT/evidence), then judge. With --results DIR: judge existing evidence again, without a model. '
+        'Exit status 0: all PASS; 1: a FAIL; 3: INCONCLUSIVE and no FAIL; 2: an error (docs/assurance.md).',
+    )
+    parser.add_argument(
+        'frames',
+        nargs='*',
+        metavar='FRAME',
+        help='image files, folders of images, videos or bags to search (not with --results)',
     )
     parser.add_argument(
         '--criteria', type=Path, required=True, metavar='FILE', help='acceptance criteria (YAML)'
@@ -22,45 +34,122 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         '--results',
         type=Path,
-        required=True,
+        default=None,
         metavar='DIR',
-        help='evidence to judge, as it is: a results directory (search, tester, verify, campaign) or a '
-        'folder of them; checked against its SHA256SUMS where it has one',
+        help='evidence to judge again, as it is: a results directory (search, tester, verify, campaign) or '
+        'a folder of them; checked against its SHA256SUMS where it has one',
     )
-    parser.add_argument(
+    add_model_arguments(parser)
+    group = parser.add_argument_group('searches (with FRAMES)')
+    group.add_argument(
+        '--evaluations',
+        type=int,
+        default=defaults.EVALUATIONS,
+        help=f'NSGA-II evaluations a frame for each existence claim (default: {defaults.EVALUATIONS}); rate '
+        'claims draw their `samples`, the boundary search 8 a direction a round',
+    )
+    group.add_argument(
+        '--population',
+        type=int,
+        default=defaults.POPULATION,
+        help=f'batch size (default: {defaults.POPULATION})',
+    )
+    group.add_argument(
+        '--seed', type=int, default=defaults.SEED, help=f'random seed (default: {defaults.SEED})'
+    )
+    group.add_argument(
+        '--envelope-rounds',
+        type=int,
+        default=ENVELOPE_ROUNDS,
+        metavar='N',
+        help=f'rounds of the boundary search (default: {ENVELOPE_ROUNDS}: brackets 1/648 of each range)',
+    )
+    group.add_argument(
+        '--working-size', default='auto', metavar='PX', help='as metavlm search (default: auto)'
+    )
+    add_frame_arguments(parser)
+    out = parser.add_argument_group('output')
+    out.add_argument(
         '--out',
         type=Path,
-        default=Path('results/verdict'),
+        default=None,
         metavar='DIR',
-        help='where verdict.md, verdict.html and verdict.json go (default: results/verdict; not inside '
-        'the evidence)',
+        help='a new directory: evidence, verdict and SHA256SUMS (default: results/verify); with --results, '
+        'where the verdict goes (default: results/verdict; never inside the evidence)',
     )
-    parser.add_argument('--junit', type=Path, default=None, metavar='FILE', help='also write JUnit XML here')
+    out.add_argument('--junit', type=Path, default=None, metavar='FILE', help='also write JUnit XML here')
     parser.set_defaults(handler=run)
 
 
+def _gather(args: argparse.Namespace, criteria, out: Path) -> Path:
+    """Search the frames as the criteria need into OUT/evidence (OUT appears whole, or not at all)."""
+    from metavlm_ros.assurance.gather import gather, plan
+    from metavlm_ros.common.errors import ParameterError
+    from metavlm_ros.common.upgrade import build_aside
+    from metavlm_ros.footage.frames import iter_frames, verify_sources
+    from metavlm_ros.models.vlm import model_identity
+
+    planned = plan(
+        criteria,
+        population=args.population,
+        evaluations=args.evaluations,
+        seed=args.seed,
+        working_size=args.working_size,
+        envelope_rounds=args.envelope_rounds,
+    )
+    if args.envelope_rounds < 1:
+        raise ParameterError(f'--envelope-rounds must be at least 1, got {args.envelope_rounds}')
+    verify_sources(args.frames)
+    frames = list(
+        iter_frames(
+            args.frames, topic=args.topic, every=args.every, start=args.start, end=args.end,
+            max_frames=args.max_frames,
+        )
+    )  # fmt: skip
+    if not frames:
+        raise ParameterError('no frames selected from ' + ', '.join(args.frames))
+    if out.exists():
+        raise ParameterError(f'--out {out}: exists; name a new directory for this verification')
+    model = model_identity(args.backend, args.model, model_options(args))
+    backend = create_backend_from_args(args)
+    build_aside(out, lambda staged: gather(planned, frames, backend, model, staged / 'evidence'))
+    return out / 'evidence'
+
+
 def run(args: argparse.Namespace) -> int:
-    """Judge; print the verdicts; exit status by the overall outcome."""
+    """Gather evidence (with FRAMES) or take it as it is (--results); judge; print the verdicts; exit
+    status by the overall outcome."""
     from metavlm_ros.assurance.criteria import load_criteria
     from metavlm_ros.assurance.judge import judge, load_evidence
-    from metavlm_ros.assurance.manifest import MANIFEST, check_manifest
+    from metavlm_ros.assurance.manifest import MANIFEST, check_manifest, write_manifest
     from metavlm_ros.assurance.report import write_report
     from metavlm_ros.assurance.verdict import EXIT_CODES, overall
     from metavlm_ros.common.errors import ParameterError
 
     criteria = load_criteria(args.criteria)
-    if args.out.resolve().is_relative_to(args.results.resolve()):
+    if bool(args.frames) == (args.results is not None):
         raise ParameterError(
-            f'--out {args.out}: inside the evidence {args.results}; write the verdict elsewhere'
+            'give FRAMES to search them, or --results DIR to judge evidence already gathered'
         )
-    evidence = load_evidence(args.results)
-    manifest = (
-        f'{MANIFEST} verified'
-        if check_manifest(args.results)
-        else f'no {MANIFEST} (written before manifests): not verified'
-    )
+    if args.results is not None:
+        out = args.out or Path('results/verdict')
+        if out.resolve().is_relative_to(args.results.resolve()):
+            raise ParameterError(
+                f'--out {out}: inside the evidence {args.results}; write the verdict elsewhere'
+            )
+        evidence = load_evidence(args.results)
+        checked = check_manifest(args.results)
+        manifest = (
+            f'{MANIFEST} verified' if checked else f'no {MANIFEST} (written before manifests): not verified'
+        )
+    else:
+        out = args.out or Path('results/verify')
+        evidence = load_evidence(_gather(args, criteria, out))
+        manifest = f'gathered by this verification; {MANIFEST} written with the verdict'
     verdicts = judge(criteria, evidence)
-    written = write_report(args.out, criteria, evidence, verdicts, manifest=manifest, junit=args.junit)
+    written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=args.junit)
+    if args.results is None:
+        written.append(write_manifest(out))
     outcome = overall(verdicts)
     for verdict in verdicts:
         print(f'{verdict.status:12} {verdict.criterion}: {verdict.claim}\n             {verdict.reason}')

@@ -103,4 +103,4 @@ def export_tables(
             done.records[target.name] = write(directory / name, target)
         return done
 
-    return build_aside(directory, out, fill)
+    return build_aside(out, fill, outside=directory)

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from metavlm_ros.common.directories import _staged_directory, storage_error
 from metavlm_ros.common.errors import InputError, ResultsError
@@ -30,6 +31,7 @@ __all__ = ['MEMBER_RECORDS', 'Upgrade', 'build_aside', 'legacy_files', 'upgrade_
 #: Records per gzip member in an upgraded file: what a live store writes at most per flush.
 MEMBER_RECORDS = 64
 _NAMES = (*RECORD_FILES, VIOLATIONS)
+T = TypeVar('T')
 
 
 @dataclass
@@ -150,18 +152,18 @@ def _same_records(old: Path, new: Path) -> int:
     return count
 
 
-def build_aside(old: Path, new: Path, fill: Callable[[Path], Upgrade]) -> Upgrade:
+def build_aside(new: Path, fill: Callable[[Path], T], *, outside: Path | None = None) -> T:
     """Build the directory `new` under a scratch name with `fill`, then rename it in: it appears whole or
-    not at all.
+    not at all (a killed build leaves a scratch sibling, which the next build removes).
 
     Raises:
-        InputError: `new` exists, or lies inside `old`.
+        InputError: `new` exists, or lies inside `outside`.
         StorageError: `new` could not be written (full disk, no permission).
     """
     if new.exists():
         raise InputError(f'{new}: exists; name a new directory')
-    if new.resolve().is_relative_to(old.resolve()):
-        raise InputError(f'{new}: inside {old}; name a directory outside it')
+    if outside is not None and new.resolve().is_relative_to(outside.resolve()):
+        raise InputError(f'{new}: inside {outside}; name a directory outside it')
     try:
         new.parent.mkdir(parents=True, exist_ok=True)
         staged = _staged_directory(new)
@@ -191,4 +193,4 @@ def upgrade_results(old: str | Path, new: str | Path, *, log: Callable[[str], No
     """
     old, new = Path(old), Path(new)
     _check_old(old)
-    return build_aside(old, new, lambda staged: write_upgraded(old, staged, log=log))
+    return build_aside(new, lambda staged: write_upgraded(old, staged, log=log), outside=old)

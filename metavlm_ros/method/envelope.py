@@ -31,6 +31,7 @@ from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS
 
 __all__ = [
     'ENVELOPE_POINTS',
+    'ENVELOPE_ROUNDS',
     'Boundary',
     'Direction',
     'EnvelopeSearch',
@@ -42,6 +43,8 @@ __all__ = [
 #: 80 evaluations the first round, brackets 1/8 of each range wide; each round after that narrows
 #: them 9 times for 8 evaluations a direction that broke.
 ENVELOPE_POINTS = 8
+#: Rounds of the boundary search `metavlm verify` runs by default: brackets 1/(8 * 9 * 9) of each range.
+ENVELOPE_ROUNDS = 3
 
 
 @dataclass(frozen=True)

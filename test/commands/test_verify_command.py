@@ -4,6 +4,7 @@ Markdown / HTML / JSON and JUnit XML read by a real JUnit consumer; tampered evi
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,6 +14,8 @@ from metavlm_ros.assurance.manifest import write_manifest
 from metavlm_ros.cli import main
 from metavlm_ros.method.encoding import SearchSpace
 from test.assurance.evidence import write_run
+
+EXAMPLE = Path(__file__).resolve().parents[2] / 'config' / 'criteria' / 'aur_camera.yaml'
 
 CALM = {'downsampling': [0.98, 1.0]}
 PASSING = [
@@ -115,3 +118,51 @@ def test_a_verdict_is_never_written_into_the_evidence(evidence, tmp_path, capsys
     )
     assert 'inside the evidence' in capsys.readouterr().err
     assert not (evidence / 'v').exists()
+
+
+def test_verify_searches_frames_as_the_criteria_need_then_judges_and_the_evidence_judges_again(
+    tmp_path, capsys
+):
+    """The README's form: FRAMES, the demo model, the shipped criteria; then --results on its output."""
+    import subprocess
+
+    from metavlm_ros.assurance.criteria import load_criteria
+    from metavlm_ros.assurance.gather import plan
+    from test.conftest import write_frames
+
+    frames = write_frames(tmp_path / 'frames', 3, 96, 64)
+    out = tmp_path / 'verify'
+    args = ['verify', str(frames), '--criteria', str(EXAMPLE), '--model', 'demo', '--evaluations', '30',
+            '--population', '10', '--envelope-rounds', '2', '--out', str(out)]  # fmt: skip
+    code = main(args)
+    printed = capsys.readouterr().out
+    record = json.loads((out / 'verdict.json').read_text())
+    assert code == {'PASS': 0, 'FAIL': 1, 'INCONCLUSIVE': 3}[record['overall']]
+    planned = plan(load_criteria(EXAMPLE), population=10, evaluations=30, seed=0, working_size='auto',
+                   envelope_rounds=2)  # fmt: skip
+    assert sorted(p.name for p in (out / 'evidence').iterdir()) == sorted(s.name for s in planned)
+    assert [s.name for s in planned] == ['search', 'existence-survey-roll', 'rate-turbid-water', 'envelope']
+    # The rate claim got its 50 uniform samples a frame, the boundary search 2 rounds of rotation +-.
+    rate = next(v for v in record['verdicts'] if v['criterion'] == 'turbid-water')
+    assert rate['figures']['samples'] == 150
+    assert 'search (small-changes): nsga2, 30 evaluations a frame on 3 frame(s)' in printed
+    done = subprocess.run(['sha256sum', '--check', '--quiet', 'SHA256SUMS'], cwd=out, capture_output=True)
+    assert done.returncode == 0, done.stdout
+    # Judged again from the evidence alone: the same verdicts, and the manifest checked.
+    again = tmp_path / 'again'
+    code_again = main(['verify', '--criteria', str(EXAMPLE), '--results', str(out), '--out', str(again)])
+    assert code_again == code
+    rejudged = json.loads((again / 'verdict.json').read_text())
+    assert [v['status'] for v in rejudged['verdicts']] == [v['status'] for v in record['verdicts']]
+    assert rejudged['configuration']['evidence']['manifest'] == 'SHA256SUMS verified'
+    # A second run into the same OUT is refused before any model loads; OUT is untouched.
+    before = (out / 'SHA256SUMS').read_bytes()
+    assert main(args) == 2
+    assert 'exists; name a new directory' in capsys.readouterr().err
+    assert (out / 'SHA256SUMS').read_bytes() == before
+
+
+def test_frames_and_results_together_or_neither_are_refused(tmp_path, capsys):
+    for extra in ([str(tmp_path), '--results', str(tmp_path)], []):
+        assert main(['verify', '--criteria', str(EXAMPLE), *extra]) == 2
+        assert 'give FRAMES to search them, or --results DIR' in capsys.readouterr().err

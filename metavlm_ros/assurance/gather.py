@@ -1,0 +1,125 @@
+"""Gathering the evidence acceptance criteria need: which searches, with what budget, and running them.
+
+Each planned search writes its own results directory under the evidence folder:
+- `search`: NSGA-II over the paper's six relations (and any the criteria name), for the claims on
+  f_trans alone;
+- `existence-<id>`: NSGA-II inside an existence claim's region (a search over the whole space rarely
+  lands inside a narrow one);
+- `rate-<id>`: `samples` uniform samples of a rate claim's region per frame;
+- `envelope`: the boundary search over the relations the envelope claims name.
+Every search judges at the criteria's threshold only (the boundary search refines by it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from metavlm_ros.assurance.criteria import Criteria
+from metavlm_ros.common.images import Frame
+from metavlm_ros.common.results import ResultsStore
+from metavlm_ros.footage.frames import frame_digest
+from metavlm_ros.method.algorithms import ENVELOPE
+from metavlm_ros.method.encoding import SearchSpace
+from metavlm_ros.method.envelope import ENVELOPE_POINTS, ENVELOPE_ROUNDS, directions
+from metavlm_ros.method.relations import DEFAULT_RELATIONS
+from metavlm_ros.method.search import SearchConfig, run_search
+from metavlm_ros.models.identity import identity_record
+
+__all__ = ['ENVELOPE_ROUNDS', 'PlannedSearch', 'gather', 'plan']
+
+
+@dataclass(frozen=True)
+class PlannedSearch:
+    """One search of the evidence: its directory name under the evidence folder, and its settings."""
+
+    name: str
+    config: SearchConfig
+    why: str
+
+
+def plan(
+    criteria: Criteria,
+    *,
+    population: int,
+    evaluations: int,
+    seed: int,
+    working_size: int | str | None,
+    envelope_rounds: int = ENVELOPE_ROUNDS,
+) -> list[PlannedSearch]:
+    """The searches the criteria need, in the order they run. `evaluations` is the NSGA-II budget a frame."""
+
+    def config(algorithm: str, space: SearchSpace, budget: int) -> SearchConfig:
+        return SearchConfig(
+            algorithm=algorithm,
+            population=population,
+            evaluations=budget,
+            seed=seed,
+            space=space,
+            thresholds=(criteria.threshold,),
+            working_size=working_size,
+        ).validate()
+
+    planned = []
+    plain = [c for c in criteria.criteria if c.kind == 'existence' and c.within is None]
+    if plain:
+        planned.append(
+            PlannedSearch(
+                'search', config('nsga2', SearchSpace.default(), evaluations), ', '.join(c.id for c in plain)
+            )
+        )
+    for c in criteria.criteria:
+        if c.kind == 'existence' and c.within is not None:
+            planned.append(
+                PlannedSearch(f'existence-{c.id}', config('nsga2', c.within.space(), evaluations), c.id)
+            )
+        elif c.kind == 'rate':
+            planned.append(
+                PlannedSearch(f'rate-{c.id}', config('uniform', c.within.space(), c.samples), c.id)
+            )
+    envelopes = [c for c in criteria.criteria if c.kind == 'envelope']
+    if envelopes:
+        order = list(DEFAULT_RELATIONS) + [c.relation for c in envelopes]
+        relations = sorted({c.relation for c in envelopes}, key=order.index)
+        space = SearchSpace.from_options(relations)
+        budget = ENVELOPE_POINTS * len(directions(space)) * envelope_rounds
+        planned.append(
+            PlannedSearch('envelope', config(ENVELOPE, space, budget), ', '.join(c.id for c in envelopes))
+        )
+    return planned
+
+
+def gather(
+    planned: Sequence[PlannedSearch],
+    frames: Sequence[Frame],
+    backend,
+    model: dict,
+    evidence: Path,
+    *,
+    log: Callable[[str], None] = print,
+) -> None:
+    """Run every planned search on every frame, each into evidence/<name> with its identity."""
+    for search in planned:
+        directory = evidence / search.name
+        with ResultsStore(directory, identity=identity_record(search.config, model)) as store:
+            log(
+                f'{search.name} ({search.why}): {search.config.algorithm}, {search.config.evaluations} '
+                f'evaluations a frame on {len(frames)} frame(s)'
+            )
+            for frame in frames:
+                run_search(
+                    frame.rgb,
+                    backend,
+                    search.config,
+                    image_id=frame.id,
+                    store=store,
+                    extra_fields={
+                        'model': backend.model_id,
+                        'backend': backend.name,
+                        'stamp_ns': frame.stamp_ns,
+                        'frame_sha256': frame_digest(frame.rgb),
+                        'frame_file': frame.file,
+                        'frame_index': frame.index,
+                    },
+                )
