@@ -38,11 +38,11 @@ VIDEO_EPOCH_NS = DEFAULT_START_NS
 WRITE_CODECS = {'.mp4': 'mp4v', '.m4v': 'mp4v', '.mov': 'mp4v', '.mkv': 'MJPG', '.avi': 'MJPG'}
 
 
-def _quiet() -> None:
-    # FFmpeg prints its own lines (moov atom not found, File ended prematurely) straight to stderr;
-    # a damaged video is one line of ours. Read once, when FFmpeg is first used; a user's own
-    # setting wins.
-    os.environ.setdefault('OPENCV_FFMPEG_LOGLEVEL', '-8')
+# FFmpeg prints its own lines (moov atom not found, File ended prematurely) straight to stderr; a
+# damaged video is one line of ours. OpenCV reads this once, when FFmpeg is first used in the
+# process, so it is set on import (frames.py imports this module), before any video is opened or
+# written; a user's own setting wins.
+os.environ.setdefault('OPENCV_FFMPEG_LOGLEVEL', '-8')
 
 
 @contextmanager
@@ -68,7 +68,6 @@ def open_video(path: str | Path) -> Iterator[Any]:
         raise InputError(f'{path}: no such file')
     if path.stat().st_size == 0:
         raise InputError(f'{path}: empty file')
-    _quiet()
     with _opencv_silent():
         capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
     try:
@@ -226,7 +225,6 @@ def write_video(
     remove_stale(path.parent, path.name)
     tmp = scratch_path(path, suffix)  # FFmpeg picks the container by the suffix
     writer = None
-    _quiet()
     try:
         size = None
         for index, rgb in enumerate(frames):

@@ -79,3 +79,24 @@ def test_bad_footage_is_one_line_exit_2_and_keeps_earlier_results(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f'metavlm: error: {bad}: ') and needle in err and '\n' not in err, err
     assert {p.name: p.read_bytes() for p in out.rglob('*') if p.is_file()} == before
+
+
+def test_a_damaged_video_is_one_line_on_stderr_from_a_fresh_process(tmp_path):
+    # FFmpeg reads its log level once per process, at its first use: nothing of its own gets out.
+    import subprocess
+    import sys
+
+    junk = tmp_path / 'dive.mp4'
+    junk.write_bytes(bytes(range(256)) * 16)
+    done = subprocess.run(
+        [sys.executable, '-m', 'metavlm_ros.cli', 'search', str(junk), '--out', str(tmp_path / 'res')],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr
+        == f'metavlm: error: {junk}: not a readable video (unknown format, or a damaged or truncated file)\n'
+    )
+    assert not (tmp_path / 'res').exists()
