@@ -1,8 +1,10 @@
-"""launch_testing: replay.launch.py plays a 6 s bag (metavlm replay) into the nodes once they are active.
+"""launch_testing: replay.launch.py plays 6 s of footage (metavlm replay) into the nodes once they are active.
 
-Run by test/ros/test_launch_system.py with `launch_test ... bag:=DIR params_file:=YAML`: the bag
-gives violations although it ends long before a search does, and once it has ended (the bag's
-/clock stopped) the tester still publishes /diagnostics and shuts down cleanly.
+Run by test/ros/test_launch_system.py with `launch_test ... bag:=PATH params_file:=YAML`: the footage
+(a rosbag2 or ROS 1 bag, or a video) gives violations although it ends long before a search does,
+and once it has ended (the replay's /clock stopped) the tester still publishes /diagnostics and
+shuts down cleanly. METAVLM_TEST_PLAYER (default metavlm) is the `player` asked for, and
+METAVLM_TEST_MESSAGES the messages the replay publishes (default 180: 60 frames of a scenes bag).
 """
 
 import os
@@ -29,7 +31,7 @@ def generate_test_description():
         launch_arguments={
             'bag': LaunchConfiguration('bag'),
             'params_file': LaunchConfiguration('params_file'),
-            'player': 'metavlm',
+            'player': os.environ.get('METAVLM_TEST_PLAYER', 'metavlm'),
         }.items(),
     )
     return LaunchDescription(
@@ -58,7 +60,8 @@ class TestReplay(unittest.TestCase):
         self.assertTrue(found, 'no violation within 240 s')
 
     def test_2_diagnostics_go_on_after_the_bag_and_its_clock_ended(self, proc_output):
-        proc_output.assertWaitFor('published 180 messages', timeout=120, stream='stdout')
+        messages = os.environ.get('METAVLM_TEST_MESSAGES', '180')
+        proc_output.assertWaitFor(f'published {messages} messages', timeout=120, stream='stdout')
         ended = time.monotonic()
         spin_until(self.watcher, lambda: self.watcher.tester_diagnostics_since(ended) >= 3, timeout=20.0)
         self.assertGreaterEqual(self.watcher.tester_diagnostics_since(ended), 3)

@@ -98,8 +98,15 @@ def test_metavlm_launch_gives_violations_params_and_lifecycle_through_the_real_t
     assert 'Ran 3 tests' in output and 'FAILED' not in output
 
 
-def test_replay_launch_plays_a_6_s_bag_once_the_nodes_are_active(ros_env, tmp_path):
-    bag = tmp_path / 'dive'
+@pytest.mark.parametrize(
+    ('name', 'player', 'messages'),
+    # A ROS 1 bag and a video go to metavlm replay even when ros2 bag play is asked for: it reads neither.
+    [('dive', 'metavlm', 180), ('dive.bag', 'ros2', 180), ('dive.mkv', 'ros2', 60)],
+)
+def test_replay_launch_plays_6_s_of_footage_once_the_nodes_are_active(
+    ros_env, tmp_path, name, player, messages
+):
+    bag = tmp_path / name
     scenes = subprocess.run(
         [str(BIN / 'metavlm'), 'scenes', '--out', str(bag), '--frames', '60', '--fps', '10',
          '--size', '384x216', '--environment', 'shallow'],
@@ -107,7 +114,12 @@ def test_replay_launch_plays_a_6_s_bag_once_the_nodes_are_active(ros_env, tmp_pa
     )  # fmt: skip
     assert scenes.returncode == 0, scenes.stderr
     params = small_params(tmp_path / 'params.yaml', tmp_path / 'results')
-    env = {**ros_env, 'METAVLM_TEST_RESULTS': str(tmp_path / 'results')}
+    env = {
+        **ros_env,
+        'METAVLM_TEST_RESULTS': str(tmp_path / 'results'),
+        'METAVLM_TEST_PLAYER': player,
+        'METAVLM_TEST_MESSAGES': str(messages),
+    }
     output = launch_test(env, 'test_replay.launch.py', tmp_path, f'bag:={bag}', f'params_file:={params}')
     assert 'Ran 2 tests' in output and 'FAILED' not in output
 
