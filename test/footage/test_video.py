@@ -49,6 +49,27 @@ def test_frames_in_order_with_their_presentation_time(video):
     verify_video(video)
 
 
+@pytest.mark.parametrize(
+    ('suffix', 'fourcc', 'lossless'),
+    [('.mkv', 'FFV1', True), ('.avi', 'HFYU', True), ('.mov', 'png ', True), ('.webm', 'VP80', False)],
+)
+def test_other_codecs_ffmpeg_reads(tmp_path, suffix, fourcc, lossless):
+    import cv2
+
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(3)]
+    path = tmp_path / f'dive{suffix}'
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), FPS, (64, 48))
+    for rgb in frames:
+        writer.write(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    writer.release()
+    read = list(iter_frames([path]))
+    assert [f.index for f in read] == [0, 1, 2] and [f.stamp_ns for f in read] == [0, 100 * MS, 200 * MS]
+    if lossless:  # pixel for pixel, in RGB order
+        for frame, rgb in zip(read, frames, strict=True):
+            np.testing.assert_array_equal(frame.rgb, rgb)
+
+
 def test_selection_as_for_bags(video):
     def picked(**kw):
         return [(f.index, level(f.rgb)) for f in iter_video_frames(video, **kw)]
