@@ -204,7 +204,7 @@ def write_video(
 
     Raises:
         InputError: The output exists (without overwrite), or a frame is not RGB uint8 of the first's size.
-        ParameterError: An unknown container or invalid fps.
+        ParameterError: An unknown container, invalid fps, or an odd width or height.
         OSError: The file cannot be written.
     """
     from metavlm_ros.common.scratch import remove_stale, scratch_path
@@ -234,6 +234,11 @@ def write_video(
                 raise InputError(f'frame {index}: expected an RGB uint8 (H, W, 3) array')
             if writer is None:
                 size = (rgb.shape[1], rgb.shape[0])
+                if size[0] % 2 or size[1] % 2:
+                    # 4:2:0 chroma: FFmpeg would drop the odd row and column without a word.
+                    raise ParameterError(
+                        f'{path}: a video needs an even width and height, got {size[0]}x{size[1]}'
+                    )
                 with _opencv_silent():
                     writer = cv2.VideoWriter(
                         str(tmp), cv2.VideoWriter_fourcc(*WRITE_CODECS[suffix]), fps, size

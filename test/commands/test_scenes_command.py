@@ -185,6 +185,7 @@ def test_same_seed_same_bag_bytes(tmp_path):
         ['--out-name', 'x.mp4', '--compressed'],
         ['--out-name', 'x.webm'],  # read, not written
         ['--out-name', 'x.mcap', '--format', 'video'],
+        ['--out-name', 'x.mp4', '--size', '63x47'],  # 4:2:0 video: FFmpeg would crop to 62x46
     ],
 )
 def test_bad_arguments(tmp_path, capsys, extra):

@@ -196,4 +196,6 @@ def test_write_video_refuses_what_it_cannot_write(tmp_path):
     with pytest.raises(InputError, match='frame 1: 32x48, not 64x48'):
         write_video(tmp_path / 'y.mkv', [scene(1)[0], scene(1)[0][:, :32]], fps=FPS)
     assert not (tmp_path / 'y.mkv').exists()
+    with pytest.raises(ParameterError, match='z.mp4: a video needs an even width and height, got 63x47'):
+        write_video(tmp_path / 'z.mp4', [np.zeros((47, 63, 3), np.uint8)], fps=FPS)
     assert sorted(p.name for p in tmp_path.iterdir()) == ['x.mkv']  # no scratch left behind
