@@ -12,6 +12,7 @@ Every search judges at the criteria's threshold only (the boundary search refine
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,14 @@ def gather(
     *,
     log: Callable[[str], None] = print,
 ) -> None:
-    """Run every planned search on every frame, each into evidence/<name> with its identity."""
+    """Run every planned search on every frame, each into evidence/<name> with its identity.
+
+    The i-th frame is searched with seed + i: with one seed for all, every frame would get the same
+    uniform samples (not independent draws, which a rate's bounds assume) and the same initial
+    population (so one seed's luck would move every search of a model alike, and a comparison of two
+    models with other seeds would see it as a difference). Both models of a comparison get the same
+    frames in the same order, so the same samples: they pair. Each record keeps its own seed.
+    """
     for search in planned:
         directory = evidence / search.name
         with ResultsStore(directory, identity=identity_record(search.config, model)) as store:
@@ -107,11 +115,12 @@ def gather(
                 f'{search.name} ({search.why}): {search.config.algorithm}, {search.config.evaluations} '
                 f'evaluations a frame on {len(frames)} frame(s)'
             )
-            for frame in frames:
+            for i, frame in enumerate(frames):
+                config = dataclasses.replace(search.config, seed=search.config.seed + i)
                 run_search(
                     frame.rgb,
                     backend,
-                    search.config,
+                    config,
                     image_id=frame.id,
                     store=store,
                     extra_fields={

@@ -16,7 +16,14 @@ from metavlm_ros.assurance.verdict import Verdict, overall
 from metavlm_ros.common.directories import write_file_atomic
 from metavlm_ros.common.record_format import to_jsonable
 
-__all__ = ['REPORT_NAMES', 'configuration', 'markdown', 'write_report']
+__all__ = [
+    'REPORT_NAMES',
+    'compare_markdown',
+    'configuration',
+    'markdown',
+    'write_compare_report',
+    'write_report',
+]
 
 #: The files `write_report` writes into its directory.
 REPORT_NAMES = ('verdict.json', 'verdict.md', 'verdict.html')
@@ -189,5 +196,82 @@ def write_report(
         written.append(out / name)
     if junit is not None:
         write_junit(junit, verdicts, suite=f'metavlm verify: {criteria.name}', properties=_properties(config))
+        written.append(Path(junit))
+    return written
+
+
+def compare_markdown(base: Path, candidate: Path, changes: list, notes: list[str], configs: dict) -> str:
+    """The comparison as Markdown: the gate's outcome, a row per item, what differed, both configurations."""
+    regressed = [c for c in changes if c.verdict == 'regressed']
+    lines = [
+        f'# Model comparison: {"REGRESSED" if regressed else "no regression"}',
+        '',
+        f'Base `{base}`, candidate `{candidate}`: the same frames (by sha256) and search settings'
+        + (f' but {"; ".join(notes)}' if notes else '')
+        + ". Each item is a two-sided test; p-values are adjusted with Holm's method over all items, and a "
+        'change is called only when the adjusted p is below 0.05 and the effect is at least the minimum '
+        '(docs/assurance.md).',
+        '',
+        '| item | test | effect | p | p (Holm) | verdict |',
+        '|---|---|---|---|---|---|',
+        *(
+            f'| {c.item} | {c.test} | {c.effect_text} | {c.p:.3g} | {c.p_adjusted:.3g} | **{c.verdict}** |'
+            for c in changes
+        ),
+        '',
+        '## Configurations',
+        '',
+        '```json',
+        json.dumps(to_jsonable(configs), indent=1, sort_keys=True),
+        '```',
+        '',
+    ]
+    return '\n'.join(lines)
+
+
+def write_compare_report(
+    out: str | Path,
+    base: Path,
+    candidate: Path,
+    changes: list,
+    notes: list[str],
+    configs: dict,
+    *,
+    junit: str | Path | None = None,
+) -> list[Path]:
+    """Write compare.json, .md and .html into `out` (and JUnit XML: a failure per regression)."""
+    from metavlm_ros.assurance.verdict import FAIL, PASS
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        'regressed': any(c.verdict == 'regressed' for c in changes),
+        'changes': [to_jsonable(c.__dict__) for c in changes],
+        'notes': notes,
+        'configurations': to_jsonable(configs),
+    }
+    text = compare_markdown(base, candidate, changes, notes, configs)
+    written = []
+    for name, data in (
+        ('compare.json', json.dumps(record, indent=1, sort_keys=True) + '\n'),
+        ('compare.md', text),
+        ('compare.html', _html(text, f'Comparison: {candidate} against {base}')),
+    ):
+        write_file_atomic(out / name, data.encode())
+        written.append(out / name)
+    if junit is not None:
+        cases = [
+            Verdict(
+                criterion=c.item.replace(' ', '_'),
+                kind=c.kind,
+                status=FAIL if c.verdict == 'regressed' else PASS,
+                claim=f'{c.item}: no regression',
+                reason=f'{c.verdict}: {c.effect_text}; {c.test}; p {c.p:.3g}, Holm {c.p_adjusted:.3g}',
+                figures=c.figures,
+            )
+            for c in changes
+        ]
+        properties = {'base': str(base), 'candidate': str(candidate), 'metavlm.version': __version__}
+        write_junit(junit, cases, suite=f'metavlm compare: {candidate} against {base}', properties=properties)
         written.append(Path(junit))
     return written

@@ -17,6 +17,7 @@ COMMANDS = (
     'export',
     'upgrade',
     'verify',
+    'compare',
 )
 
 

@@ -1,13 +1,14 @@
-"""Evidence for the assurance tests: searches of stand-in models written as `metavlm search` writes them."""
+"""Evidence for the assurance tests: stand-in models' searches, gathered as `metavlm verify` does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from metavlm_ros.common.results import ResultsStore
+from metavlm_ros.assurance.gather import PlannedSearch, gather
+from metavlm_ros.common.images import Frame
 from metavlm_ros.method.encoding import SearchSpace
-from metavlm_ros.method.search import SearchConfig, run_search
-from metavlm_ros.models.identity import answered_model_identity, identity_record
+from metavlm_ros.method.search import SearchConfig
+from metavlm_ros.models.identity import answered_model_identity
 from test.conftest import make_frame
 from test.fakes import ImageStatsBackend
 
@@ -35,8 +36,12 @@ def write_run(
         space=space or SearchSpace.default(),
     )
     model = answered_model_identity(backend.model_id, backend.classes, backend=backend.name)
-    with ResultsStore(directory, identity=identity_record(config, model)) as store:
-        for i, name in enumerate(frames):
-            run_search(make_frame(96, 64, seed=i), backend, config, image_id=name, store=store,
-                       extra_fields={'model': backend.model_id})  # fmt: skip
+    footage = [Frame(name, make_frame(96, 64, seed=i)) for i, name in enumerate(frames)]
+    gather(
+        [PlannedSearch(directory.name, config, 'test')], footage, backend, model, directory.parent, log=_quiet
+    )
     return directory
+
+
+def _quiet(message: str) -> None:
+    pass

@@ -1,0 +1,274 @@
+"""Comparing two model versions on the same evidence plan: paired tests per relation and direction, per
+rate region and per search, Holm's correction, a minimum effect, and a verdict per item."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from metavlm_ros.assurance.judge import Evidence, Run, merged_boundaries
+from metavlm_ros.assurance.stats import holm, mcnemar_exact, wilcoxon_paired
+from metavlm_ros.common.errors import InputError
+from metavlm_ros.method.algorithms import ENVELOPE
+from metavlm_ros.method.envelope import directions
+from metavlm_ros.method.metrics import threshold_key
+from metavlm_ros.method.stats import a12, a12_magnitude, mann_whitney_p
+
+__all__ = [
+    'ALPHA',
+    'MIN_A12_SHIFT',
+    'MIN_BOUNDARY_SHIFT',
+    'MIN_RATE_SHIFT',
+    'Change',
+    'IMPROVED',
+    'NO_CHANGE',
+    'REGRESSED',
+    'compare',
+    'comparable_key',
+]
+
+REGRESSED, IMPROVED, NO_CHANGE = 'regressed', 'improved', 'no significant change'
+#: Family-wise error rate across every item of one comparison (Holm-Bonferroni).
+ALPHA = 0.05
+#: Smallest changes called: the median boundary shift as a share of the direction's range, the
+#: violation rate in points (0.05: 5 percentage points), and |A12 - 0.5| of the hypervolumes (the
+#: paper's "negligible" band ends at 0.56).
+MIN_BOUNDARY_SHIFT = 0.05
+MIN_RATE_SHIFT = 0.05
+MIN_A12_SHIFT = 0.06
+
+
+@dataclass
+class Change:
+    """One item compared: what, the test, its raw and Holm-adjusted p-value, the effect, the verdict."""
+
+    item: str
+    kind: str
+    test: str
+    p: float
+    effect: float
+    effect_text: str
+    worse: bool  # the effect points to the candidate being less robust
+    large_enough: bool
+    p_adjusted: float = 1.0
+    verdict: str = NO_CHANGE
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def _runs(evidence: Evidence) -> dict[str, Run]:
+    return {run.label(evidence.root): run for run in evidence.runs}
+
+
+def _flat(value: Any, prefix: str = '') -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f'{prefix}{key}.'))
+        return out
+    return {prefix.rstrip('.'): value}
+
+
+def _frames(run: Run) -> dict[str, str]:
+    found = {r['image']: r.get('frame_sha256') or '' for r in run.records}
+    found.update({s['image']: s['source_sha256'] for s in run.summaries if s.get('source_sha256')})
+    return found
+
+
+def comparable_key(base: Evidence, candidate: Evidence, threshold: float | None) -> tuple[str, list[str]]:
+    """The violation key both are compared at, and the differences allowed (notes); raises when the two
+    are not comparable.
+
+    Raises:
+        InputError: The searches, their settings (but the seed), how frames reached the model, or the
+            frames themselves (by sha256) differ; the message names the first difference.
+    """
+    ours, theirs = _runs(base), _runs(candidate)
+    if set(ours) != set(theirs):
+        only = sorted(set(ours) ^ set(theirs))[0]
+        side = 'BASE' if only in ours else 'CANDIDATE'
+        raise InputError(f'not comparable: {only} is in {side} only (the same verify or search plan on both)')
+    notes = []
+    for label in sorted(ours):
+        a, b = ours[label], theirs[label]
+        for part in ('settings', 'source'):
+            left, right = _flat((a.identity or {}).get(part) or {}), _flat((b.identity or {}).get(part) or {})
+            for key in sorted(set(left) | set(right)):
+                if left.get(key) != right.get(key):
+                    if key == 'seed':
+                        notes.append(f'{label}: seed {left.get(key)} in BASE, {right.get(key)} in CANDIDATE')
+                        continue
+                    raise InputError(
+                        f'not comparable: {label}: {part}.{key} is {left.get(key)!r} in BASE, '
+                        f'{right.get(key)!r} in CANDIDATE'
+                    )
+        fa, fb = _frames(a), _frames(b)
+        for image in sorted(set(fa) | set(fb)):
+            if fa.get(image) != fb.get(image):
+                raise InputError(
+                    f'not comparable: {label}: frame {image} is {fa.get(image) or "missing"} (sha256) in '
+                    f'BASE, {fb.get(image) or "missing"} in CANDIDATE'
+                )
+    kinds = {base.kind, candidate.kind}
+    if len(kinds) > 1:
+        raise InputError('not comparable: a count model and a confidence model')
+    if kinds == {'count'}:
+        return 'count', notes
+    if threshold is None:
+        found = {t for run in base.runs for t in (run.settings.get('thresholds') or [])}
+        if len(found) != 1:
+            raise InputError(
+                f'the searches judged at thresholds {", ".join(map(str, sorted(found)))}: choose one with '
+                '--threshold'
+            )
+        threshold = found.pop()
+    return threshold_key(threshold), notes
+
+
+def _envelope_changes(base: Evidence, candidate: Evidence, key: str) -> list[Change]:
+    ends: dict[str, float] = {}
+    for run in base.runs:
+        if run.settings.get('algorithm') == ENVELOPE:
+            ends.update({d.name: d.end for d in directions(run.space)})
+    if not ends:
+        return []
+    # The boundary searches only: deterministic, so the same model gives the same boundaries whatever
+    # the seed (other searches' single-relation evaluations depend on it).
+    ours, theirs = (
+        merged_boundaries(
+            Evidence(e.root, [r for r in e.runs if r.settings.get('algorithm') == ENVELOPE]), key
+        )
+        for e in (base, candidate)
+    )
+    changes = []
+    for direction, end in ends.items():
+        images = sorted(image for image, d in ours if d == direction and (image, direction) in theirs)
+        if not images:
+            continue
+
+        def value(bracket: tuple[float, float | None]) -> float:
+            clean, bad = bracket
+            return clean if bad is None else bad  # held to the range's end: its end
+
+        a = [value(ours[(image, direction)]) for image in images]
+        b = [value(theirs[(image, direction)]) for image in images]
+        _, p = wilcoxon_paired(a, b)
+        shift = float(np.median(np.subtract(b, a)))
+        changes.append(
+            Change(
+                item=f'{direction} boundary',
+                kind='envelope',
+                test=f'Wilcoxon signed-rank, paired over {len(images)} frames',
+                p=p,
+                effect=shift / end,
+                effect_text=f'median shift {shift:+.4g} ({shift / end:+.1%} of the range)',
+                worse=shift < 0,
+                large_enough=abs(shift) >= MIN_BOUNDARY_SHIFT * end,
+                figures={
+                    'frames': len(images),
+                    'base_median': float(np.median(a)),
+                    'candidate_median': float(np.median(b)),
+                },
+            )  # fmt: skip
+        )
+    return changes
+
+
+def _rate_changes(base: Evidence, candidate: Evidence, key: str) -> list[Change]:
+    ours, theirs = _runs(base), _runs(candidate)
+    changes = []
+    for label, run in sorted(ours.items()):
+        if run.settings.get('algorithm') != 'uniform':
+            continue
+        mine = {(r['image'], r['index']): r for r in run.records if not r.get('failed')}
+        other = {(r['image'], r['index']): r for r in theirs[label].records if not r.get('failed')}
+        pairs = [(mine[k], other[k]) for k in sorted(set(mine) & set(other))]
+        if not pairs:
+            continue
+        n = len(pairs)
+        paired = all(a['genotype'] == b['genotype'] for a, b in pairs)
+        va = [bool(a['violation'].get(key)) for a, _ in pairs]
+        vb = [bool(b['violation'].get(key)) for _, b in pairs]
+        if paired:
+            # The same samples judged by both models: the discordant pairs decide (exact McNemar).
+            only_base = sum(x and not y for x, y in zip(va, vb, strict=True))
+            only_candidate = sum(y and not x for x, y in zip(va, vb, strict=True))
+            p = mcnemar_exact(only_base, only_candidate)
+            test = (
+                f'exact McNemar, {n} paired samples ({only_base} base only, {only_candidate} candidate only)'
+            )
+        else:
+            # Other samples (another seed): the two rates compared unpaired (Fisher's exact test).
+            table = [[sum(va), n - sum(va)], [sum(vb), n - sum(vb)]]
+            p = float(scipy_stats.fisher_exact(table).pvalue)
+            test = f'Fisher exact, {n} samples each (unpaired: the samples differ)'
+        shift = (sum(vb) - sum(va)) / n
+        changes.append(
+            Change(
+                item=f'violation rate of {label}',
+                kind='rate',
+                test=test,
+                p=min(p, 1.0),
+                effect=shift,
+                effect_text=f'{sum(va) / n:.1%} -> {sum(vb) / n:.1%} ({shift * 100:+.1f} points)',
+                worse=shift > 0,
+                large_enough=abs(shift) >= MIN_RATE_SHIFT,
+                figures={'samples': n, 'base_violations': sum(va), 'candidate_violations': sum(vb)},
+            )
+        )
+    return changes
+
+
+def _hypervolume_changes(base: Evidence, candidate: Evidence) -> list[Change]:
+    ours, theirs = _runs(base), _runs(candidate)
+    changes = []
+    for label, run in sorted(ours.items()):
+        if run.settings.get('algorithm') in ('uniform', ENVELOPE):
+            continue
+        a = [s['hypervolume'] for s in run.summaries if not s.get('stopped')]
+        b = [s['hypervolume'] for s in theirs[label].summaries if not s.get('stopped')]
+        if not a or not b:
+            continue
+        p, value = mann_whitney_p(b, a), a12(b, a)
+        changes.append(
+            Change(
+                item=f'hypervolume of {label}',
+                kind='hypervolume',
+                test=f"Mann-Whitney U, A12 (the paper's RQ1), {len(a)} and {len(b)} searches",
+                p=p,
+                effect=value,
+                effect_text=(
+                    f'A12 {value:.3f} ({a12_magnitude(value)}); medians {np.median(a):.4f} -> '
+                    f'{np.median(b):.4f}'
+                ),
+                worse=value > 0.5,  # a larger hypervolume: smaller changes change the answer more
+                large_enough=abs(value - 0.5) >= MIN_A12_SHIFT,
+                figures={'base_median': float(np.median(a)), 'candidate_median': float(np.median(b))},
+            )
+        )
+    return changes
+
+
+def compare(
+    base: Evidence, candidate: Evidence, *, threshold: float | None = None, alpha: float = ALPHA
+) -> tuple[list[Change], list[str]]:
+    """Every item compared, with Holm-adjusted p-values and verdicts; and the notes on what differed.
+
+    Raises:
+        InputError: The two are not comparable (see `comparable_key`).
+    """
+    key, notes = comparable_key(base, candidate, threshold)
+    changes = [
+        *_envelope_changes(base, candidate, key),
+        *_rate_changes(base, candidate, key),
+        *_hypervolume_changes(base, candidate),
+    ]
+    for change, adjusted in zip(changes, holm([c.p for c in changes]), strict=True):
+        change.p_adjusted = adjusted
+        if adjusted < alpha and change.large_enough and not math.isnan(change.effect):
+            change.verdict = REGRESSED if change.worse else IMPROVED
+    return changes, notes
