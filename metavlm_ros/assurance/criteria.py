@@ -23,6 +23,8 @@ from metavlm_ros.method.relations import RELATION_BY_ID
 
 __all__ = [
     'CRITERIA_FORMAT',
+    'EXAMPLE',
+    'example_criteria',
     'KINDS',
     'Criteria',
     'Criterion',
@@ -31,6 +33,9 @@ __all__ = [
 ]
 
 CRITERIA_FORMAT = 1
+#: The example criteria for an AUR's forward camera (config/criteria/ in the source and in the
+#: installed package's share directory).
+EXAMPLE = 'aur_camera.yaml'
 KINDS = ('existence', 'rate', 'envelope')
 _ID = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 _TOP = {'format', 'name', 'threshold', 'confidence', 'criteria'}
@@ -165,6 +170,24 @@ def _claim(item: Mapping, kind: str, region: Region | None, values: dict) -> str
         f'{values["relation"]} holds to {side}{values["at_least"]:g} on >= {values["frames"]:.0%} of frames, '
         f'{values["confidence"]:.0%} confidence'
     )
+
+
+def example_criteria() -> Path:
+    """The shipped example criteria file: from the source checkout, else the installed share directory.
+
+    Raises:
+        ParameterError: Neither holds it.
+    """
+    import sys
+
+    places = [
+        Path(__file__).resolve().parents[2] / 'config' / 'criteria' / EXAMPLE,
+        Path(sys.prefix) / 'share' / 'metavlm_ros' / 'config' / 'criteria' / EXAMPLE,
+    ]
+    for place in places:
+        if place.is_file():
+            return place
+    raise ParameterError(f'the example criteria {EXAMPLE} are not installed (looked in {places[0].parent})')
 
 
 def load_criteria(path: str | Path) -> Criteria:

@@ -15,10 +15,19 @@ from metavlm_ros.common.record_format import iter_jsonl
 from metavlm_ros.common.results import EVALUATIONS, SUMMARY, read_identity, records_file
 from metavlm_ros.method.algorithms import ENVELOPE
 from metavlm_ros.method.encoding import SearchSpace
-from metavlm_ros.method.envelope import Boundary, boundaries
+from metavlm_ros.method.envelope import boundaries
 from metavlm_ros.method.relations import RELATION_BY_ID
 
-__all__ = ['Evidence', 'Run', 'envelope_table', 'judge', 'load_evidence']
+__all__ = [
+    'Brackets',
+    'Evidence',
+    'Run',
+    'Tally',
+    'envelope_table',
+    'judge',
+    'load_evidence',
+    'merged_boundaries',
+]
 
 
 @dataclass
@@ -104,110 +113,225 @@ def load_evidence(root: str | Path) -> Evidence:
 
 def judge(criteria: Criteria, evidence: Evidence) -> list[Verdict]:
     """One verdict per criterion, in the file's order."""
-    key = criteria.key(evidence.kind)
-    _check_key(evidence, key, criteria)
-    judges = {'existence': _existence, 'rate': _rate, 'envelope': _envelope}
-    return [judges[c.kind](c, evidence, key) for c in criteria.criteria]
+    tally = Tally(criteria, str(evidence.root))
+    for run in evidence.runs:
+        tally.add(run.directory, run.settings, run.records)
+    return tally.verdicts()
 
 
-def _check_key(evidence: Evidence, key: str, criteria: Criteria) -> None:
-    for run, record in evidence.evaluations():
-        if not record.get('failed') and key not in (record.get('violation') or {}):
+class Tally:
+    """The criteria's evidence gathered as it comes (a results directory's records, or the tester's
+    searches one by one), keeping only what the verdicts need; `verdicts()` judges what it holds.
+
+    Args:
+        criteria: The criteria.
+        where: What the evidence is, for messages.
+    """
+
+    def __init__(self, criteria: Criteria, where: str) -> None:
+        self.criteria = criteria
+        self.where = where
+        self.key: str | None = None  # the violation key, once a record says the model's kind
+        self.frames: set[str] = set()
+        self._inside = {c.id: _Inside() for c in criteria.criteria if c.kind == 'existence'}
+        self._samples = {c.id: _Samples() for c in criteria.criteria if c.kind == 'rate'}
+        self._regions = {c.id: c.within.space().as_record() for c in criteria.criteria if c.kind == 'rate'}
+        self.brackets = Brackets()
+
+    def add(self, directory: Path, settings: dict, records: list[dict]) -> None:
+        """Take a batch of evaluation records of one results directory (whose search settings are
+        `settings`): a whole directory, or one search.
+
+        Raises:
+            InputError: The records are of another kind of model than earlier ones, or were not judged
+                at the criteria's threshold.
+        """
+        for record in records:
+            self._take(directory, settings, record)
+        if records and self.key is not None:
+            self.brackets.add(records, self.key, _space(settings))
+
+    def _take(self, directory: Path, settings: dict, record: dict) -> None:
+        self.frames.add(record['image'])
+        key = self.criteria.key(record.get('kind') or 'confidence')
+        if self.key is None:
+            self.key = key
+        elif key != self.key:
+            raise InputError(
+                f'{self.where}: records of count and confidence models together; judge one model'
+            )
+        if record.get('failed'):
+            return
+        if key not in (record.get('violation') or {}):
             have = ', '.join(sorted(record.get('violation') or {})) or 'none'
             raise InputError(
-                f'{run.directory}: records judged at thresholds {have}, not at the criteria threshold '
-                f'{criteria.threshold:g} ({criteria.path}); search again with --thresholds including it'
+                f'{directory}: records judged at thresholds {have}, not at the criteria threshold '
+                f'{self.criteria.threshold:g} ({self.criteria.path}); search again with --thresholds '
+                'including it'
             )
+        violated = bool(record['violation'][key])
+        for criterion in self.criteria.criteria:
+            if criterion.kind == 'existence' and record.get('order') and _in_claim(criterion, record):
+                self._inside[criterion.id].add(directory, record, violated)
+            elif criterion.kind == 'rate' and settings.get('algorithm') == 'uniform':
+                if settings.get('relations') == self._regions[criterion.id]:
+                    self._samples[criterion.id].add(record['image'], violated)
+
+    def verdicts(self) -> list[Verdict]:
+        """One verdict per criterion, in the file's order, on the evidence taken so far."""
+        out = []
+        for c in self.criteria.criteria:
+            if c.kind == 'existence':
+                out.append(self._inside[c.id].verdict(c, self.key or '?'))
+            elif c.kind == 'rate':
+                out.append(self._samples[c.id].verdict(c))
+            else:
+                out.append(_envelope(c, self))
+        return out
 
 
-def _render_command(run: Run, record: dict, root: Path) -> str:
+def _in_claim(criterion: Criterion, record: dict) -> bool:
+    if criterion.f_trans_max is not None and record['f_trans'] > criterion.f_trans_max + 1e-12:
+        return False
+    return criterion.within is None or criterion.within.holds(record.get('parameters') or {})
+
+
+def _render_command(directory: Path, record: dict) -> str:
     return (
-        f'metavlm render {run.directory} {record["index"]} --image {record["image"]} '
+        f'metavlm render {directory} {record["index"]} --image {record["image"]} '
         f'--algorithm {record["algorithm"]} --seed {record["seed"]}'
     )
 
 
-def _existence(criterion: Criterion, evidence: Evidence, key: str) -> Verdict:
-    inside: list[tuple[Run, dict]] = []
-    for run, record in evidence.evaluations():
-        if record.get('failed') or not record.get('order'):
-            continue
-        if criterion.f_trans_max is not None and record['f_trans'] > criterion.f_trans_max + 1e-12:
-            continue
-        if criterion.within is not None and not criterion.within.holds(record.get('parameters') or {}):
-            continue
-        inside.append((run, record))
-    frames = sorted({r['image'] for _, r in inside})
-    broken = [(run, r) for run, r in inside if r['violation'].get(key)]
-    figures = {'evaluations_in_region': len(inside), 'frames': len(frames), 'violations': len(broken)}
-    if broken:
-        # The smallest change that breaks the claim: the one an engineer looks at first.
-        run, record = min(broken, key=lambda pair: (pair[1]['f_trans'], pair[1]['image'], pair[1]['index']))
-        example = {
-            'directory': str(run.directory),
-            **{
-                k: record.get(k) for k in ('image', 'index', 'algorithm', 'seed', 'composition', 'parameters')
-            },
-            **{k: record.get(k) for k in ('f_trans', 'f_pred', 'source', 'followup', 'frame_sha256')},
-            'render': _render_command(run, record, evidence.root),
+@dataclass
+class _Inside:
+    """An existence claim's evidence: the evaluations in its region, and the smallest violation."""
+
+    evaluations: int = 0
+    violations: int = 0
+    frames: set[str] = field(default_factory=set)
+    algorithms: set[str] = field(default_factory=set)
+    smallest: tuple[Path, dict] | None = None
+
+    def add(self, directory: Path, record: dict, violated: bool) -> None:
+        self.evaluations += 1
+        self.frames.add(record['image'])
+        self.algorithms.add(record['algorithm'])
+        if violated:
+            self.violations += 1
+            order = (record['f_trans'], record['image'], record['index'])
+            if self.smallest is None or order < _order(self.smallest[1]):
+                self.smallest = (directory, record)
+
+    def verdict(self, criterion: Criterion, key: str) -> Verdict:
+        figures = {
+            'evaluations_in_region': self.evaluations,
+            'frames': len(self.frames),
+            'violations': self.violations,
         }
+        if self.smallest is not None:
+            # The smallest change that breaks the claim: the one an engineer looks at first.
+            directory, record = self.smallest
+            example = {
+                'directory': str(directory),
+                **{
+                    k: record.get(k)
+                    for k in ('image', 'index', 'algorithm', 'seed', 'composition', 'parameters')
+                },
+                **{k: record.get(k) for k in ('f_trans', 'f_pred', 'source', 'followup', 'frame_sha256')},
+                'render': _render_command(directory, record),
+            }
+            reason = (
+                f'{self.violations} of {self.evaluations} evaluations in the region violate (threshold '
+                f'{key}); the smallest, {record["composition"]} at f_trans {record["f_trans"]:.4g} on '
+                f'{record["image"]}, is a counterexample'
+            )
+            return Verdict(criterion.id, criterion.kind, FAIL, criterion.claim, reason, figures, example)
+        if not self.evaluations:
+            reason = (
+                'no evaluation lies in the region: nothing was searched there (metavlm verify searches it)'
+            )
+            return Verdict(criterion.id, criterion.kind, INCONCLUSIVE, criterion.claim, reason, figures)
         reason = (
-            f'{len(broken)} of {len(inside)} evaluations in the region violate (threshold {key}); the '
-            f'smallest, {record["composition"]} at f_trans {record["f_trans"]:.4g} on {record["image"]}, '
-            'is a counterexample'
+            f'none found: no violation among {self.evaluations} evaluations in the region on '
+            f'{len(self.frames)} frames ({", ".join(sorted(self.algorithms))}); a search finds violations, '
+            'it cannot prove there are none'
         )
-        return Verdict(criterion.id, criterion.kind, FAIL, criterion.claim, reason, figures, example)
-    if not inside:
-        reason = (
-            'no evaluation lies in the region: nothing was searched there (search it, e.g. metavlm verify)'
-        )
-        return Verdict(criterion.id, criterion.kind, INCONCLUSIVE, criterion.claim, reason, figures)
-    algorithms = sorted({r['algorithm'] for _, r in inside})
-    reason = (
-        f'none found: no violation among {len(inside)} evaluations in the region on {len(frames)} frames '
-        f'({", ".join(algorithms)}); a search finds violations, it cannot prove there are none'
-    )
-    return Verdict(criterion.id, criterion.kind, PASS, criterion.claim, reason, figures)
+        return Verdict(criterion.id, criterion.kind, PASS, criterion.claim, reason, figures)
 
 
-def _rate(criterion: Criterion, evidence: Evidence, key: str) -> Verdict:
-    region = criterion.within.space().as_record()
-    samples = [
-        r
-        for run in evidence.runs
-        if run.settings.get('algorithm') == 'uniform' and run.settings.get('relations') == region
-        for r in run.records
-        if not r.get('failed')
-    ]
-    n, k = len(samples), sum(bool(r['violation'].get(key)) for r in samples)
-    frames = len({r['image'] for r in samples})
-    figures: dict = {'samples': n, 'violations': k, 'frames': frames, 'limit': criterion.limit}
-    if not n:
-        reason = (
-            f"no uniform samples of the region ({criterion.within.describe()}): a search's records are not a "
-            'random sample; metavlm verify draws them'
+def _order(record: dict) -> tuple:
+    return (record['f_trans'], record['image'], record['index'])
+
+
+@dataclass
+class _Samples:
+    """A rate claim's evidence: uniform samples of exactly its region."""
+
+    n: int = 0
+    k: int = 0
+    frames: set[str] = field(default_factory=set)
+
+    def add(self, image: str, violated: bool) -> None:
+        self.n += 1
+        self.k += violated
+        self.frames.add(image)
+
+    def verdict(self, criterion: Criterion) -> Verdict:
+        n, k = self.n, self.k
+        figures: dict = {'samples': n, 'violations': k, 'frames': len(self.frames), 'limit': criterion.limit}
+        if not n:
+            reason = (
+                f"no uniform samples of the region ({criterion.within.describe()}): a search's records are "
+                'not a random sample; metavlm verify draws them'
+            )
+            return Verdict(criterion.id, criterion.kind, INCONCLUSIVE, criterion.claim, reason, figures)
+        lower, upper = rate_bounds(k, n, criterion.confidence)
+        status = judge_rate(k, n, criterion.limit, criterion.confidence)
+        figures.update(rate=k / n, lower=lower, upper=upper, confidence=criterion.confidence)
+        bounds = (
+            f'{k}/{n} = {k / n:.2%} on {len(self.frames)} frames, {criterion.confidence:.0%} bounds '
+            f'[{lower:.2%}, {upper:.2%}]'
         )
-        return Verdict(criterion.id, criterion.kind, INCONCLUSIVE, criterion.claim, reason, figures)
-    lower, upper = rate_bounds(k, n, criterion.confidence)
-    status = judge_rate(k, n, criterion.limit, criterion.confidence)
-    figures.update(rate=k / n, lower=lower, upper=upper, confidence=criterion.confidence)
-    bounds = (
-        f'{k}/{n} = {k / n:.2%} on {frames} frames, {criterion.confidence:.0%} bounds '
-        f'[{lower:.2%}, {upper:.2%}]'
-    )
-    if status == PASS:
-        reason = f'{bounds}: the upper bound meets the limit {criterion.limit:.2%}'
-    elif status == FAIL:
-        reason = f'{bounds}: the lower bound is above the limit {criterion.limit:.2%}'
-    else:
-        more = samples_to_decide(k, n, criterion.limit, criterion.confidence)
-        figures['samples_to_decide'] = more
-        if more is None:
-            tail = 'the observed rate equals the limit: no number of samples decides'
+        if status == PASS:
+            reason = f'{bounds}: the upper bound meets the limit {criterion.limit:.2%}'
+        elif status == FAIL:
+            reason = f'{bounds}: the lower bound is above the limit {criterion.limit:.2%}'
         else:
-            tail = f'about {more} more samples would decide if the observed rate held'
-        reason = f'{bounds}: the limit {criterion.limit:.2%} lies between them; {tail}'
-    return Verdict(criterion.id, criterion.kind, status, criterion.claim, reason, figures)
+            more = samples_to_decide(k, n, criterion.limit, criterion.confidence)
+            figures['samples_to_decide'] = more
+            if more is None:
+                tail = 'the observed rate equals the limit: no number of samples decides'
+            else:
+                tail = f'about {more} more samples would decide if the observed rate held'
+            reason = f'{bounds}: the limit {criterion.limit:.2%} lies between them; {tail}'
+        return Verdict(criterion.id, criterion.kind, status, criterion.claim, reason, figures)
+
+
+class Brackets:
+    """Each (frame, direction)'s boundary brackets, from batches of records (a directory's, a search's)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
+
+    def add(self, records: list[dict], key: str, space: SearchSpace) -> None:
+        for b in boundaries(records, key, space):
+            self._seen.setdefault((b.image, b.direction), []).append((b.clean, b.violating))
+
+    def merged(self) -> dict[tuple[str, str], tuple[float, float | None]]:
+        """(frame, direction) -> the tightest bracket of the boundary all batches give together: the
+        smallest violating magnitude any found, and the largest violation-free one below it."""
+        merged = {}
+        for where, brackets in self._seen.items():
+            bad = min((v for _, v in brackets if v is not None), default=None)
+            clean = max((c for c, _ in brackets if bad is None or c < bad), default=0.0)
+            merged[where] = (clean, bad)
+        return merged
+
+
+def _space(settings: dict) -> SearchSpace:
+    stored = settings.get('relations')
+    return SearchSpace.from_record(stored) if stored else SearchSpace.default()
 
 
 @dataclass(frozen=True)
@@ -222,26 +346,19 @@ class FrameBoundary:
 
 def merged_boundaries(evidence: Evidence, key: str) -> dict[tuple[str, str], tuple[float, float | None]]:
     """(frame, direction) -> (clean, violating): the tightest bracket all the evidence gives together
-    (several searches may have tried a frame's direction): the smallest violating magnitude any found,
-    and the largest violation-free one below it."""
-    found: dict[tuple[str, str], list[Boundary]] = {}
+    (several searches may have tried a frame's direction)."""
+    brackets = Brackets()
     for run in evidence.runs:
-        for b in boundaries(run.records, key, run.space):
-            found.setdefault((b.image, b.direction), []).append(b)
-    merged = {}
-    for where, bs in found.items():
-        bad = min((b.violating for b in bs if b.violating is not None), default=None)
-        clean = max((b.clean for b in bs if bad is None or b.clean < bad), default=0.0)
-        merged[where] = (clean, bad)
-    return merged
+        brackets.add(run.records, key, _space(run.settings))
+    return brackets.merged()
 
 
-def _frame_boundaries(criterion: Criterion, evidence: Evidence, key: str) -> list[FrameBoundary]:
+def _frame_boundaries(criterion: Criterion, tally: Tally) -> list[FrameBoundary]:
     sides = ('-', '+') if criterion.direction == 'both' else (criterion.direction,)
     names = [f'{criterion.relation}{side}' for side in sides]
-    merged = merged_boundaries(evidence, key)
+    merged = tally.brackets.merged()
     result = []
-    for image in evidence.frames:
+    for image in sorted(tally.frames):
         per = [merged[(image, name)] for name in names if (image, name) in merged]
         if len(per) != len(names):
             result.append(FrameBoundary(image, 0.0, None, False))
@@ -257,8 +374,8 @@ def _frames_for_a_bound(q: float, confidence: float) -> int:
     return math.ceil(math.log(1 - confidence) / math.log(1 - q))
 
 
-def _envelope(criterion: Criterion, evidence: Evidence, key: str) -> Verdict:
-    frames = _frame_boundaries(criterion, evidence, key)
+def _envelope(criterion: Criterion, tally: Tally) -> Verdict:
+    frames = _frame_boundaries(criterion, tally)
     with_evidence = sum(f.evidence for f in frames)
     censored = [f.violating is None for f in frames]
     figures: dict = {

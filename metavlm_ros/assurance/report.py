@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from metavlm_ros import __version__
 from metavlm_ros.assurance.criteria import Criteria
-from metavlm_ros.assurance.judge import Evidence, envelope_table
+from metavlm_ros.assurance.judge import Evidence, envelope_table, merged_boundaries
 from metavlm_ros.assurance.junit import write_junit
 from metavlm_ros.assurance.verdict import Verdict, overall
 from metavlm_ros.common.directories import write_file_atomic
 from metavlm_ros.common.record_format import to_jsonable
+from metavlm_ros.method.encoding import SearchSpace
+from metavlm_ros.method.envelope import directions
 
 __all__ = [
     'REPORT_NAMES',
@@ -113,6 +116,8 @@ def markdown(criteria: Criteria, verdicts: list[Verdict], config: dict, table: l
             f'{criteria.confidence:.0%} confidence each (order statistics; frames that held to the searched '
             'end are censored, never dropped).',
             '',
+            '![The boundary per frame, per relation and direction](envelope.png)',
+            '',
             '| direction | frames | censored | median: lower | median: upper | 5 %: lower | 5 %: upper '
             '| smallest break |',
             '|---|---|---|---|---|---|---|---|',
@@ -138,10 +143,51 @@ def markdown(criteria: Criteria, verdicts: list[Verdict], config: dict, table: l
     return '\n'.join(lines)
 
 
+def envelope_plot(evidence: Evidence, key: str, path: Path) -> Path | None:
+    """The envelope as a PNG: per relation and direction (a row), each frame's bracket (clean to
+    violating magnitude) as a segment, a frame that held to the end searched as an arrow; magnitudes
+    as a share of the direction's range, so rows compare. None when no direction has evidence."""
+    import matplotlib
+
+    matplotlib.use('Agg')  # files only: no display on robots, CI or cluster nodes
+    import matplotlib.pyplot as plt
+
+    merged = merged_boundaries(evidence, key)
+    ends = {d.name: d.end for d in directions(SearchSpace.from_options(['all']))}
+    rows = [row['direction'] for row in envelope_table(evidence, key)]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    for y, direction in enumerate(rows):
+        brackets = sorted(b for (_, d), b in merged.items() if d == direction)
+        end = ends[direction]
+        for k, (clean, bad) in enumerate(brackets):
+            offset = y + (k - (len(brackets) - 1) / 2) * min(0.6 / max(len(brackets), 1), 0.08)
+            if bad is None:
+                ax.plot([clean / end], [offset], marker='>', color='tab:green', markersize=4)
+            else:
+                ax.plot([clean / end, bad / end], [offset, offset], color='tab:red', linewidth=2)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel("magnitude, as a share of the direction's range (red: breaks inside; green: held to there)")
+    ax.invert_yaxis()
+    ax.grid(axis='x', alpha=0.3)
+    fig.savefig(path, dpi=90, bbox_inches='tight')
+    plt.close(fig)
+    return path
+
+
 def _html(text: str, title: str) -> str:
     """The Markdown shown as a page: tables as tables, the rest as preformatted text, all escaped."""
-    body, rows = [], []
+    body, rows, code = [], [], None
     for line in text.splitlines():
+        if code is not None:  # inside a fenced block: kept as it is
+            if line.startswith('```'):
+                body.append('<pre>' + html.escape('\n'.join(code)) + '</pre>')
+                code = None
+            else:
+                code.append(line)
+            continue
         if line.startswith('|'):
             if not set(line) <= set('|-'):
                 cells = [html.escape(c.strip()).replace('**', '') for c in line.strip('|').split('|')]
@@ -151,7 +197,13 @@ def _html(text: str, title: str) -> str:
         if rows:
             body.append('<table>' + ''.join(rows) + '</table>')
             rows = []
-        if line.startswith('#'):
+        image = re.fullmatch(r'!\[(.*)\]\((.*)\)', line)
+        if line.startswith('```'):
+            code = []
+        elif image:
+            alt, src = (html.escape(part, quote=True) for part in image.groups())
+            body.append(f'<p><img src="{src}" alt="{alt}"></p>')
+        elif line.startswith('#'):
             level = len(line) - len(line.lstrip('#'))
             body.append(f'<h{level}>{html.escape(line.lstrip("#").strip())}</h{level}>')
         elif line.strip():
@@ -187,6 +239,9 @@ def write_report(
     }
     text = markdown(criteria, verdicts, config, table)
     written = []
+    plot = envelope_plot(evidence, criteria.key(evidence.kind), out / 'envelope.png') if table else None
+    if plot is not None:
+        written.append(plot)
     for name, data in zip(
         REPORT_NAMES,
         (json.dumps(record, indent=1, sort_keys=True) + '\n', text, _html(text, f'Verdict: {criteria.name}')),

@@ -38,49 +38,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compare; print each item's verdict; exit 1 on a regression."""
-    from metavlm_ros.assurance.compare import REGRESSED, compare
-    from metavlm_ros.assurance.judge import load_evidence
-    from metavlm_ros.assurance.manifest import MANIFEST, check_manifest
-    from metavlm_ros.assurance.report import write_compare_report
-    from metavlm_ros.common.errors import ParameterError
+    from metavlm_ros.assurance.manifest import MANIFEST
+    from metavlm_ros.assurance.workflow import compare_results
 
-    for given in (args.base, args.candidate):
-        if args.out.resolve().is_relative_to(given.resolve()):
-            raise ParameterError(
-                f'--out {args.out}: inside the evidence {given}; write the comparison elsewhere'
-            )
-    base, candidate = load_evidence(args.base), load_evidence(args.candidate)
-    checked = {str(d): check_manifest(d) for d in (args.base, args.candidate)}
-    changes, notes = compare(base, candidate, threshold=args.threshold)
-    configs = {
-        'base': {'root': str(args.base), 'models': base.models, 'manifest': checked[str(args.base)]},
-        'candidate': {
-            'root': str(args.candidate),
-            'models': candidate.models,
-            'manifest': checked[str(args.candidate)],
-        },
-        'runs': {
-            side: {run.label(evidence.root): run.identity for run in evidence.runs}
-            for side, evidence in (('base', base), ('candidate', candidate))
-        },
-        'frames': base.frames,
-    }
-    written = write_compare_report(
-        args.out, args.base, args.candidate, changes, notes, configs, junit=args.junit
-    )
-    for change in changes:
+    done = compare_results(args.base, args.candidate, args.out, threshold=args.threshold, junit=args.junit)
+    for change in done.changes:
         print(
             f'{change.verdict:22} {change.item}: {change.effect_text} '
             f'(p {change.p:.3g}, Holm {change.p_adjusted:.3g})'
         )
-    for note in notes:
+    for note in done.notes:
         print(f'note: {note}')
-    unchecked = [d for d, ok in checked.items() if not ok]
-    if unchecked:
-        print(f'note: no {MANIFEST} in {", ".join(unchecked)}: not checked')
-    regressions = sum(c.verdict == REGRESSED for c in changes)
+    if done.unchecked:
+        print(f'note: no {MANIFEST} in {", ".join(done.unchecked)}: not checked')
+    regressions = len(done.regressions)
     print(
         f'{"REGRESSED" if regressions else "no regression"}: {args.candidate} against {args.base} '
-        f'({regressions} of {len(changes)} items regressed; {", ".join(map(str, written))})'
+        f'({regressions} of {len(done.changes)} items regressed; {", ".join(map(str, done.written))})'
     )
     return 1 if regressions else 0

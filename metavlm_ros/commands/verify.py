@@ -81,24 +81,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _gather(args: argparse.Namespace, criteria, out: Path) -> Path:
-    """Search the frames as the criteria need into OUT/evidence (OUT appears whole, or not at all)."""
-    from metavlm_ros.assurance.gather import gather, plan
+def _frames(args: argparse.Namespace) -> list:
     from metavlm_ros.common.errors import ParameterError
-    from metavlm_ros.common.upgrade import build_aside
     from metavlm_ros.footage.frames import iter_frames, verify_sources
-    from metavlm_ros.models.vlm import model_identity
 
-    planned = plan(
-        criteria,
-        population=args.population,
-        evaluations=args.evaluations,
-        seed=args.seed,
-        working_size=args.working_size,
-        envelope_rounds=args.envelope_rounds,
-    )
-    if args.envelope_rounds < 1:
-        raise ParameterError(f'--envelope-rounds must be at least 1, got {args.envelope_rounds}')
     verify_sources(args.frames)
     frames = list(
         iter_frames(
@@ -108,23 +94,17 @@ def _gather(args: argparse.Namespace, criteria, out: Path) -> Path:
     )  # fmt: skip
     if not frames:
         raise ParameterError('no frames selected from ' + ', '.join(args.frames))
-    if out.exists():
-        raise ParameterError(f'--out {out}: exists; name a new directory for this verification')
-    model = model_identity(args.backend, args.model, model_options(args))
-    backend = create_backend_from_args(args)
-    build_aside(out, lambda staged: gather(planned, frames, backend, model, staged / 'evidence'))
-    return out / 'evidence'
+    return frames
 
 
 def run(args: argparse.Namespace) -> int:
     """Gather evidence (with FRAMES) or take it as it is (--results); judge; print the verdicts; exit
     status by the overall outcome."""
     from metavlm_ros.assurance.criteria import load_criteria
-    from metavlm_ros.assurance.judge import judge, load_evidence
-    from metavlm_ros.assurance.manifest import MANIFEST, check_manifest, write_manifest
-    from metavlm_ros.assurance.report import write_report
-    from metavlm_ros.assurance.verdict import EXIT_CODES, overall
+    from metavlm_ros.assurance.verdict import EXIT_CODES
+    from metavlm_ros.assurance.workflow import verify_frames, verify_results
     from metavlm_ros.common.errors import ParameterError
+    from metavlm_ros.models.vlm import model_identity
 
     criteria = load_criteria(args.criteria)
     if bool(args.frames) == (args.results is not None):
@@ -132,26 +112,22 @@ def run(args: argparse.Namespace) -> int:
             'give FRAMES to search them, or --results DIR to judge evidence already gathered'
         )
     if args.results is not None:
-        out = args.out or Path('results/verdict')
-        if out.resolve().is_relative_to(args.results.resolve()):
-            raise ParameterError(
-                f'--out {out}: inside the evidence {args.results}; write the verdict elsewhere'
-            )
-        evidence = load_evidence(args.results)
-        checked = check_manifest(args.results)
-        manifest = (
-            f'{MANIFEST} verified' if checked else f'no {MANIFEST} (written before manifests): not verified'
-        )
+        done = verify_results(criteria, args.results, args.out or Path('results/verdict'), junit=args.junit)
     else:
         out = args.out or Path('results/verify')
-        evidence = load_evidence(_gather(args, criteria, out))
-        manifest = f'gathered by this verification; {MANIFEST} written with the verdict'
-    verdicts = judge(criteria, evidence)
-    written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=args.junit)
-    if args.results is None:
-        written.append(write_manifest(out))
-    outcome = overall(verdicts)
-    for verdict in verdicts:
+        if args.envelope_rounds < 1:
+            raise ParameterError(f'--envelope-rounds must be at least 1, got {args.envelope_rounds}')
+        frames = _frames(args)
+        if out.exists():
+            raise ParameterError(f'--out {out}: exists; name a new directory for this verification')
+        model = model_identity(args.backend, args.model, model_options(args))
+        done = verify_frames(
+            criteria, frames, create_backend_from_args(args), model, out,
+            population=args.population, evaluations=args.evaluations, seed=args.seed,
+            working_size=args.working_size, envelope_rounds=args.envelope_rounds, junit=args.junit,
+        )  # fmt: skip
+    for verdict in done.verdicts:
         print(f'{verdict.status:12} {verdict.criterion}: {verdict.claim}\n             {verdict.reason}')
-    print(f'{outcome}: {criteria.name} ({len(verdicts)} criteria; {", ".join(map(str, written))})')
-    return EXIT_CODES[outcome]
+    files = ', '.join(map(str, done.written))
+    print(f'{done.outcome}: {criteria.name} ({len(done.verdicts)} criteria; {files})')
+    return EXIT_CODES[done.outcome]

@@ -1,0 +1,130 @@
+"""The assurance workflow as the commands and the demo run it: verify frames, judge evidence, compare."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from metavlm_ros.assurance.compare import REGRESSED, Change, compare
+from metavlm_ros.assurance.criteria import Criteria
+from metavlm_ros.assurance.gather import gather, plan
+from metavlm_ros.assurance.judge import judge, load_evidence
+from metavlm_ros.assurance.manifest import MANIFEST, check_manifest, write_manifest
+from metavlm_ros.assurance.report import write_compare_report, write_report
+from metavlm_ros.assurance.verdict import Verdict, overall
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.images import Frame
+from metavlm_ros.common.upgrade import build_aside
+
+__all__ = ['Comparison', 'Verification', 'compare_results', 'verify_frames', 'verify_results']
+
+
+@dataclass
+class Verification:
+    """A verification's verdicts, its overall outcome and the files it wrote."""
+
+    criteria: Criteria
+    verdicts: list[Verdict]
+    written: list[Path] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        return overall(self.verdicts)
+
+
+@dataclass
+class Comparison:
+    """A comparison's items, what differed between the two, and the files it wrote."""
+
+    changes: list[Change]
+    notes: list[str]
+    written: list[Path]
+    unchecked: list[str]
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.changes if c.verdict == REGRESSED]
+
+
+def _outside(out: Path, evidence: Path) -> None:
+    if out.resolve().is_relative_to(evidence.resolve()):
+        raise ParameterError(f'--out {out}: inside the evidence {evidence}; write it elsewhere')
+
+
+def verify_results(
+    criteria: Criteria, results: Path, out: Path, *, junit: Path | None = None
+) -> Verification:
+    """Judge the evidence under `results` as it is (checked against its SHA256SUMS where it has one);
+    the verdict goes into `out`, never inside the evidence."""
+    _outside(out, results)
+    evidence = load_evidence(results)
+    checked = check_manifest(results)
+    manifest = (
+        f'{MANIFEST} verified' if checked else f'no {MANIFEST} (written before manifests): not verified'
+    )
+    verdicts = judge(criteria, evidence)
+    written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=junit)
+    return Verification(criteria, verdicts, written)
+
+
+def verify_frames(
+    criteria: Criteria,
+    frames: Sequence[Frame],
+    backend,
+    model: dict,
+    out: Path,
+    *,
+    population: int,
+    evaluations: int,
+    seed: int,
+    working_size: int | str | None,
+    envelope_rounds: int,
+    junit: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> Verification:
+    """Search `frames` as the criteria need into out/evidence (out appears once every search finished),
+    judge, and write the verdict and a SHA256SUMS of the whole of `out`.
+
+    Raises:
+        InputError: `out` exists.
+    """
+    if envelope_rounds < 1:
+        raise ParameterError(f'--envelope-rounds must be at least 1, got {envelope_rounds}')
+    planned = plan(
+        criteria,
+        population=population,
+        evaluations=evaluations,
+        seed=seed,
+        working_size=working_size,
+        envelope_rounds=envelope_rounds,
+    )
+    build_aside(out, lambda staged: gather(planned, frames, backend, model, staged / 'evidence', log=log))
+    evidence = load_evidence(out / 'evidence')
+    verdicts = judge(criteria, evidence)
+    manifest = f'gathered by this verification; {MANIFEST} written with the verdict'
+    written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=junit)
+    written.append(write_manifest(out))
+    return Verification(criteria, verdicts, written)
+
+
+def compare_results(
+    base: Path, candidate: Path, out: Path, *, threshold: float | None = None, junit: Path | None = None
+) -> Comparison:
+    """Compare two models' evidence (each checked against its SHA256SUMS where it has one) into `out`."""
+    for given in (base, candidate):
+        _outside(out, given)
+    ours, theirs = load_evidence(base), load_evidence(candidate)
+    checked = {str(d): check_manifest(d) for d in (base, candidate)}
+    changes, notes = compare(ours, theirs, threshold=threshold)
+    configs = {
+        'base': {'root': str(base), 'models': ours.models, 'manifest': checked[str(base)]},
+        'candidate': {'root': str(candidate), 'models': theirs.models, 'manifest': checked[str(candidate)]},
+        'runs': {
+            side: {run.label(evidence.root): run.identity for run in evidence.runs}
+            for side, evidence in (('base', ours), ('candidate', theirs))
+        },
+        'frames': ours.frames,
+    }
+    written = write_compare_report(out, base, candidate, changes, notes, configs, junit=junit)
+    return Comparison(changes, notes, written, [d for d, ok in checked.items() if not ok])
