@@ -19,6 +19,7 @@ setup(
             f'share/{package_name}/config',
             glob('config/*.yaml') + glob('config/*.xml') + glob('config/*.json'),
         ),
+        (f'share/{package_name}/config/criteria', glob('config/criteria/*.yaml')),
     ],
     python_requires='>=3.10',
     # ROS 2 Python packages come from the distribution (colcon) or from the `ros` extra (pip only).
@@ -40,6 +41,8 @@ setup(
         'foxglove-sdk>=0.30',
         # the served backend (--backend openai), imported only when it is used
         'openai',
+        # metavlm export --format parquet
+        'duckdb',
     ],
     extras_require={
         'ros': [

@@ -29,6 +29,7 @@ _DEMO_NAMES = frozenset(
         'footage',
         'strongest_violations.png',
         'trade_off.png',
+        'assurance',
         *DEMO_MODELS,
         *(f'{backend}_rand' for backend in DEMO_MODELS),
     }
@@ -173,6 +174,72 @@ def _hypervolumes(directory: Path) -> dict[str, float]:
     return {str(r['image']): float(r['hypervolume']) for r in read_jsonl(directory / 'summary.jsonl')}
 
 
+# The demo's regression gate: the demo CLIP against two updates of it: its weights quantised to 8 bits
+# (demo/variants.py), and demo-clip-v2, fine-tuned on 300 frames without the augmentation that made
+# the demo CLIP robust (metavlm_ros/models/demo-clip-v2/README.md).
+UPDATES = {
+    'int8': 'weights quantised to 8 bits',
+    'v2': 'fine-tuned on 300 frames without augmentation (demo-clip-v2)',
+}
+
+
+def _assurance(
+    out: Path, bag: Path, evaluations: int, seed: int, log: Any
+) -> tuple[list[str], dict[str, Any]]:
+    """The example criteria judged on the demo CLIP, and the regression gate against its two updates.
+
+    Returns:
+        Markdown lines for the report, and the outcomes (verdict, regressions per update).
+    """
+    from metavlm_ros.assurance.criteria import example_criteria, load_criteria
+    from metavlm_ros.assurance.workflow import compare_results, verify_frames
+    from metavlm_ros.demo.variants import quantised_copy
+    from metavlm_ros.footage.frames import iter_frames
+    from metavlm_ros.models.vlm import create_backend, model_identity, resolve_model
+
+    criteria = load_criteria(example_criteria())
+    frames = list(iter_frames([bag]))
+    demo = Path(resolve_model('clip', 'demo'))
+    models = {
+        'clip': 'demo',
+        'int8': str(quantised_copy(demo, out / 'models' / 'clip-int8')),
+        'v2': str(demo.with_name('demo-clip-v2')),
+    }
+    verified = {}
+    for name, model in models.items():
+        log(f'  verify {name}: the example criteria ({criteria.path.name}) on {len(frames)} frame(s)')
+        verified[name] = verify_frames(
+            criteria, frames, create_backend('clip', model), model_identity('clip', model, {}),
+            out / f'verify-{name}', population=20, evaluations=evaluations, seed=seed, working_size='auto',
+            envelope_rounds=2, log=lambda line: log(f'    {line}'),
+        )  # fmt: skip
+    base = verified['clip']
+    lines = [
+        f'`metavlm verify` with `{criteria.path.name}` ({criteria.name}) on the demo CLIP: '
+        f'**{base.outcome}** ([verdict](assurance/verify-clip/verdict.md)).',
+        '',
+        '| criterion | status | why |',
+        '|---|---|---|',
+        *(f'| {v.criterion} | {v.status} | {v.reason} |' for v in base.verdicts),
+        '',
+        '`metavlm compare` of the demo CLIP (base) against two updates of it, the same plan on the same '
+        'frames:',
+        '',
+        '| update | verdict | items regressed |',
+        '|---|---|---|',
+    ]
+    outcomes: dict[str, Any] = {'verdict': base.outcome, 'regressions': {}}
+    for name, what in UPDATES.items():
+        done = compare_results(out / 'verify-clip', out / f'verify-{name}', out / f'compare-{name}')
+        regressed = [c.item for c in done.regressions]
+        outcomes['regressions'][name] = regressed
+        verdict = 'REGRESSED' if regressed else 'no regression'
+        log(f'  compare {name} ({what}): {verdict}' + (f': {", ".join(regressed)}' if regressed else ''))
+        link = f'[{verdict}](assurance/compare-{name}/compare.md)'
+        lines.append(f'| {name}: {what} | {link} | {", ".join(regressed) or "none"} |')
+    return lines, outcomes
+
+
 def run_demo(
     out: Path, *, frames: int, evaluations: int, seed: int, log: Any = print, dds_transport: str = 'shm'
 ) -> dict[str, Any]:
@@ -196,7 +263,7 @@ def run_demo(
     from metavlm_ros.ros.launcher import run_nodes
 
     started = time.monotonic()
-    steps = 2 + len(DEMO_MODELS)
+    steps = 3 + len(DEMO_MODELS)
     log(f'[1/{steps}] rendering synthetic footage ...')
     bag, by_stamp = _footage(out, frames, seed, log)
     sections, summaries, panels = [], {}, []
@@ -247,6 +314,8 @@ def run_demo(
             source = by_stamp[stamp]
             followup = apply_composition(source, Composition.from_parameters(record['parameters']))
             panels.append(pair_panel(source, followup, record, f'demo {backend} | {record["image"]}'))
+    log(f'[{steps - 1}/{steps}] acceptance criteria and the regression gate (demo CLIP) ...')
+    assurance_lines, gate = _assurance(out / 'assurance', bag, evaluations, seed, log)
     log(f'[{steps}/{steps}] writing the report ...')
     montage_path = None
     if panels:
@@ -257,7 +326,11 @@ def run_demo(
         write_file_atomic(montage_path, encode_png(montage(panels)))
     plot = pareto_plot(groups, out / 'trade_off.png')
     md, js = write_demo_report(
-        out, sections, montage_path, trade_off={'plot': plot, 'hypervolume': hypervolumes}
+        out,
+        sections,
+        montage_path,
+        trade_off={'plot': plot, 'hypervolume': hypervolumes},
+        assurance=assurance_lines,
     )
     return {
         'bag': bag,
@@ -266,6 +339,7 @@ def run_demo(
         'report_json': js,
         'montage': montage_path,
         'trade_off': plot,
+        'assurance': gate,
         'summaries': summaries,
         'seconds': time.monotonic() - started,
     }
@@ -299,4 +373,9 @@ def run(args: argparse.Namespace) -> int:
         print(f'  strongest violations:  {done["montage"]}')
     else:
         print('  no violation found: raise --evaluations or --frames for a montage')
+    gate = done['assurance']
+    print(f'  verdict (demo CLIP):   {gate["verdict"]}: {out / "assurance" / "verify-clip" / "verdict.md"}')
+    for name, regressed in gate['regressions'].items():
+        verdict = f'REGRESSED ({", ".join(regressed)})' if regressed else 'no regression'
+        print(f'  gate, {name:8}       {verdict}: {out / "assurance" / f"compare-{name}" / "compare.md"}')
     return 0

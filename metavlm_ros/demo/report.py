@@ -283,8 +283,12 @@ def write_demo_report(
     montage_path: Path | None,
     top_compositions: int = 8,
     trade_off: Mapping[str, Any] | None = None,
+    assurance: Sequence[str] = (),
 ) -> tuple[Path, Path]:
     """Write report.md (human) and report.json (the same tables) under `out`.
+
+    `assurance` (optional): Markdown lines of the acceptance criteria's verdict and the regression
+    gate, shown as their own section.
 
     `trade_off` (optional): {'plot': path of pareto_plot's PNG, 'hypervolume': {model: {algorithm:
     {image: hypervolume}}}}, shown as the NSGA-II vs Rand section.
@@ -334,6 +338,9 @@ def write_demo_report(
     if montage_path is not None:
         lines += ['', '## Strongest violations', '', f'![strongest violations]({montage_path.name})']
         data['montage'] = str(montage_path)
+    if assurance:
+        lines += ['', '## Acceptance criteria and the regression gate (demo CLIP)', '', *assurance]
+        data['assurance'] = list(assurance)
     md = out / 'report.md'
     md.write_text('\n'.join(lines) + '\n', encoding='utf-8')
     js = out / 'report.json'

@@ -7,27 +7,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from junitparser import Failure, JUnitXml
-from safetensors.torch import load_file, save_file
 
 from metavlm_ros.assurance.manifest import write_manifest
 from metavlm_ros.cli import main
+from metavlm_ros.demo.variants import damaged_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / 'config' / 'criteria' / 'aur_camera.yaml'
 DEMO_CLIP = ROOT / 'metavlm_ros' / 'models' / 'demo-clip'
-
-
-def _worse_clip(directory: Path) -> Path:
-    """The demo CLIP with noise of 3 times their spread on its patch embedding's weights (seeded)."""
-    shutil.copytree(DEMO_CLIP, directory)
-    weights = load_file(str(DEMO_CLIP / 'model.safetensors'))
-    name = 'vision_model.embeddings.patch_embedding.weight'
-    noise = torch.randn(weights[name].shape, generator=torch.Generator().manual_seed(0))
-    weights[name] = weights[name] + 3 * weights[name].std() * noise
-    save_file(weights, str(directory / 'model.safetensors'), metadata={'format': 'pt'})
-    return directory
 
 
 @pytest.fixture(scope='module')
@@ -50,7 +38,7 @@ def verified(tmp_path_factory):
     for name, model, seed in (
         ('base', 'demo', 0),
         ('again', 'demo', 1),
-        ('worse', str(_worse_clip(root / 'm')), 0),
+        ('worse', str(damaged_copy(DEMO_CLIP, root / 'm')), 0),
     ):
         runs[name] = root / name
         budget = ['--evaluations', '120', '--population', '20', '--envelope-rounds', '2']

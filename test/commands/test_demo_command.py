@@ -1,6 +1,7 @@
 """Tests of `metavlm demo` end to end and of its report tables and montage."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ from metavlm_ros.common.record_format import SEARCH_SOURCE
 from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.demo.report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
 from metavlm_ros.models.vlm import answered_model_identity, model_identity
+
+DEMO_MODELS = Path(__file__).resolve().parents[2] / 'metavlm_ros' / 'models'
 
 
 def _record(
@@ -102,6 +105,21 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
     # The trade-off: the frames the tester searched, searched again by Rand with the same budget; the
     # report's hypervolumes are those the searches stored.
     assert '## Trade-off: NSGA-II against Rand' in text and '![f_trans against f_pred](trade_off.png)' in text
+    # It ends with the example criteria's verdict on the demo CLIP and the gate against two updates of it.
+    gate = out / 'assurance'
+    verdict = json.loads((gate / 'verify-clip' / 'verdict.json').read_text())
+    assert f'verdict (demo CLIP):   {verdict["overall"]}: ' in printed
+    assert '## Acceptance criteria and the regression gate (demo CLIP)' in text
+    assert [v['criterion'] for v in verdict['verdicts']] == [
+        'small-changes', 'survey-roll', 'turbid-water', 'roll-envelope'
+    ]  # fmt: skip
+    models = {'int8': str(gate / 'models' / 'clip-int8'), 'v2': str(DEMO_MODELS / 'demo-clip-v2')}
+    for update, model in models.items():
+        compared = json.loads((gate / f'compare-{update}' / 'compare.json').read_text())
+        called = 'REGRESSED' if compared['regressed'] else 'no regression'
+        assert f'gate, {update:8}       {called}' in printed
+        assert compared['configurations']['candidate']['models'] == [model]
+        assert (gate / f'verify-{update}' / 'SHA256SUMS').is_file()
     assert (out / 'trade_off.png').stat().st_size > 10_000
     for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP')):
         nsga2 = read_jsonl(out / backend / 'summary.jsonl')
@@ -251,6 +269,7 @@ def test_demo_overwrite_replaces_the_earlier_demo_whole_once_it_can_start(tmp_pa
             'seconds': 1.0,
             'results': {},
             'montage': None,
+            'assurance': {'verdict': 'PASS', 'regressions': {}},
             **{k: directory / v for k, v in paths.items()},
         }
 
