@@ -31,6 +31,7 @@ from metavlm_ros.ros.conversions import stamp_to_ns
 from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend
+from metavlm_ros.ros.tester_criteria import CriteriaStatus
 from metavlm_ros.ros.tester_output import RESULT_QOS, SearchJob, TesterOutput
 from metavlm_ros.ros.tester_settings import (
     NODE_NAME,
@@ -94,6 +95,8 @@ class TesterNode(TesterOutput, ManagedNode):
         self.frames_dropped = 0
         self.frames_unreadable = 0
         self.searches_done = 0
+        # The criteria_file's criteria, judged on results_dir as searches end (/diagnostics).
+        self.criteria_status = CriteriaStatus()
         self.searches_stopped = 0
         self.evaluations = 0
         self.evaluations_failed = 0
@@ -175,6 +178,7 @@ class TesterNode(TesterOutput, ManagedNode):
             raise InputError(
                 f'parameter results_dir: cannot write to {settings.results_dir} ({exc})'
             ) from None
+        self.criteria_status.reset(settings.criteria, settings.results_dir, self.get_logger().warning)
         self.violations_pub = self.create_transient_publisher(DiagnosticArray, 'violations', RESULT_QOS)
         self.violation_image_pub = self.create_transient_publisher(Image, 'violation_image', RESULT_QOS)
         self.violation_followup_pub = self.create_transient_publisher(Image, 'violation_followup', RESULT_QOS)
@@ -343,6 +347,8 @@ class TesterNode(TesterOutput, ManagedNode):
         settings = settings_from_parameters(self._parameter_values())
         with self._lock:
             self.settings = settings  # taken by the next search; the running one keeps its own
+        if self.backend is not None:  # configured: the criteria follow the new file or results_dir
+            self.criteria_status.reset(settings.criteria, settings.results_dir, self.get_logger().warning)
 
     # -- the model endpoint ---------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
+from metavlm_ros.assurance.criteria import Criteria, load_criteria
 from metavlm_ros.common.errors import ParameterError, ResultsError
 from metavlm_ros.common.results import (
     holds_results,
@@ -28,7 +29,7 @@ from metavlm_ros.method.search import (
     SearchConfig,
 )
 from metavlm_ros.models.identity import answered_model_identity, identity_record, model_identity
-from metavlm_ros.models.registry import resolve_options
+from metavlm_ros.models.registry import backend_class, resolve_options
 from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterSpec, model_options
 from metavlm_ros.viewer import DEFAULT_HOST
 
@@ -88,6 +89,8 @@ class TesterSettings:
     foxglove_port: int = 0
     foxglove_host: str = DEFAULT_HOST
     model: dict = field(default_factory=dict)
+    #: The acceptance criteria whose status /diagnostics keeps (criteria_file; None: none).
+    criteria: Criteria | None = None
 
 
 def _range_parameter(relation_id: str) -> str:
@@ -165,6 +168,12 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         'frame_period_s', 5.0, 'least seconds between the starts of two searches', low=0.0, high=86400.0
     ),
     ParameterSpec('results_dir', 'results/ros', 'directory of the JSON Lines records and follow-up PNGs'),
+    ParameterSpec(
+        'criteria_file',
+        '',
+        "acceptance criteria (YAML, docs/assurance.md): each one's status on /diagnostics, judged on "
+        'results_dir as searches end; empty: none',
+    ),
     ParameterSpec(
         'min_free_disk_mb',
         1024,
@@ -316,6 +325,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         raise ParameterError('results_dir must not be empty')
     foxglove_host = _bind_address(str(values['foxglove_host']))
     backend, model_name, options = model_options(values)
+    criteria = _criteria(str(values['criteria_file']), thresholds, backend)
     resolved = resolve_options(backend, options)
     # The model's options, resolved; `options` holds what the parameters gave (create_backend's input).
     model = {'backend': backend, 'model': model_name, 'options': options, 'resolved': resolved}
@@ -336,7 +346,26 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         foxglove_port=int(values['foxglove_port']),
         foxglove_host=foxglove_host,
         model=model,
+        criteria=criteria,
     )
+
+
+def _criteria(path: str, thresholds: tuple[float, ...], backend: str) -> Criteria | None:
+    """The criteria file's criteria, checked against the searches' thresholds (None: no file)."""
+    if not path.strip():
+        return None
+    try:
+        criteria = load_criteria(path)
+    except ParameterError as exc:
+        raise ParameterError(f'criteria_file: {exc}') from None
+    if 'confidence' in backend_class(backend).kinds and not any(
+        math.isclose(criteria.threshold, t) for t in thresholds
+    ):
+        raise ParameterError(
+            f'criteria_file: {path} judges at threshold {criteria.threshold:g}, not one of the thresholds '
+            f'{", ".join(f"{t:g}" for t in thresholds)}'
+        )
+    return criteria
 
 
 _HOSTNAME = re.compile(

@@ -57,6 +57,7 @@ TESTER_WRONG = {
     'classes': [['fish', 'fish'], []],
     'confidence': ['max'],
     'device': ['gpu'],
+    'criteria_file': ['/no/such/criteria.yaml', 'config/metavlm.yaml'],
     'dtype': ['float8'],
     'evaluations': [0],
     'frame_period_s': [-1.0, 'often'],
