@@ -28,6 +28,8 @@ setup(
         'opencv-python-headless',
         'pymoo>=0.6.1',
         'scipy',
+        # mobo's linear algebra on one BLAS thread
+        'threadpoolctl',
         'torch',
         'transformers>=4.40',
         'tokenizers',

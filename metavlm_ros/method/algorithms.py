@@ -1,4 +1,4 @@
-"""The optimisers of the search (docs/method.md §7): NSGA-II (MetaVLM), the paper's Rand, and pymoo's."""
+"""The optimisers of the search (docs/method.md §7): NSGA-II (MetaVLM), the paper's Rand, pymoo's, mobo."""
 
 from __future__ import annotations
 
@@ -167,6 +167,13 @@ def _moead(config: SearchSettings) -> Algorithm:
     )
 
 
+def _mobo(config: SearchSettings) -> Algorithm:
+    # Imported here: mobo.py draws its first batch with this module's Rand.
+    from metavlm_ros.method.mobo import MOBO
+
+    return MOBO(config.space, config.population)
+
+
 # One registry of algorithms: every caller reads it, one loop (_drive) runs them all. The paper's
 # two come first; the others are pymoo's, with the same budget, population, operators and seed.
 _ALGORITHM_FACTORIES: dict[str, Callable[[SearchSettings], Algorithm]] = {
@@ -175,6 +182,9 @@ _ALGORITHM_FACTORIES: dict[str, Callable[[SearchSettings], Algorithm]] = {
     'nsga3': _nsga3,
     'smsemoa': _smsemoa,
     'moead': _moead,
+    # Sample-efficient, for models whose every call is expensive (docs/method.md §7): a surrogate of
+    # f_pred, f_trans exact, batches of `population`.
+    'mobo': _mobo,
     # For acceptance criteria (assurance/): uniform samples of a region, and the boundary search of
     # method/envelope.py, which method/search.py drives itself (it needs each violation, not only
     # the objectives a pymoo algorithm is told).

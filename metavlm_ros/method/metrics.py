@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     'DEFAULT_THRESHOLDS',
     'KINDS',
+    'anytime_hypervolume',
     'class_differences',
     'hypervolume',
     'is_violation',
@@ -198,3 +199,38 @@ def hypervolume(f_trans: ArrayLike, f_pred: ArrayLike, n_classes: int, n_relatio
 
     points = np.column_stack((t_n[inside], -p_n[inside]))
     return float(HV(ref_point=np.array([1.0, 0.0])).do(points))
+
+
+def anytime_hypervolume(
+    f_trans: ArrayLike, f_pred: ArrayLike, n_classes: int, n_relations: int, at: ArrayLike
+) -> np.ndarray:
+    """The hypervolume (as `hypervolume`) of the first k points of a search, for every k in `at`.
+
+    A search's evaluations in the order it made them give its anytime result: what it had found
+    after k model evaluations. In two objectives the volume is a sum of rectangles under the sorted
+    front, so each prefix costs one sort, not one indicator run.
+
+    Raises:
+        ParameterError: as `hypervolume`.
+    """
+    if int(n_classes) != n_classes or n_classes < 1:
+        raise ParameterError(f'the number of classes must be a positive integer, got {n_classes!r}')
+    if int(n_relations) != n_relations or n_relations < 1:
+        raise ParameterError(f'the number of relations must be a positive integer, got {n_relations!r}')
+    t, p = _objectives(f_trans, f_pred)
+    t_n = t / float(n_relations)
+    p_n = np.clip(p, 0.0, float(n_classes)) / float(n_classes)
+    out = []
+    for k in np.asarray(at, dtype=int).reshape(-1):
+        tk, pk = t_n[: max(k, 0)], p_n[: max(k, 0)]
+        inside = ~(np.isnan(tk) | np.isnan(pk)) & (tk < 1.0) & (pk > 0.0)
+        tk, pk = tk[inside], pk[inside]
+        if tk.size == 0:
+            out.append(0.0)
+            continue
+        front = non_dominated(tk, pk)
+        order = front[np.argsort(tk[front], kind='stable')]
+        ts, ps = tk[order], pk[order]
+        widths = np.diff(np.concatenate([ts, [1.0]]))
+        out.append(float(np.sum(widths * ps)))
+    return np.array(out)

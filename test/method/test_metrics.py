@@ -170,3 +170,15 @@ def test_objective_arrays_must_match_in_length():
         non_dominated([1.0, 2.0], [1.0])
     with pytest.raises(ParameterError, match='same length'):
         hypervolume([1.0, 2.0], [1.0], 4)
+
+
+def test_anytime_hypervolume_is_the_hypervolume_of_each_prefix():
+    from metavlm_ros.method.metrics import anytime_hypervolume
+
+    rng = np.random.default_rng(3)
+    t, p = rng.random(400) * 7, rng.random(400) * 5  # some beyond the reference and the clip
+    t[:3], p[10] = 0.0, np.nan  # active-but-nominal points, a failed evaluation
+    at = [0, 1, 3, 11, 50, 399, 400]
+    got = anytime_hypervolume(t, p, 4, 6, at)
+    assert got == pytest.approx([hypervolume(t[:k], p[:k], 4, 6) if k else 0.0 for k in at], abs=1e-12)
+    assert np.all(np.diff(got) >= 0)  # never lost: a prefix's front only grows
