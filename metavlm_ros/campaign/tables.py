@@ -42,6 +42,7 @@ APPROACH = {
     'nsga3': 'NSGA-III',
     'smsemoa': 'SMS-EMOA',
     'moead': 'MOEA/D',
+    'mobo': 'MOBO',
 }
 # The paper compares MetaVLM against Rand; the tables of that pair keep the paper's names and keys.
 BASELINE = 'random'

@@ -31,7 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument(
         '--algorithm',
         default=defaults.ALGORITHM,
-        help='nsga2 (MetaVLM, the default), random (Rand), nsga3, smsemoa or moead (docs/method.md §7)',
+        help='nsga2 (MetaVLM, the default), random (Rand), nsga3, smsemoa, moead, or mobo (sample-efficient: '
+        'a tenth of the evaluations for expensive models) (docs/method.md §7)',
     )
     group.add_argument(
         '--population',

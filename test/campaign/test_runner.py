@@ -113,3 +113,17 @@ def test_a_campaign_of_three_algorithms_on_underwater_relations_reports_every_pa
     rq3 = report.table('rq3-tiny_clip-0_01')
     assert 'p MetaVLM vs Rand' in rq3.columns and 'p NSGA-III vs Rand' in rq3.columns
     assert report.table('rq1-nsga3-vs-random').column('runs NSGA-III') == [2, 2]
+
+
+def test_a_campaign_runs_mobo_beside_nsga2_on_equal_budgets(tmp_path, image_dir, tiny_clip_dir):
+    config = small_config(
+        image_dir, tiny_clip_dir, algorithms=['nsga2', 'mobo'], baseline='nsga2', evaluations=18, runs=1
+    )
+    run_campaign(config, tmp_path / 'out', progress=False, threads=1)
+    summaries = [read_jsonl(p)[0] for p in (tmp_path / 'out' / 'cells').glob('*/summary.jsonl.gz')]
+    by_algorithm = {}
+    for s in summaries:
+        by_algorithm.setdefault(s['algorithm'], []).append(s['evaluations'])
+    assert by_algorithm == {'nsga2': [18, 18], 'mobo': [18, 18]}
+    report = build_report(tmp_path / 'out')
+    assert report.table('rq1-mobo-vs-nsga2').column('runs MOBO') == [1, 1]

@@ -526,3 +526,27 @@ def test_a_read_only_file_system_is_one_line_before_the_model_loads(tmp_path, im
     err = done.stderr.strip()
     assert err.startswith('metavlm: error:') and 'Read-only file system' in err and '\n' not in err
     assert done.stdout.split() == ['a']
+
+
+def test_mobo_searches_from_the_command_line_and_a_cut_search_resumes_to_the_same_records(
+    tmp_path, image_path, tiny_clip_dir, capsys
+):
+    # A resumed search runs again from its seed and skips what is stored: mobo must propose the same
+    # genotypes again, batch by batch, for the records to come out as an uncut search's.
+    args = ['search', str(image_path), '--model', str(tiny_clip_dir), '--algorithm', 'mobo',
+            '--population', '10', '--evaluations', '40', '--quiet']  # fmt: skip
+    full = tmp_path / 'full'
+    assert main([*args, '--out', str(full)]) == 0
+    records = read_jsonl(full / 'evaluations.jsonl')
+    assert len(records) == 40 and {r['algorithm'] for r in records} == {'mobo'}
+    size = records_file(full / 'evaluations.jsonl').stat().st_size
+    out = tmp_path / 'cut'
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, hard))
+    try:
+        assert main([*args, '--out', str(out)]) == 2
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    capsys.readouterr()
+    assert main([*args, '--out', str(out), '--resume']) == 0
+    assert _records(out) == _records(full)

@@ -215,3 +215,12 @@ def test_main_exits_1_with_one_line_on_invalid_parameters(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert err[0].startswith("metavlm_tester: error: relations: unknown relation 'fog'"), err
+
+
+def test_the_algorithm_parameter_runs_any_registered_search_mobo_included(graph):
+    g = graph(algorithm='mobo')
+    g.camera.publish(make_frame(96, 72, seed=1))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    records = read_jsonl(g.results / 'evaluations.jsonl')
+    assert len(records) == 18 and {r['algorithm'] for r in records} == {'mobo'}
+    assert read_identity(g.results)['settings']['algorithm'] == 'mobo'
