@@ -10,8 +10,8 @@ import launch.logging
 import rclpy
 from launch.actions import RegisterEventHandler
 from launch.event_handlers import OnProcessExit, OnProcessStart, OnShutdown
-from lifecycle_msgs.msg import Transition
-from lifecycle_msgs.srv import ChangeState
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
@@ -21,6 +21,19 @@ __all__ = ['NodeActive', 'Transitions']
 
 # How often a request thread looks at its stop flag while it waits for a service or an answer.
 POLL_S = 0.1
+# How long an answer may take before the node is asked where it is (GetState): DDS may drop a reply
+# sent before the reply's reader was matched ("failed to send response (timeout)" in the node's log),
+# and a request sent then is lost with it.
+ANSWER_S = 5.0
+# The state each transition leads to, and the one it starts from.
+_GOAL = {
+    Transition.TRANSITION_CONFIGURE: State.PRIMARY_STATE_INACTIVE,
+    Transition.TRANSITION_ACTIVATE: State.PRIMARY_STATE_ACTIVE,
+}
+_START = {
+    Transition.TRANSITION_CONFIGURE: State.PRIMARY_STATE_UNCONFIGURED,
+    Transition.TRANSITION_ACTIVATE: State.PRIMARY_STATE_INACTIVE,
+}
 
 
 class NodeActive(launch.Event):
@@ -87,7 +100,10 @@ class Transitions:
                 return
             self._start_ros()
             if node_name not in self._clients:
-                self._clients[node_name] = self._node.create_client(ChangeState, f'/{node_name}/change_state')
+                self._clients[node_name] = (
+                    self._node.create_client(ChangeState, f'/{node_name}/change_state'),
+                    self._node.create_client(GetState, f'/{node_name}/get_state'),
+                )
             stop = threading.Event()
             self._stops[node_name] = stop  # a respawned process gets a request thread of its own
             thread = threading.Thread(
@@ -169,16 +185,50 @@ class Transitions:
                 pass
 
     @staticmethod
-    def _request(client: Any, transition: int, stop: threading.Event) -> Any:
-        """The node's answer to one transition, or None when `stop` was set before it came."""
-        while not client.service_is_ready():
+    def _request(clients: tuple[Any, Any], transition: int, stop: threading.Event) -> Any:
+        """The node's answer to one transition, or None when `stop` was set before it came.
+
+        An answer that does not come within ANSWER_S makes it ask the node's state: the goal state is
+        the answer (the reply was lost), the start state sends the request again (the request was lost),
+        a transition state (a model still loading) waits on.
+        """
+        change, get = clients
+        while not change.service_is_ready():
             if stop.wait(POLL_S):
                 return None
         request = ChangeState.Request()
         request.transition.id = transition
-        future = client.call_async(request)
+        future = change.call_async(request)
+        waited = 0.0
         while not future.done():
             if stop.wait(POLL_S):
                 future.cancel()
                 return None
+            waited += POLL_S
+            if waited < ANSWER_S:
+                continue
+            waited = 0.0
+            state = Transitions._state(get, stop)
+            if state == _GOAL[transition]:
+                future.cancel()
+                return ChangeState.Response(success=True)
+            if state == _START[transition]:
+                future.cancel()
+                future = change.call_async(request)
         return future.result()
+
+    @staticmethod
+    def _state(get: Any, stop: threading.Event) -> int | None:
+        """The node's primary or transition state id, or None when it does not answer within ANSWER_S."""
+        if not get.service_is_ready():
+            return None
+        future = get.call_async(GetState.Request())
+        waited = 0.0
+        while not future.done() and waited < ANSWER_S:
+            if stop.wait(POLL_S):
+                break
+            waited += POLL_S
+        if not future.done():
+            future.cancel()
+            return None
+        return future.result().current_state.id

@@ -124,3 +124,80 @@ def test_a_node_that_died_before_its_service_came_up_has_no_request_left_waiting
     assert left == [False], 'a request was still waiting on a node whose process had exited'
     assert len(transitions._threads) == 1
     assert code == 0
+
+
+# A node with the lifecycle services that loses what DDS can lose: the reply to its first configure
+# ("failed to send response (timeout)": the transition happened, the answer never came) or, with
+# LOSE=request, the first configure itself (nothing happened). Its get_state tells the truth.
+LOSSY_NODE = """
+import threading, rclpy
+from lifecycle_msgs.msg import State
+from lifecycle_msgs.srv import ChangeState, GetState
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+rclpy.init()
+node = rclpy.create_node('{name}')
+state = [State.PRIMARY_STATE_UNCONFIGURED]
+seen = []
+never = threading.Event()
+def change(request, response):
+    seen.append(request.transition.id)
+    first = len(seen) == 1
+    if not (first and '{lose}' == 'request'):
+        state[0] = {{1: State.PRIMARY_STATE_INACTIVE, 3: State.PRIMARY_STATE_ACTIVE}}[request.transition.id]
+    if first:
+        while rclpy.ok() and not never.wait(0.1):  # no answer, until the node shuts down
+            pass
+    response.success = True
+    return response
+def get(request, response):
+    response.current_state.id = state[0]
+    return response
+group = ReentrantCallbackGroup()
+node.create_service(ChangeState, '/{name}/change_state', change, callback_group=group)
+node.create_service(GetState, '/{name}/get_state', get, callback_group=group)
+executor = MultiThreadedExecutor(num_threads=4)
+executor.add_node(node)
+try:
+    executor.spin()
+except (KeyboardInterrupt, ExternalShutdownException):
+    pass
+"""
+
+
+@pytest.mark.parametrize('lose', ['reply', 'request'])
+def test_a_lost_reply_or_request_is_found_out_by_asking_the_nodes_state(lose):
+    from launch.actions import EmitEvent, OpaqueFunction, RegisterEventHandler
+    from launch.event_handler import EventHandler
+    from launch.events import Shutdown
+
+    from launch import LaunchDescription
+    from metavlm_ros.ros.launch_lifecycle import ANSWER_S, NodeActive, Transitions
+
+    transitions = Transitions()
+    name = f'metavlm_test_lossy_{lose}'
+    node = _process('lossy', LOSSY_NODE.format(name=name, lose=lose))
+    seen: list[float] = []
+    started = time.monotonic()
+
+    def on_active(context, *args):
+        seen.append(time.monotonic() - started)
+        return [EmitEvent(event=Shutdown(reason='node active'))]
+
+    _run(
+        LaunchDescription(
+            [
+                *transitions.bring_to_active(node, name),
+                transitions.closer(),
+                RegisterEventHandler(
+                    EventHandler(
+                        matcher=lambda event: isinstance(event, NodeActive),
+                        entities=[OpaqueFunction(function=on_active)],
+                    )
+                ),
+                node,
+            ]
+        )
+    )
+    assert len(seen) == 1, 'the node never reached active'
+    assert seen[0] >= ANSWER_S  # it waited for the lost answer before it asked
