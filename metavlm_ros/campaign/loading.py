@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from metavlm_ros.campaign.cells import CELL_FILE, CELLS_DIR, UNVERIFIED, read_campaign, verify_cell
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.results import EVALUATIONS, SUMMARY, read_jsonl
+from metavlm_ros.method.metrics import anytime_hypervolume
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
 
 __all__ = [
@@ -34,6 +36,8 @@ class CellResult:
     summary: dict
     solutions: list[dict]
     front: list[tuple[float, float]] = field(default_factory=list)  # (f_trans, f_pred) of the pareto set
+    #: The anytime result: (evaluations k, hypervolume of the first k evaluations) after every batch.
+    anytime: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def model(self) -> str:
@@ -158,9 +162,33 @@ def load_results(directory: str | Path, solutions: str = 'all') -> CampaignResul
                 if r.get('index') in pareto and not r.get('failed')
             ]
             chosen = _solution_set(records, summary, solutions)
-            cells.append(CellResult(info=info, summary=summary, solutions=chosen, front=front))
+            cells.append(
+                CellResult(
+                    info=info,
+                    summary=summary,
+                    solutions=chosen,
+                    front=front,
+                    anytime=_anytime(records, summary),
+                )
+            )
     return CampaignResults(directory=directory, campaign=campaign, solutions=solutions, cells=cells,
                            damaged=damaged, unverified=unverified)  # fmt: skip
+
+
+def _anytime(records: list[dict], summary: dict) -> list[tuple[int, float]]:
+    """The hypervolume after each batch (a generation) of a search, in the order it evaluated."""
+    if not records or not summary.get('source'):
+        return []
+    ordered = sorted(records, key=lambda r: r.get('index', 0))
+    f_trans = [float(r['f_trans']) for r in ordered]
+    f_pred = [math.nan if r.get('failed') else float(r['f_pred']) for r in ordered]
+    generations = [r.get('generation', 0) for r in ordered]
+    ends = [
+        k + 1 for k in range(len(ordered)) if k + 1 == len(ordered) or generations[k + 1] != generations[k]
+    ]
+    relations = len(summary.get('relations') or DEFAULT_RELATIONS)
+    values = anytime_hypervolume(f_trans, f_pred, len(summary['source']), relations, ends)
+    return [(k, float(v)) for k, v in zip(ends, values, strict=True)]
 
 
 def _solution_set(records: list[dict], summary: dict, solutions: str) -> list[dict]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from metavlm_ros.campaign.anytime import anytime_band, references
 from metavlm_ros.campaign.loading import SOLUTION_SETS, CampaignResults
 from metavlm_ros.campaign.tables import APPROACH, _criterion_label, _hypervolumes, _non_identity, _slug
 from metavlm_ros.method.metrics import non_dominated
@@ -17,7 +18,8 @@ __all__ = [
 
 
 def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
-    """PNG plots under out/plots: non-dominated sets per image, VR by order, hypervolume distributions."""
+    """PNG plots under out/plots: non-dominated sets and anytime hypervolume per image, VR by order,
+    hypervolume distributions."""
     import matplotlib
 
     matplotlib.use('Agg')  # files only: no display on robots, CI or cluster nodes
@@ -27,7 +29,7 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
     plots_dir.mkdir(parents=True, exist_ok=True)
     written: list[tuple[str, Path]] = []
     colours = {'nsga2': 'tab:blue', 'random': 'tab:orange', 'nsga3': 'tab:green', 'smsemoa': 'tab:red',
-               'moead': 'tab:purple'}  # fmt: skip
+               'moead': 'tab:purple', 'mobo': 'tab:brown'}  # fmt: skip
 
     def save(fig, name: str, title: str) -> None:
         path = plots_dir / f'{name}.png'
@@ -61,6 +63,7 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
             ax.set_title(f'{model} / {image}: non-dominated sets')
             ax.legend(fontsize=7)
             save(fig, f'front-{_slug(model)}-{_slug(image)}', f'Non-dominated sets, {model}, {image}')
+            _anytime_plot(plt, cells, results, model, image, colours, save)
 
         criteria = results.criteria(model)
         fig, axes = plt.subplots(1, len(criteria), figsize=(4.5 * len(criteria), 3.5), squeeze=False)
@@ -105,3 +108,28 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
             ax.set_title(f'{model}: hypervolume across runs')
             save(fig, f'hv-{_slug(model)}', f'Hypervolume distributions, {model}')
     return written
+
+
+def _anytime_plot(plt, cells, results: CampaignResults, model: str, image: str, colours: dict, save) -> None:
+    """Hypervolume against evaluations: the median over runs and the band from lowest to highest."""
+    budget = max((c.anytime[-1][0] for c in cells if c.anytime), default=0)
+    if not budget:
+        return
+    grid = np.arange(1, budget + 1)
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for algorithm in results.algorithms:
+        median, low, high = anytime_band([c for c in cells if c.algorithm == algorithm], grid)
+        if np.all(np.isnan(median)):
+            continue
+        colour = colours.get(algorithm)
+        ax.plot(grid, median, color=colour, label=APPROACH.get(algorithm, algorithm))
+        ax.fill_between(grid, low, high, color=colour, alpha=0.2, linewidth=0)
+    reference = references(results, model).get(image)
+    if reference is not None:
+        ax.axhline(reference, color='grey', linestyle='--', linewidth=0.8, label="MetaVLM's final (median)")
+    ax.set_xscale('log')
+    ax.set_xlabel('evaluations (model judgements)')
+    ax.set_ylabel('hypervolume')
+    ax.set_title(f'{model} / {image}: anytime hypervolume (median, min-max over runs)')
+    ax.legend(fontsize=7)
+    save(fig, f'anytime-{_slug(model)}-{_slug(image)}', f'Anytime hypervolume, {model}, {image}')

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from metavlm_ros.campaign.anytime import anytime_table
 from metavlm_ros.campaign.formats import FORMATS, render_csv, render_html, render_markdown, write_report
 from metavlm_ros.campaign.loading import SOLUTION_SETS, CampaignResults, CellResult, load_results
 from metavlm_ros.campaign.tables import (
@@ -122,4 +123,7 @@ def build_report(
                 tables.append(_rq22(results, model, algorithm, criterion))
         for criterion in results.criteria(model):
             tables.append(_rq3(results, model, criterion, alpha, rq3, pairs))
+        anytime = anytime_table(results, model)
+        if anytime is not None:
+            tables.append(anytime)
     return Report(results=results, tables=tables, notes=notes)
