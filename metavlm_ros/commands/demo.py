@@ -49,9 +49,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         '--evaluations', type=int, default=300, help='evaluations per searched frame (default 300)'
     )
     parser.add_argument('--seed', type=int, default=0, help='seed of the footage and the searches')
+    parser.add_argument(
+        '--also',
+        nargs='+',
+        default=[],
+        metavar='ALGORITHM',
+        help='search the same frames with these algorithms too, in process (e.g. mobo), beside Rand',
+    )
     parser.add_argument('--overwrite', action='store_true', help='replace an earlier demo in --out')
     add_transport_argument(parser)
     parser.set_defaults(handler=run)
+
+
+def _demo_names() -> frozenset[str]:
+    """What a demo directory may hold: _DEMO_NAMES and the results of every algorithm `--also` takes."""
+    from metavlm_ros.method.search import ALGORITHMS  # the registry; pymoo loads slowly
+
+    return _DEMO_NAMES | {f'{backend}_{algorithm}' for backend in DEMO_MODELS for algorithm in ALGORITHMS}
+
+
+def _check_also(algorithms: list[str]) -> None:
+    """--also names registered algorithms other than the demo's own two, each once.
+
+    Raises:
+        ParameterError: naming the first that is not.
+    """
+    from metavlm_ros.method.search import ALGORITHMS, ENVELOPE
+
+    allowed = [a for a in ALGORITHMS if a not in ('nsga2', 'random', ENVELOPE)]
+    for algorithm in algorithms:
+        if algorithm not in allowed:
+            raise ParameterError(
+                f'--also: unknown algorithm {algorithm!r} (choose from {", ".join(allowed)})'
+            )
+    if len(set(algorithms)) != len(algorithms):
+        raise ParameterError('--also names an algorithm twice')
 
 
 def _check_can_start(out: Path, overwrite: bool) -> None:
@@ -72,7 +104,7 @@ def _check_can_start(out: Path, overwrite: bool) -> None:
             raise ParameterError(f'{out} exists and is not empty; pass --overwrite to replace the demo there')
         if not out.is_dir() or not any((out / m).exists() for m in _MARKERS):
             raise ParameterError(f'{out} does not look like a metavlm demo directory; refusing to replace it')
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in _DEMO_NAMES and not is_stale(p))
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in _demo_names() and not is_stale(p))
         if foreign:
             shown = ', '.join(foreign[:5]) + (', ...' if len(foreign) > 5 else '')
             raise ParameterError(f'{out}: holds files a demo does not write ({shown}); not replacing it')
@@ -136,10 +168,17 @@ def _parameters(backend: str, evaluations: int, seed: int) -> dict[str, dict[str
 
 
 def _rand_searches(
-    backend: str, records: list[dict], by_stamp: dict[int, Any], out: Path, evaluations: int, seed: int
+    backend: str,
+    records: list[dict],
+    by_stamp: dict[int, Any],
+    out: Path,
+    evaluations: int,
+    seed: int,
+    algorithm: str = 'random',
 ) -> list[dict]:
-    """Search the frames the tester searched again with Rand (in process, same budget and seed), for the
-    NSGA-II vs Rand trade-off; results kept in `out` like any search's. Returns their evaluation records."""
+    """Search the frames the tester searched again with Rand (or `algorithm`; in process, same budget
+    and seed), for the NSGA-II vs Rand trade-off; results kept in `out` like any search's. Returns their
+    evaluation records."""
     from metavlm_ros.common.results import ResultsStore, read_jsonl
     from metavlm_ros.method.search import SearchConfig, run_search
     from metavlm_ros.models.vlm import create_backend, identity_record, model_identity
@@ -153,7 +192,7 @@ def _rand_searches(
         return []
     model = create_backend(backend, 'demo', device='cpu')
     config = SearchConfig(
-        algorithm='random',
+        algorithm=algorithm,
         population=min(defaults.POPULATION, max(2, evaluations)),
         evaluations=evaluations,
         seed=seed,
@@ -241,9 +280,17 @@ def _assurance(
 
 
 def run_demo(
-    out: Path, *, frames: int, evaluations: int, seed: int, log: Any = print, dds_transport: str = 'shm'
+    out: Path,
+    *,
+    frames: int,
+    evaluations: int,
+    seed: int,
+    log: Any = print,
+    dds_transport: str = 'shm',
+    also: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Run the whole demo into `out` (which must be empty or absent).
+    """Run the whole demo into `out` (which must be empty or absent); `also`: further algorithms that
+    search the same frames in process, beside Rand (results in `<model>_<algorithm>`).
 
     Returns:
         Paths (bag, results per model, report.md, report.json, montage) and the run summaries.
@@ -307,6 +354,13 @@ def run_demo(
         title = f'demo {backend.upper()}'
         groups[title] = {'nsga2': records, 'random': rand_records}
         hypervolumes[title] = {'nsga2': _hypervolumes(results), 'random': _hypervolumes(rand_dir)}
+        for algorithm in also:
+            log(f'  {backend}: the same frame(s) searched with {algorithm} ...')
+            extra_dir = out / f'{backend}_{algorithm}'
+            groups[title][algorithm] = _rand_searches(
+                backend, records, by_stamp, extra_dir, evaluations, seed, algorithm
+            )
+            hypervolumes[title][algorithm] = _hypervolumes(extra_dir) if groups[title][algorithm] else {}
         for record in strongest(records, 2):
             stamp = int(record.get('source_stamp', record.get('stamp_ns', 0)))
             if stamp not in by_stamp:
@@ -352,6 +406,7 @@ def run(args: argparse.Namespace) -> int:
     if args.evaluations < 1:
         raise ParameterError(f'--evaluations must be at least 1, got {args.evaluations}')
     out = Path(args.out)
+    _check_also(args.also)
     # Validated first; an earlier demo is replaced only once the new one can start.
     _check_can_start(out, args.overwrite)
     _prepare_out(out, args.overwrite)
@@ -361,6 +416,7 @@ def run(args: argparse.Namespace) -> int:
         evaluations=args.evaluations,
         seed=args.seed,
         dds_transport=args.dds_transport,
+        also=tuple(args.also),
     )
     print(f'demo finished in {done["seconds"]:.0f} s')
     print(f'  footage (ROS 2 bag):   {done["bag"]}')

@@ -201,7 +201,11 @@ def montage(panels: Sequence[np.ndarray], gap: int = 10) -> np.ndarray:
     return np.vstack(rows[:-1])
 
 
-_ALGORITHM_STYLE = {'nsga2': ('NSGA-II', '#d62728'), 'random': ('Rand', '#1f77b4')}
+_ALGORITHM_STYLE = {
+    'nsga2': ('NSGA-II', '#d62728'),
+    'random': ('Rand', '#1f77b4'),
+    'mobo': ('mobo', '#2ca02c'),
+}
 
 
 def pareto_plot(
@@ -327,12 +331,17 @@ def write_demo_report(
             "Rand (the random baseline, in process); hypervolume of each search's non-dominated set "
             '(higher is better, docs/method.md §5).'
         )
-        lines += ['', '| model | frame | NSGA-II | Rand |', '|---|---|---|---|']
+        # NSGA-II and Rand, then any algorithm the demo was asked to run `--also`, in that order.
+        shown = ['nsga2', 'random']
+        for algorithms in trade_off['hypervolume'].values():
+            shown += [a for a in algorithms if a not in shown]
+        names = [_ALGORITHM_STYLE.get(a, (a, ''))[0] for a in shown]
+        lines += ['', '| model | frame | ' + ' | '.join(names) + ' |', '|---|---|' + '---|' * len(shown)]
         for model, algorithms in trade_off['hypervolume'].items():
-            nsga2, rand = algorithms.get('nsga2', {}), algorithms.get('random', {})
-            for image in sorted(set(nsga2) | set(rand)):
-                cells = [f'{table[image]:.4f}' if image in table else '-' for table in (nsga2, rand)]
-                lines.append(f'| {model} | `{image}` | {cells[0]} | {cells[1]} |')
+            tables = [algorithms.get(a, {}) for a in shown]
+            for image in sorted(set().union(*tables)):
+                cells = [f'{table[image]:.4f}' if image in table else '-' for table in tables]
+                lines.append(f'| {model} | `{image}` | ' + ' | '.join(cells) + ' |')
         lines += ['', f'![f_trans against f_pred]({Path(trade_off["plot"]).name})']
         data['trade_off'] = {'plot': str(trade_off['plot']), 'hypervolume': trade_off['hypervolume']}
     if montage_path is not None:

@@ -278,3 +278,36 @@ def test_demo_overwrite_replaces_the_earlier_demo_whole_once_it_can_start(tmp_pa
     assert seen == {'listing': [], 'siblings': ['demo']}
     assert sorted(p.name for p in out.iterdir()) == ['report.md']
     assert not (out / 'clip' / 'frames' / 'old.png').exists()
+
+
+@pytest.mark.parametrize(
+    ('also', 'words'), [(['nsga2'], "unknown algorithm 'nsga2'"), (['mobo', 'mobo'], 'twice')]
+)
+def test_demo_also_takes_registered_algorithms_beside_its_own_each_once(tmp_path, capsys, also, words):
+    assert cli.main(['demo', '--out', str(tmp_path / 'd'), '--also', *also]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('metavlm: error: --also') and words in err and '\n' not in err
+    assert not (tmp_path / 'd').exists()
+
+
+def test_demo_also_searches_the_tester_frames_with_mobo_and_reports_it_beside_rand(tmp_path):
+    from metavlm_ros.commands.demo import _rand_searches
+    from metavlm_ros.demo.report import write_demo_report
+    from metavlm_ros.footage.scenes import SceneGenerator
+
+    frame, _ = SceneGenerator(192, 108, 1.0, seed=3).frame(0)
+    tester = [{'image': 'frame_0', 'source_stamp': 7}]
+    records = _rand_searches('clip', tester, {7: frame}, tmp_path / 'clip_mobo', 20, 0, 'mobo')
+    assert len(records) == 20 and {r['algorithm'] for r in records} == {'mobo'}
+    assert read_identity(tmp_path / 'clip_mobo')['settings']['algorithm'] == 'mobo'
+    hypervolume = {r['image']: r['hypervolume'] for r in read_jsonl(tmp_path / 'clip_mobo' / 'summary.jsonl')}
+    trade_off = {
+        'plot': tmp_path / 'trade_off.png',
+        'hypervolume': {
+            'demo CLIP': {'nsga2': {'frame_0': 0.5}, 'random': {'frame_0': 0.25}, 'mobo': hypervolume}
+        },
+    }
+    md, _ = write_demo_report(tmp_path, [], None, trade_off=trade_off)
+    text = md.read_text()
+    assert '| model | frame | NSGA-II | Rand | mobo |' in text
+    assert f'| demo CLIP | `frame_0` | 0.5000 | 0.2500 | {hypervolume["frame_0"]:.4f} |' in text
