@@ -193,7 +193,10 @@ class Tally:
 def _in_claim(criterion: Criterion, record: dict) -> bool:
     if criterion.f_trans_max is not None and record['f_trans'] > criterion.f_trans_max + 1e-12:
         return False
-    return criterion.within is None or criterion.within.holds(record.get('parameters') or {})
+    if criterion.within is None:
+        return True
+    # A record written before records carried `parameters` cannot be placed in a region.
+    return record.get('parameters') is not None and criterion.within.holds(record['parameters'])
 
 
 def _render_command(directory: Path, record: dict) -> str:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 from metavlm_ros.common.directories import sha256_file, write_file_atomic
 from metavlm_ros.common.errors import ResultsError
+from metavlm_ros.common.record_format import MANIFEST
 
 __all__ = ['MANIFEST', 'check_manifest', 'manifest_files', 'write_manifest']
-
-MANIFEST = 'SHA256SUMS'
 
 
 def manifest_files(directory: str | Path) -> list[str]:

@@ -13,11 +13,18 @@ from metavlm_ros.assurance.judge import judge, load_evidence
 from metavlm_ros.assurance.manifest import MANIFEST, check_manifest, write_manifest
 from metavlm_ros.assurance.report import write_compare_report, write_report
 from metavlm_ros.assurance.verdict import Verdict, overall
-from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError, ResultsError
 from metavlm_ros.common.images import Frame
 from metavlm_ros.common.upgrade import build_aside
 
-__all__ = ['Comparison', 'Verification', 'compare_results', 'verify_frames', 'verify_results']
+__all__ = [
+    'Comparison',
+    'Verification',
+    'checked_evidence',
+    'compare_results',
+    'verify_frames',
+    'verify_results',
+]
 
 
 @dataclass
@@ -47,6 +54,28 @@ class Comparison:
         return [c for c in self.changes if c.verdict == REGRESSED]
 
 
+def checked_evidence(root: Path) -> str:
+    """Check the evidence under `root` before it is judged: its SHA256SUMS where it has one, and each
+    campaign cell against the checksums it was committed with; what was checked, in words.
+
+    Raises:
+        ResultsError: A file does not match (named).
+    """
+    from metavlm_ros.campaign.cells import CELLS_DIR, UNVERIFIED, verify_cell
+
+    said = f'{MANIFEST} verified' if check_manifest(root) else f'no {MANIFEST}: not verified'
+    cells = [c for c in sorted(root.rglob(CELLS_DIR)) if c.is_dir()]
+    checked = 0
+    for cell in (c for folder in cells for c in sorted(folder.iterdir()) if c.is_dir() and c.name[0] != '.'):
+        problem = verify_cell(cell)
+        if problem and problem != UNVERIFIED:
+            raise ResultsError(f'{cell}: {problem}')
+        checked += problem is None
+    if checked:
+        said += f'; {checked} campaign cell(s) match their checksums'
+    return said
+
+
 def _outside(out: Path, evidence: Path) -> None:
     if out.resolve().is_relative_to(evidence.resolve()):
         raise ParameterError(f'--out {out}: inside the evidence {evidence}; write it elsewhere')
@@ -58,11 +87,8 @@ def verify_results(
     """Judge the evidence under `results` as it is (checked against its SHA256SUMS where it has one);
     the verdict goes into `out`, never inside the evidence."""
     _outside(out, results)
+    manifest = checked_evidence(results)
     evidence = load_evidence(results)
-    checked = check_manifest(results)
-    manifest = (
-        f'{MANIFEST} verified' if checked else f'no {MANIFEST} (written before manifests): not verified'
-    )
     verdicts = judge(criteria, evidence)
     written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=junit)
     return Verification(criteria, verdicts, written)
@@ -114,8 +140,8 @@ def compare_results(
     """Compare two models' evidence (each checked against its SHA256SUMS where it has one) into `out`."""
     for given in (base, candidate):
         _outside(out, given)
+    checked = {str(d): checked_evidence(d) for d in (base, candidate)}
     ours, theirs = load_evidence(base), load_evidence(candidate)
-    checked = {str(d): check_manifest(d) for d in (base, candidate)}
     changes, notes = compare(ours, theirs, threshold=threshold)
     configs = {
         'base': {'root': str(base), 'models': ours.models, 'manifest': checked[str(base)]},
@@ -127,4 +153,4 @@ def compare_results(
         'frames': ours.frames,
     }
     written = write_compare_report(out, base, candidate, changes, notes, configs, junit=junit)
-    return Comparison(changes, notes, written, [d for d, ok in checked.items() if not ok])
+    return Comparison(changes, notes, written, [d for d, said in checked.items() if said.startswith('no ')])

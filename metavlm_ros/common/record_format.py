@@ -34,6 +34,7 @@ __all__ = [
     'HEADER',
     'IDENTITY',
     'IDENTITY_FORMAT',
+    'MANIFEST',
     'PARETO',
     'PER_EVALUATION',
     'PER_PARETO',
@@ -66,6 +67,9 @@ FRAMES = 'frames'
 # Source frames, one lossless PNG per distinct frame searched (named by its pixels' sha256).
 SOURCES = 'sources'
 RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
+# The checksums of every file of the directory, as `sha256sum -c` verifies them (assurance/manifest.py),
+# written when a command that writes results ends.
+MANIFEST = 'SHA256SUMS'
 # What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).
 RESULT_NAMES = frozenset(
     {
@@ -73,6 +77,7 @@ RESULT_NAMES = frozenset(
         IDENTITY,
         FRAMES,
         SOURCES,
+        MANIFEST,
     }
 )
 # 2: one shape for every command that searches (settings, model, source); 1: before it (issue 28),

@@ -193,7 +193,8 @@ def boundaries(records: Iterable[dict], key: str, space: SearchSpace | None = No
     ends = {d.name: d.end for d in directions(space)}
     tried: dict[tuple[str, str], dict[float, bool]] = {}
     for record in records:
-        if record.get('order') != 1 or record.get('failed'):
+        # Records written before they carried `parameters` cannot say which relation they changed.
+        if record.get('order') != 1 or record.get('failed') or not record.get('parameters'):
             continue
         ((relation, value), *_) = record['parameters'].items()
         nominal = RELATION_BY_ID[relation].nominal

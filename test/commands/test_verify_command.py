@@ -166,3 +166,22 @@ def test_frames_and_results_together_or_neither_are_refused(tmp_path, capsys):
     for extra in ([str(tmp_path), '--results', str(tmp_path)], []):
         assert main(['verify', '--criteria', str(EXAMPLE), *extra]) == 2
         assert 'give FRAMES to search them, or --results DIR' in capsys.readouterr().err
+
+
+def test_a_campaign_cell_that_does_not_match_its_checksums_is_refused(tmp_path, capsys):
+    from test.common.test_upgrade import _commit_with_checksums
+
+    campaign = tmp_path / 'campaign'
+    shutil.copytree(Path(__file__).resolve().parents[1] / 'fixtures' / 'campaign_results', campaign)
+    cell = sorted((campaign / 'cells').iterdir())[0]
+    _commit_with_checksums(cell)
+    with open(cell / 'evaluations.jsonl', 'ab') as handle:
+        handle.write(b'\n')
+    path = _criteria(tmp_path, PASSING)
+    assert (
+        main(['verify', '--criteria', str(path), '--results', str(campaign), '--out', str(tmp_path / 'v')])
+        == 2
+    )
+    assert (
+        capsys.readouterr().err == f'metavlm: error: {cell}: evaluations.jsonl does not match its checksum\n'
+    )
