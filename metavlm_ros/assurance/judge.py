@@ -71,6 +71,20 @@ class Evidence:
         return sorted({str(r.get('model')) for run in self.runs for r in run.records if r.get('model')})
 
     @property
+    def classes(self) -> list[str]:
+        """The classes the records answer about, in the order the model gives them."""
+        found: dict[str, None] = {}
+        for run in self.runs:
+            for record in run.records[:1]:
+                found.update(dict.fromkeys(record.get('source') or {}))
+        return list(found)
+
+    @property
+    def keys(self) -> list[str]:
+        """The violation criteria the records hold ('0.01', ..., or 'count')."""
+        return sorted({k for run in self.runs for r in run.records[:1] for k in (r.get('violation') or {})})
+
+    @property
     def frames(self) -> list[str]:
         return sorted({r['image'] for run in self.runs for r in run.records})
 
@@ -317,8 +331,8 @@ class Brackets:
     def __init__(self) -> None:
         self._seen: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
 
-    def add(self, records: list[dict], key: str, space: SearchSpace) -> None:
-        for b in boundaries(records, key, space):
+    def add(self, records: list[dict], key: str, space: SearchSpace, cls: str | None = None) -> None:
+        for b in boundaries(records, key, space, cls):
             self._seen.setdefault((b.image, b.direction), []).append((b.clean, b.violating))
 
     def merged(self) -> dict[tuple[str, str], tuple[float, float | None]]:
@@ -347,12 +361,14 @@ class FrameBoundary:
     evidence: bool  # False: no single-relation evaluation in that direction on this frame
 
 
-def merged_boundaries(evidence: Evidence, key: str) -> dict[tuple[str, str], tuple[float, float | None]]:
+def merged_boundaries(
+    evidence: Evidence, key: str, cls: str | None = None
+) -> dict[tuple[str, str], tuple[float, float | None]]:
     """(frame, direction) -> (clean, violating): the tightest bracket all the evidence gives together
-    (several searches may have tried a frame's direction)."""
+    (several searches may have tried a frame's direction); with `cls`, of that class's answer alone."""
     brackets = Brackets()
     for run in evidence.runs:
-        brackets.add(run.records, key, _space(run.settings))
+        brackets.add(run.records, key, _space(run.settings), cls)
     return brackets.merged()
 
 
@@ -425,11 +441,13 @@ def _envelope(criterion: Criterion, tally: Tally) -> Verdict:
     return Verdict(criterion.id, criterion.kind, status, criterion.claim, reason, figures)
 
 
-def envelope_table(evidence: Evidence, key: str, confidence: float = 0.95) -> list[dict]:
+def envelope_table(
+    evidence: Evidence, key: str, confidence: float = 0.95, cls: str | None = None
+) -> list[dict]:
     """Per direction the evidence covers: frames, censored, the median and the 5 % quantile of the
     boundary over frames with their order-statistic bounds, the smallest break (the report's table)."""
     by_direction: dict[str, list[tuple[float, float | None]]] = {}
-    for (_, direction), bracket in sorted(merged_boundaries(evidence, key).items()):
+    for (_, direction), bracket in sorted(merged_boundaries(evidence, key, cls).items()):
         by_direction.setdefault(direction, []).append(bracket)
     table = []
     for direction, brackets in by_direction.items():

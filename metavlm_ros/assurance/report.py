@@ -80,7 +80,9 @@ def _figure(value: Any) -> str:
     return 'none' if value is None else str(value)
 
 
-def markdown(criteria: Criteria, verdicts: list[Verdict], config: dict, table: list[dict]) -> str:
+def markdown(
+    criteria: Criteria, verdicts: list[Verdict], config: dict, table: list[dict], by_class: dict | None = None
+) -> str:
     """The verdict as Markdown: outcome, one row per criterion, reasons, envelope table, configuration."""
     lines = [
         f'# Verdict: {overall(verdicts)}',
@@ -125,6 +127,23 @@ def markdown(criteria: Criteria, verdicts: list[Verdict], config: dict, table: l
                 f'| {r["direction"]} | {r["frames"]} | {r["censored"]} | {_figure(r["median_lower"])} | '
                 f'{_figure(r["median_upper"])} | {_figure(r["q05_lower"])} | {_figure(r["q05_upper"])} | '
                 f'{_figure(r["min_violating"])} |'
+                for r in table
+            ),
+            '',
+        ]
+    if table and by_class:
+        classes = list(by_class)
+        medians = {c: {r['direction']: r['median_lower'] for r in rows} for c, rows in by_class.items()}
+        lines += [
+            "Per class: the lower bound of the median boundary of that class's answer alone (verdict.json "
+            'holds every column per class, and per threshold):',
+            '',
+            '| direction | ' + ' | '.join(classes) + ' |',
+            '|---|' + '---|' * len(classes),
+            *(
+                f'| {r["direction"]} | '
+                + ' | '.join(_figure(medians[c].get(r['direction'])) for c in classes)
+                + ' |'
                 for r in table
             ),
             '',
@@ -230,14 +249,19 @@ def write_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = configuration(criteria, evidence, manifest)
-    table = envelope_table(evidence, criteria.key(evidence.kind), criteria.confidence)
+    key = criteria.key(evidence.kind)
+    table = envelope_table(evidence, key, criteria.confidence)
+    by_class = {c: envelope_table(evidence, key, criteria.confidence, c) for c in evidence.classes}
+    by_key = {k: envelope_table(evidence, k, criteria.confidence) for k in evidence.keys}
     record = {
         'overall': overall(verdicts),
         'verdicts': [to_jsonable(v.__dict__) for v in verdicts],
         'envelope': to_jsonable(table),
+        'envelope_by_class': to_jsonable(by_class),
+        'envelope_by_threshold': to_jsonable(by_key),
         'configuration': to_jsonable(config),
     }
-    text = markdown(criteria, verdicts, config, table)
+    text = markdown(criteria, verdicts, config, table, by_class)
     written = []
     plot = envelope_plot(evidence, criteria.key(evidence.kind), out / 'envelope.png') if table else None
     if plot is not None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from metavlm_ros.method.encoding import Composition, SearchSpace, encode
+from metavlm_ros.method.metrics import THRESHOLD_SLACK
 from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     'EnvelopeSearch',
     'boundaries',
     'directions',
+    'violated',
 ]
 
 #: Magnitudes a round evaluates per open direction: with the paper's six relations (10 directions),
@@ -184,11 +186,26 @@ class Boundary:
         return self.violating is None
 
 
-def boundaries(records: Iterable[dict], key: str, space: SearchSpace | None = None) -> list[Boundary]:
+def violated(record: dict, key: str, cls: str | None = None) -> bool:
+    """Whether an evaluation record violates at criterion `key` ('0.05', 'count'): any class (the
+    record's own flag), or only class `cls` (its change alone: a count that changed, a confidence that
+    moved by the threshold or more, Eqs. 4, 5)."""
+    if cls is None:
+        return bool((record.get('violation') or {}).get(key))
+    source, followup = record.get('source') or {}, record.get('followup') or {}
+    if cls not in source or cls not in followup:
+        return False
+    change = abs(followup[cls] - source[cls])
+    return change >= 1 if key == 'count' else change >= float(key) - THRESHOLD_SLACK
+
+
+def boundaries(
+    records: Iterable[dict], key: str, space: SearchSpace | None = None, cls: str | None = None
+) -> list[Boundary]:
     """Every (frame, direction) boundary at violation criterion `key` ('0.05', 'count') that the
     evaluation records show: from their single-relation evaluations (an envelope search's, and those
     any other search judged), failed ones left out. `space` gives the ranges' ends (the paper's by
-    default)."""
+    default); with `cls`, the boundary of that class's answer alone (`violated`)."""
     space = space or SearchSpace.default()
     ends = {d.name: d.end for d in directions(space)}
     tried: dict[tuple[str, str], dict[float, bool]] = {}
@@ -201,10 +218,10 @@ def boundaries(records: Iterable[dict], key: str, space: SearchSpace | None = No
         if value == nominal:
             continue  # magnitude 0 carries no side (CLAHE at nominal): not an envelope point
         direction = f'{relation}{"+" if value > nominal else "-"}'
-        violated = bool((record.get('violation') or {}).get(key))
+        broken = violated(record, key, cls)
         magnitude = round(abs(value - nominal), 12)
         seen = tried.setdefault((record['image'], direction), {})
-        seen[magnitude] = seen.get(magnitude, False) or violated
+        seen[magnitude] = seen.get(magnitude, False) or broken
     found = []
     for (image, direction), seen in sorted(tried.items()):
         bad = [m for m, v in seen.items() if v]

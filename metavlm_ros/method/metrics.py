@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     'DEFAULT_THRESHOLDS',
     'KINDS',
+    'THRESHOLD_SLACK',
     'anytime_hypervolume',
     'class_differences',
     'hypervolume',
@@ -34,7 +35,7 @@ KINDS = ('count', 'confidence')
 
 # A confidence difference of 0.3 - 0.27 is 0.0299999... in binary floating point; this slack keeps
 # Eq. 5 true to its decimal meaning (d >= Th) without admitting any real difference below Th.
-_THRESHOLD_SLACK = 1e-12
+THRESHOLD_SLACK = 1e-12
 
 
 def class_differences(source: Prediction, followup: Prediction) -> dict[str, float]:
@@ -73,7 +74,7 @@ def _violating(source: Prediction, followup: Prediction, threshold: float | None
     if source.kind == 'count':
         limit = 1.0
     else:
-        limit = _check_threshold(DEFAULT_THRESHOLDS[0] if threshold is None else threshold) - _THRESHOLD_SLACK
+        limit = _check_threshold(DEFAULT_THRESHOLDS[0] if threshold is None else threshold) - THRESHOLD_SLACK
     return {name: d for name, d in differences.items() if d >= limit}
 
 

@@ -166,3 +166,19 @@ def test_uniform_samples_activate_every_relation_of_the_region_inside_its_ranges
         ev.genotype.tolist() for ev in again.evaluations
     ]
     assert all(ev.composition.order == 2 for ev in first.evaluations)
+
+
+def test_each_class_has_its_boundary_and_the_smallest_is_the_answers():
+    config = SearchConfig(algorithm='envelope', population=16, evaluations=200, seed=0)
+    result = run_search(make_frame(96, 64, seed=2), ImageStatsBackend(), config, image_id='f')
+    records = [evaluation_record(ev, result) for ev in result.evaluations]
+    whole = {b.direction: b for b in boundaries(records, '0.01')}
+    classes = ImageStatsBackend.classes
+    per = {c: {b.direction: b for b in boundaries(records, '0.01', cls=c)} for c in classes}
+    broken = 0
+    for direction, boundary in whole.items():
+        found = [per[c][direction].violating for c in classes if per[c][direction].violating is not None]
+        # The answer changes where its first class does (Eq. 5: some class moved by the threshold).
+        assert boundary.violating == (min(found) if found else None), direction
+        broken += bool(found)
+    assert broken >= 2
