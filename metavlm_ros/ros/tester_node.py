@@ -6,6 +6,7 @@ import gc
 import math
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -19,6 +20,7 @@ from rclpy.qos import (
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 
+from metavlm_ros.assurance.manifest import write_manifest
 from metavlm_ros.common.errors import InputError, MetaVLMError, ResultsError, StorageError
 from metavlm_ros.common.process import finish
 from metavlm_ros.common.results import (
@@ -232,19 +234,30 @@ class TesterNode(TesterOutput, ManagedNode):
         self._stopping.set()
         with self._wake:
             self._wake.notify_all()
+        busy = False
         if self._worker is not None:
             self._worker.join(FINISH_WAIT_S)
-            if self._worker.is_alive():
+            busy = self._worker.is_alive()
+            if busy:
                 self.get_logger().warning('the search worker is still busy; cleaned up without it')
             self._worker = None
         if self._store is not None:
             self._store.close()
+            if not busy:  # nothing writes there any more: the directory as it is left
+                self._seal(self._store.directory)
             self._store = None
         self.destroy_entities(self._made)
         self._made = []
         self._release_backend()
         self._stop_live()
         self.state = 'unconfigured'
+
+    def _seal(self, directory: Path) -> None:
+        """Write the results directory's SHA256SUMS (docs/assurance.md); a failure is said, not raised."""
+        try:
+            write_manifest(directory)
+        except OSError as exc:
+            self.get_logger().warning(f'{directory}: SHA256SUMS not written ({exc.strerror or exc})')
 
     def _release_backend(self) -> None:
         if self.probe is not None:

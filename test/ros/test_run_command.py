@@ -56,6 +56,17 @@ def test_metavlm_run_on_a_folder_through_the_perception_node(tmp_path, tiny_clip
     assert not any(r['failed'] for r in records)
     assert all(r['source_stamp'] > 0 and r['image'] == f'camera@{r["source_stamp"]}' for r in records)
     assert f'{len(summaries)} search(es), {len(records)} evaluations (0 failed)' in out
+    # The tester leaves its directory with a SHA256SUMS of every file, as `sha256sum -c` checks it.
+    import subprocess
+
+    results = tmp_path / 'results'
+    assert (results / 'SHA256SUMS').is_file()
+    done = subprocess.run(
+        ['sha256sum', '--check', '--strict', 'SHA256SUMS'], cwd=results, capture_output=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = {line.split('  ', 1)[1] for line in (results / 'SHA256SUMS').read_text().splitlines()}
+    assert {'evaluations.jsonl.gz', 'summary.jsonl.gz', 'search.json'} <= listed
 
 
 def test_run_nodes_replays_a_bag_with_its_stamps_for_a_duration(tmp_path, tiny_clip_dir):
