@@ -271,4 +271,23 @@ def compare(
         change.p_adjusted = adjusted
         if adjusted < alpha and change.large_enough and not math.isnan(change.effect):
             change.verdict = REGRESSED if change.worse else IMPROVED
+        frames = change.figures.get('frames')
+        if change.kind == 'envelope' and change.verdict == NO_CHANGE and change.large_enough and frames:
+            # Every frame moved one way and still no call: too few frames for this test, not no change.
+            needed = _frames_to_call(len(changes), alpha)
+            if frames < needed and change.p <= 2 / 2**frames + 1e-12:
+                notes.append(
+                    f'{change.item}: all {frames} frames moved the same way ({change.effect_text}), but a '
+                    f"paired test on {frames} frames cannot reach {alpha:g} after Holm's correction over "
+                    f'{len(changes)} items; verify on at least {needed} frames to decide it'
+                )
     return changes, notes
+
+
+def _frames_to_call(items: int, alpha: float) -> int:
+    """The fewest frames on which a Wilcoxon signed-rank test of every frame moving one way (exact
+    two-sided p 2 / 2**n) reaches `alpha` even as the first of `items` Holm-adjusted p-values."""
+    n = 1
+    while items * 2 / 2**n >= alpha:
+        n += 1
+    return n

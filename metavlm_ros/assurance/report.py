@@ -286,7 +286,7 @@ def compare_markdown(base: Path, candidate: Path, changes: list, notes: list[str
         f'# Model comparison: {"REGRESSED" if regressed else "no regression"}',
         '',
         f'Base `{base}`, candidate `{candidate}`: the same frames (by sha256) and search settings'
-        + (f' but {"; ".join(notes)}' if notes else '')
+        + (' (notes below)' if notes else '')
         + ". Each item is a two-sided test; p-values are adjusted with Holm's method over all items, and a "
         'change is called only when the adjusted p is below 0.05 and the effect is at least the minimum '
         '(docs/assurance.md).',
@@ -298,6 +298,7 @@ def compare_markdown(base: Path, candidate: Path, changes: list, notes: list[str
             for c in changes
         ),
         '',
+        *(['## Notes', '', *(f'- {note}' for note in notes), ''] if notes else []),
         '## Configurations',
         '',
         '```json',
