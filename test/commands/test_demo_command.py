@@ -290,24 +290,23 @@ def test_demo_also_takes_registered_algorithms_beside_its_own_each_once(tmp_path
     assert not (tmp_path / 'd').exists()
 
 
-def test_demo_also_searches_the_tester_frames_with_mobo_and_reports_it_beside_rand(tmp_path):
-    from metavlm_ros.commands.demo import _rand_searches
-    from metavlm_ros.demo.report import write_demo_report
-    from metavlm_ros.footage.scenes import SceneGenerator
-
-    frame, _ = SceneGenerator(192, 108, 1.0, seed=3).frame(0)
-    tester = [{'image': 'frame_0', 'source_stamp': 7}]
-    records = _rand_searches('clip', tester, {7: frame}, tmp_path / 'clip_mobo', 20, 0, 'mobo')
-    assert len(records) == 20 and {r['algorithm'] for r in records} == {'mobo'}
-    assert read_identity(tmp_path / 'clip_mobo')['settings']['algorithm'] == 'mobo'
-    hypervolume = {r['image']: r['hypervolume'] for r in read_jsonl(tmp_path / 'clip_mobo' / 'summary.jsonl')}
-    trade_off = {
-        'plot': tmp_path / 'trade_off.png',
-        'hypervolume': {
-            'demo CLIP': {'nsga2': {'frame_0': 0.5}, 'random': {'frame_0': 0.25}, 'mobo': hypervolume}
-        },
-    }
-    md, _ = write_demo_report(tmp_path, [], None, trade_off=trade_off)
-    text = md.read_text()
+def test_demo_also_searches_the_tester_frames_with_mobo_and_reports_it_beside_rand(tmp_path, capsys):
+    out = tmp_path / 'demo'
+    assert (
+        cli.main(['demo', '--out', str(out), '--frames', '1', '--evaluations', '40', '--also', 'mobo']) == 0
+    )
+    report = json.loads((out / 'report.json').read_text())
+    text = (out / 'report.md').read_text()
     assert '| model | frame | NSGA-II | Rand | mobo |' in text
-    assert f'| demo CLIP | `frame_0` | 0.5000 | 0.2500 | {hypervolume["frame_0"]:.4f} |' in text
+    for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP')):
+        tester = read_jsonl(out / backend / 'summary.jsonl')
+        mobo = read_jsonl(out / f'{backend}_mobo' / 'summary.jsonl')
+        # The frames the tester searched, searched again by mobo with the same budget.
+        assert mobo and {r['image'] for r in mobo} == {r['image'] for r in tester}
+        assert all(r['algorithm'] == 'mobo' and r['evaluations'] == 40 for r in mobo)
+        assert read_identity(out / f'{backend}_mobo')['settings']['algorithm'] == 'mobo'
+        stored = report['trade_off']['hypervolume'][title]
+        assert stored['mobo'] == {r['image']: r['hypervolume'] for r in mobo}
+    # An earlier demo with such a directory is still a demo: --overwrite replaces it.
+    assert cli.main(['demo', '--out', str(out), '--frames', '1', '--evaluations', '10', '--overwrite']) == 0
+    assert not (out / 'clip_mobo').exists()
