@@ -67,12 +67,13 @@ def anytime_table(results: CampaignResults, model: str) -> Table | None:
         row.append(statistics.median(c.anytime[-1][0] for c in cells))
         rows.append(row)
     columns = ['algorithm', 'searches']
-    formats = ['{}', '{}']
+    formats = ['', 'd']
     for share in ANYTIME_TARGETS:
-        columns += [f'evaluations to {share:.0%}', f'reached {share:.0%}']
-        formats += ['{:.0f}', '{}']
+        # Not ending in '%': a column so named holds percentages (docs/campaigns.md); these hold counts.
+        columns += [f'evaluations to {share:.0%} of NSGA-II', f'searches reaching {share:.0%} of NSGA-II']
+        formats += ['.0f', 'd']
     columns.append('budget')
-    formats.append('{:.0f}')
+    formats.append('.0f')
     return Table(
         key=f'anytime-{_slug(model)}',
         title=f"Anytime: evaluations to reach NSGA-II's final hypervolume, {model}",

@@ -3,6 +3,7 @@
 import numpy as np
 
 from metavlm_ros.campaign.anytime import anytime_band, evaluations_to_reach
+from metavlm_ros.campaign.formats import write_report
 from metavlm_ros.campaign.loading import CellResult, load_results
 from metavlm_ros.campaign.plots import make_plots
 from metavlm_ros.campaign.report import build_report
@@ -41,8 +42,13 @@ def test_a_campaign_report_gives_anytime_hypervolumes_a_table_and_plots(tmp_path
     table = report.table('anytime-tiny_clip')
     assert table.column('algorithm') == ['MetaVLM', 'MOBO'] and table.column('searches') == [4, 4]
     # NSGA-II reaches its own median on at least half its searches, by definition of the median.
-    assert table.cell('reached 100%', algorithm='MetaVLM') >= 2
+    assert table.cell('searches reaching 100% of NSGA-II', algorithm='MetaVLM') >= 2
     assert table.column('budget') == [18, 18]
+    for fmt in ('md', 'html', 'csv'):
+        paths = write_report(report, tmp_path / f'report-{fmt}', fmt, plots=False)
+        assert any(
+            'Anytime' in p.read_text() or 'evaluations to 90% of NSGA-II' in p.read_text() for p in paths
+        ), fmt
     written = make_plots(report.results, tmp_path / 'report')
     anytime = [path for title, path in written if title.startswith('Anytime hypervolume')]
     assert len(anytime) == len(results.images) and all(p.stat().st_size > 0 for p in anytime)
