@@ -32,7 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         '--algorithm',
         default=defaults.ALGORITHM,
         help='nsga2 (MetaVLM, the default), random (Rand), nsga3, smsemoa, moead, or mobo (sample-efficient: '
-        'a tenth of the evaluations for expensive models) (docs/method.md §7)',
+        'a tenth of the evaluations for expensive models) (docs/method.md §7); for acceptance criteria, '
+        'uniform (uniform samples of the --relations and --range given) or envelope (the boundary search, '
+        'docs/assurance.md)',
     )
     group.add_argument(
         '--population',
