@@ -11,10 +11,10 @@ from scipy.optimize import minimize
 from scipy.special import ndtr
 from threadpoolctl import threadpool_limits
 
-from metavlm_ros.method.algorithms import rand_genotypes
 from metavlm_ros.method.encoding import FLAG_THRESHOLD, SearchSpace
 from metavlm_ros.method.metrics import non_dominated
 from metavlm_ros.method.relations import RELATIONS
+from metavlm_ros.method.sampling import rand_genotypes
 
 __all__ = ['MOBO', 'ZSpace', 'ehvi', 'GaussianProcess']
 

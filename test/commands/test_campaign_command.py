@@ -119,7 +119,9 @@ def test_report_formats_and_refusal(tmp_path, campaign_yaml, capsys):
     assert (out / 'report' / 'rq1.csv').read_text().startswith('model,image,runs MetaVLM,runs Rand,')
     assert main(['report', str(out), '--format', 'html', '--out', str(tmp_path / 'html')]) == 0
     assert (tmp_path / 'html' / 'index.html').is_file()
-    assert len(list((tmp_path / 'html' / 'plots').glob('*.png'))) == 4  # 2 fronts, VR, HV
+    plots = sorted(p.name for p in (tmp_path / 'html' / 'plots').glob('*.png'))
+    assert len(plots) == 6  # 2 fronts, VR, HV, and the anytime hypervolume of each of the 2 images
+    assert sum(name.startswith('anytime-') for name in plots) == 2
     capsys.readouterr()
     # The same directory with another config is refused, and nothing in it changes.
     campaign_yaml.write_text(config.replace('seed: 11', 'seed: 12'))
