@@ -325,17 +325,22 @@ def write_demo_report(
             {'title': section.title, 'results_dir': str(section.results_dir), 'kind': section.kind, **table}
         )
     if trade_off:
-        lines += ['', '## Trade-off: NSGA-II against Rand', '']
-        lines.append(
-            'The same frames searched with the same budget by NSGA-II (through the ROS nodes) and by '
-            "Rand (the random baseline, in process); hypervolume of each search's non-dominated set "
-            '(higher is better, docs/method.md §5).'
-        )
         # NSGA-II and Rand, then any algorithm the demo was asked to run `--also`, in that order.
         shown = ['nsga2', 'random']
         for algorithms in trade_off['hypervolume'].values():
             shown += [a for a in algorithms if a not in shown]
         names = [_ALGORITHM_STYLE.get(a, (a, ''))[0] for a in shown]
+        others = f' (and {", ".join(names[2:])}, asked with --also)' if len(names) > 2 else ''
+        lines += [
+            '',
+            f'## Trade-off: NSGA-II against Rand{" and " + ", ".join(names[2:]) if others else ""}',
+            '',
+        ]
+        lines.append(
+            'The same frames searched with the same budget by NSGA-II (through the ROS nodes) and by '
+            f"Rand (the random baseline, in process){others}; hypervolume of each search's non-dominated set "
+            '(higher is better, docs/method.md §5).'
+        )
         lines += ['', '| model | frame | ' + ' | '.join(names) + ' |', '|---|---|' + '---|' * len(shown)]
         for model, algorithms in trade_off['hypervolume'].items():
             tables = [algorithms.get(a, {}) for a in shown]

@@ -298,6 +298,7 @@ def test_demo_also_searches_the_tester_frames_with_mobo_and_reports_it_beside_ra
     report = json.loads((out / 'report.json').read_text())
     text = (out / 'report.md').read_text()
     assert '| model | frame | NSGA-II | Rand | mobo |' in text
+    assert '## Trade-off: NSGA-II against Rand and mobo' in text and '(and mobo, asked with --also)' in text
     for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP')):
         tester = read_jsonl(out / backend / 'summary.jsonl')
         mobo = read_jsonl(out / f'{backend}_mobo' / 'summary.jsonl')
