@@ -22,13 +22,17 @@ def same_as_ours(directory: Path, names: tuple[str, ...] = (EVALUATIONS, PARETO,
         for column in ('index', 'f_pred', 'f_trans', 'composition', 'hypervolume', 'image'):
             if column in frame:
                 assert frame[column].tolist() == [r[column] for r in ours], (name, column)
-        rows = duckdb.sql(f"SELECT * FROM read_json('{path}')")
-        found = [dict(zip(rows.columns, row, strict=True)) for row in rows.fetchall()]
-        assert len(found) == len(ours), name
-        for theirs, record in zip(found, ours, strict=True):
-            for key in ('index', 'genotype', 'f_pred', 'f_trans', 'followup', 'violation', 'image', 'seed'):
-                if key in record:
-                    assert theirs[key] == record[key], (name, key)
+        duckdb_rows_match(duckdb.sql(f"SELECT * FROM read_json('{path}')"), ours, name)
+
+
+def duckdb_rows_match(rows, ours: list[dict], name: str) -> None:
+    """A DuckDB relation holds the records `ours`, row for row, in the fields that say what was judged."""
+    found = [dict(zip(rows.columns, row, strict=True)) for row in rows.fetchall()]
+    assert len(found) == len(ours), name
+    for theirs, record in zip(found, ours, strict=True):
+        for key in ('index', 'genotype', 'f_pred', 'f_trans', 'followup', 'violation', 'image', 'seed'):
+            if key in record:
+                assert theirs[key] == record[key], (name, key)
 
 
 def as_jq_reads(value):

@@ -20,16 +20,12 @@ from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import directions
 
 __all__ = [
-    'REPORT_NAMES',
     'compare_markdown',
     'configuration',
     'markdown',
     'write_compare_report',
     'write_report',
 ]
-
-#: The files `write_report` writes into its directory.
-REPORT_NAMES = ('verdict.json', 'verdict.md', 'verdict.html')
 
 
 def configuration(criteria: Criteria, evidence: Evidence, manifest: str) -> dict[str, Any]:
@@ -236,6 +232,19 @@ def _html(text: str, title: str) -> str:
     )
 
 
+def _write_three(out: Path, stem: str, record: dict, text: str, title: str) -> list[Path]:
+    """STEM.json (the record), STEM.md (the text) and STEM.html (the text as a page), each atomically."""
+    written = []
+    for suffix, data in (
+        ('json', json.dumps(record, indent=1, sort_keys=True) + '\n'),
+        ('md', text),
+        ('html', _html(text, title)),
+    ):
+        write_file_atomic(out / f'{stem}.{suffix}', data.encode())
+        written.append(out / f'{stem}.{suffix}')
+    return written
+
+
 def write_report(
     out: str | Path,
     criteria: Criteria,
@@ -262,17 +271,9 @@ def write_report(
         'configuration': to_jsonable(config),
     }
     text = markdown(criteria, verdicts, config, table, by_class)
-    written = []
-    plot = envelope_plot(evidence, criteria.key(evidence.kind), out / 'envelope.png') if table else None
-    if plot is not None:
-        written.append(plot)
-    for name, data in zip(
-        REPORT_NAMES,
-        (json.dumps(record, indent=1, sort_keys=True) + '\n', text, _html(text, f'Verdict: {criteria.name}')),
-        strict=True,
-    ):
-        write_file_atomic(out / name, data.encode())
-        written.append(out / name)
+    plot = envelope_plot(evidence, key, out / 'envelope.png') if table else None
+    written = [] if plot is None else [plot]
+    written += _write_three(out, 'verdict', record, text, f'Verdict: {criteria.name}')
     if junit is not None:
         write_junit(junit, verdicts, suite=f'metavlm verify: {criteria.name}', properties=_properties(config))
         written.append(Path(junit))
@@ -331,14 +332,7 @@ def write_compare_report(
         'configurations': to_jsonable(configs),
     }
     text = compare_markdown(base, candidate, changes, notes, configs)
-    written = []
-    for name, data in (
-        ('compare.json', json.dumps(record, indent=1, sort_keys=True) + '\n'),
-        ('compare.md', text),
-        ('compare.html', _html(text, f'Comparison: {candidate} against {base}')),
-    ):
-        write_file_atomic(out / name, data.encode())
-        written.append(out / name)
+    written = _write_three(out, 'compare', record, text, f'Comparison: {candidate} against {base}')
     if junit is not None:
         cases = [
             Verdict(

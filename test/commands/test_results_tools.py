@@ -20,7 +20,7 @@ from metavlm_ros.cli import main
 from metavlm_ros.common.results import EVALUATIONS, read_jsonl
 from test.campaign.configs import small_config
 from test.conftest import make_frame
-from test.tools_reading import same_as_ours
+from test.tools_reading import duckdb_rows_match, same_as_ours
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,12 +114,7 @@ def test_parquet_tables_keep_every_record_and_its_nested_fields(search_results, 
     for name in (EVALUATIONS, 'pareto.jsonl', 'summary.jsonl'):
         ours = read_jsonl(search_results / name)
         rows = duckdb.sql(f"SELECT * FROM read_parquet('{out / name.replace('.jsonl', '.parquet')}')")
-        found = [dict(zip(rows.columns, row, strict=True)) for row in rows.fetchall()]
-        assert len(found) == len(ours), name
-        for theirs, record in zip(found, ours, strict=True):
-            for key in ('index', 'genotype', 'f_pred', 'f_trans', 'followup', 'violation', 'image', 'seed'):
-                if key in record:
-                    assert theirs[key] == record[key], (name, key)
+        duckdb_rows_match(rows, ours, name)
 
 
 def test_csv_tables_hold_nested_fields_as_dotted_columns(search_results, tmp_path):

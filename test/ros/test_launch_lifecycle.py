@@ -44,27 +44,27 @@ def _run(description, timeout: float = 60.0) -> int:
         watchdog.cancel()
 
 
-def test_a_managed_node_is_configured_then_activated_and_nothing_is_left_running():
+def _until_active(transitions, node, name: str) -> tuple[int, list[tuple[str, float]]]:
+    """Launch `node` brought to active by `transitions`, shut down at its NodeActive (or the watchdog);
+    the launch's code, and each NodeActive seen: node name, seconds since the launch began."""
     from launch.actions import EmitEvent, OpaqueFunction, RegisterEventHandler
     from launch.event_handler import EventHandler
     from launch.events import Shutdown
 
     from launch import LaunchDescription
-    from metavlm_ros.ros.launch_lifecycle import NodeActive, Transitions
+    from metavlm_ros.ros.launch_lifecycle import NodeActive
 
-    transitions = Transitions()
-    node = _process('lc', LIFECYCLE_NODE.format(name='metavlm_test_lc'))
-    seen: list[str] = []
+    seen: list[tuple[str, float]] = []
+    started = time.monotonic()
 
     def on_active(context, *args):
-        seen.append(context.locals.event.node_name)
+        seen.append((context.locals.event.node_name, time.monotonic() - started))
         return [EmitEvent(event=Shutdown(reason='node active'))]
 
-    started = time.monotonic()
     code = _run(
         LaunchDescription(
             [
-                *transitions.bring_to_active(node, 'metavlm_test_lc'),
+                *transitions.bring_to_active(node, name),
                 transitions.closer(),
                 RegisterEventHandler(
                     EventHandler(
@@ -76,7 +76,18 @@ def test_a_managed_node_is_configured_then_activated_and_nothing_is_left_running
             ]
         )
     )
-    assert seen == ['metavlm_test_lc'], f'no NodeActive within {time.monotonic() - started:.0f} s'
+    return code, seen
+
+
+def test_a_managed_node_is_configured_then_activated_and_nothing_is_left_running():
+    from metavlm_ros.ros.launch_lifecycle import Transitions
+
+    transitions = Transitions()
+    node = _process('lc', LIFECYCLE_NODE.format(name='metavlm_test_lc'))
+    started = time.monotonic()
+    code, seen = _until_active(transitions, node, 'metavlm_test_lc')
+    names = [name for name, _ in seen]
+    assert names == ['metavlm_test_lc'], f'no NodeActive within {time.monotonic() - started:.0f} s'
     assert code == 0
     # close() joined every request thread and its executor thread before the context went away.
     assert not any(thread.is_alive() for thread in transitions._threads)
@@ -167,37 +178,9 @@ except (KeyboardInterrupt, ExternalShutdownException):
 
 @pytest.mark.parametrize('lose', ['reply', 'request'])
 def test_a_lost_reply_or_request_is_found_out_by_asking_the_nodes_state(lose):
-    from launch.actions import EmitEvent, OpaqueFunction, RegisterEventHandler
-    from launch.event_handler import EventHandler
-    from launch.events import Shutdown
+    from metavlm_ros.ros.launch_lifecycle import ANSWER_S, Transitions
 
-    from launch import LaunchDescription
-    from metavlm_ros.ros.launch_lifecycle import ANSWER_S, NodeActive, Transitions
-
-    transitions = Transitions()
     name = f'metavlm_test_lossy_{lose}'
-    node = _process('lossy', LOSSY_NODE.format(name=name, lose=lose))
-    seen: list[float] = []
-    started = time.monotonic()
-
-    def on_active(context, *args):
-        seen.append(time.monotonic() - started)
-        return [EmitEvent(event=Shutdown(reason='node active'))]
-
-    _run(
-        LaunchDescription(
-            [
-                *transitions.bring_to_active(node, name),
-                transitions.closer(),
-                RegisterEventHandler(
-                    EventHandler(
-                        matcher=lambda event: isinstance(event, NodeActive),
-                        entities=[OpaqueFunction(function=on_active)],
-                    )
-                ),
-                node,
-            ]
-        )
-    )
+    _, seen = _until_active(Transitions(), _process('lossy', LOSSY_NODE.format(name=name, lose=lose)), name)
     assert len(seen) == 1, 'the node never reached active'
-    assert seen[0] >= ANSWER_S  # it waited for the lost answer before it asked
+    assert seen[0][1] >= ANSWER_S  # it waited for the lost answer before it asked

@@ -238,21 +238,28 @@ def test_bare_storage_files_replay(tmp_path, name, write):
         assert image_msg_to_rgb(images.messages[-1])[0, 0, 0] == 50
 
 
+def _replay(argv: list[str], images, collectors) -> list[int]:
+    """Run `metavlm ARGV` in a thread while `collectors` spin, until it ends and `images` holds every
+    frame; its exit codes."""
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(cli.main(argv)))
+    thread.start()
+    try:
+        wait_for(lambda: not thread.is_alive(), 20, collectors, 'metavlm replay to finish')
+        wait_for(lambda: len(images.messages) == N_FRAMES, 3, images, 'all frames')
+    finally:
+        thread.join(10)
+    return codes
+
+
 def test_a_ros1_bag_replays_as_its_ros2_types(tmp_path, capsys):
     path = write_ros1_bag(tmp_path / 'dive.bag')
     assert bag_topics(path) == {'/camera/image_raw': 'sensor_msgs/msg/Image', '/note': 'std_msgs/msg/String'}
     with ros_context() as context:
         images = TopicCollector(context, '/camera/image_raw', Image, name='images')
         notes = TopicCollector(context, '/note', String, name='notes')
-        codes = []
         argv = ['replay', str(path), '--rate', '10', '--wait-for-subscribers', '5']
-        thread = threading.Thread(target=lambda: codes.append(cli.main(argv)))
-        thread.start()
-        try:
-            wait_for(lambda: not thread.is_alive(), 20, [images, notes], 'metavlm replay to finish')
-            wait_for(lambda: len(images.messages) == N_FRAMES, 3, images, 'all frames')
-        finally:
-            thread.join(10)
+        codes = _replay(argv, images, [images, notes])
     assert codes == [0], capsys.readouterr().err
     stamps = [stamp_to_ns(m.header.stamp) for m in images.messages]
     assert stamps == [T0 + i * SPACING_NS + STAMP_OFFSET_NS for i in range(N_FRAMES)]
@@ -268,15 +275,8 @@ def test_a_video_replays_as_a_camera_topic_at_its_frame_rate(tmp_path, capsys):
     assert bag_topics(video) == {'/camera/image_raw': 'sensor_msgs/msg/Image'}
     with ros_context() as context:
         images = TopicCollector(context, '/camera/image_raw', Image, name='images')
-        codes = []
         argv = ['replay', str(video), '--rate', '2', '--wait-for-subscribers', '5']
-        thread = threading.Thread(target=lambda: codes.append(cli.main(argv)))
-        thread.start()
-        try:
-            wait_for(lambda: not thread.is_alive(), 20, images, 'metavlm replay to finish')
-            wait_for(lambda: len(images.messages) == N_FRAMES, 3, images, 'all frames')
-        finally:
-            thread.join(10)
+        codes = _replay(argv, images, images)
     assert codes == [0], capsys.readouterr().err
     stamps = [stamp_to_ns(m.header.stamp) for m in images.messages]
     # Stamped the video epoch plus their position, 100 ms apart; sent 50 ms apart at rate 2.
@@ -302,16 +302,9 @@ def test_cli_replays_to_a_best_effort_subscriber(bag, capsys):
     with ros_context() as context:
         sensor_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
         images = TopicCollector(context, '/cam', Image, sensor_qos, name='images')
-        codes = []
         argv = ['replay', str(bag), '--topic', '/camera/image_raw', '--remap', '/camera/image_raw:=/cam']
         argv += ['--rate', '10', '--wait-for-subscribers', '5']
-        thread = threading.Thread(target=lambda: codes.append(cli.main(argv)))
-        thread.start()
-        try:
-            wait_for(lambda: not thread.is_alive(), 20, images, 'metavlm replay to finish')
-            wait_for(lambda: len(images.messages) == N_FRAMES, 3, images, 'all frames')
-        finally:
-            thread.join(10)
+        codes = _replay(argv, images, images)
     assert codes == [0]
     assert f'published {N_FRAMES} messages on 1 topic(s) in ' in capsys.readouterr().out
 
