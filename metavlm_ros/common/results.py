@@ -331,16 +331,26 @@ class ResultsStore:
         self._append_referring(PARETO, record, frozenset({'rank', 'frame'}))
 
     def append_violation(self, record: dict) -> None:
-        """Append one published violation (its evaluation record and `frame`) to violations.jsonl.
+        """Append one published violation (its evaluation record and `frame`) to violations.jsonl;
+        on disk when this returns (`append_violations`)."""
+        self.append_violations([record])
 
-        It is on disk when this returns (a member of its own): a violation is published next. Its
-        record is whole, so what is published is on disk whatever evaluations still wait.
+    def append_violations(self, records: list[dict]) -> None:
+        """Append violations about to be published (each its evaluation record and `frame`) to
+        violations.jsonl, as one gzip member (the tester's: those of one generation).
+
+        They are on disk when this returns: they are published next. Each record is whole, so what
+        is published is on disk whatever evaluations still wait (a search flushes a generation's
+        evaluations before it hands them over: `run_search`'s on_generation).
         """
+        if not records:
+            return
         if not self.legacy:
-            self._add(VIOLATIONS, to_jsonable(record))
+            self._pending.setdefault(VIOLATIONS, []).extend(to_jsonable(r) for r in records)
             self.flush((VIOLATIONS,))
             return
-        self._append_referring(VIOLATIONS, record, frozenset({'frame'}))
+        for record in records:
+            self._append_referring(VIOLATIONS, record, frozenset({'frame'}))
 
     def _append_referring(self, name: str, record: dict, added: frozenset) -> None:
         """Append an evaluation record plus `added` fields: as a reference to the evaluation (its

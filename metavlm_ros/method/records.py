@@ -43,7 +43,8 @@ class Evaluation:
     cached: bool = False
     failed: bool = False
     #: The follow-up pixels the model judged (the search's own warp), on the evaluation that paid for
-    #: them, while `on_evaluation` runs; released after it, so a search holds no more than a batch.
+    #: them, while `on_evaluation` and `on_generation` run; released after them, so a search holds
+    #: no more than a batch.
     #: A caller that publishes or saves a follow-up takes it here instead of rendering it again.
     followup_frame: np.ndarray | None = field(default=None, repr=False, compare=False)
 

@@ -251,6 +251,7 @@ def run_search(
     store: ResultsStore | None = None,
     progress: Callable[[int], None] | None = None,
     on_evaluation: Callable[[Evaluation, SearchResult], None] | None = None,
+    on_generation: Callable[[list[Evaluation], SearchResult], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     extra_fields: dict | None = None,
     source: Prediction | None = None,
@@ -268,6 +269,9 @@ def run_search(
         progress: called with the number of evaluations finished since the last call.
         on_evaluation: called for every evaluation after it is stored; the evaluation that paid for a
             follow-up carries its judged pixels (`followup_frame`) during the call only.
+        on_generation: called with each generation's evaluations once their records are on disk
+            (flushed), their judged pixels still attached: what a caller publishes of them is
+            evidence already.
         should_stop: polled between generations; True ends the search early (result.stopped).
         extra_fields: added to every stored record (e.g. model, run, source stamp).
         source: the source prediction when the caller already has it (never recomputed here); it must
@@ -315,9 +319,12 @@ def run_search(
                 store.append_evaluation(evaluation_record(ev, result, extra))
             if on_evaluation is not None:
                 on_evaluation(ev, result)
-            ev.followup_frame = None  # judged and handed over: a search holds no frame beyond its batch
         if store is not None:
             store.flush()  # one member a generation: a killed search keeps every generation it finished
+        if on_generation is not None:
+            on_generation(batch, result)
+        for ev in batch:
+            ev.followup_frame = None  # judged and handed over: a search holds no frame beyond its batch
         if progress is not None:
             progress(len(batch))
 
@@ -360,6 +367,9 @@ def _drive(judge, config, xl, xu, record, should_stop, result) -> None:
         objectives = np.array([[ev.f_trans, -ev.f_pred] for ev in batch], dtype=float)
         # pymoo's ask/tell pattern: the objectives are already known, a StaticProblem hands them over.
         Evaluator().eval(StaticProblem(problem, F=objectives), offspring)
+        # A failed evaluation reaches the algorithm as f_pred 0; a surrogate (mobo) reads this to
+        # keep it out of what it learns from (no change and no answer are not the same).
+        offspring.set('failed', np.array([ev.failed for ev in batch], dtype=bool))
         if not last:
             # Nothing asks after the last generation; MOEA/D could not take a cut one anyway.
             algorithm.tell(infills=offspring)

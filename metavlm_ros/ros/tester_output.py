@@ -158,7 +158,7 @@ class TesterOutput:
             settings.search,
             image_id=image_id,
             store=store if live is None else live,
-            on_evaluation=self._on_evaluation,
+            on_generation=self._on_generation,
             should_stop=self._should_stop,
             extra_fields=job.extra,
             source=source,
@@ -273,50 +273,62 @@ class TesterOutput:
             self._store.create(VIOLATIONS)
         return self._store
 
-    def _on_evaluation(self, ev: Evaluation, result: SearchResult) -> None:
+    def _on_generation(self, batch: list[Evaluation], result: SearchResult) -> None:
+        """Count a generation's evaluations and publish its new violations, once they are on disk:
+        their records as one gzip member (violations.jsonl), written before any of them goes out."""
         job = self._job
-        self.evaluations += 1
-        if job is not None:
-            job.evaluations += 1
-        if ev.failed:
-            self.evaluations_failed += 1
+        published = []
+        for ev in batch:
+            self.evaluations += 1
+            if job is not None:
+                job.evaluations += 1
+            if ev.failed:
+                self.evaluations_failed += 1
+                continue
+            if ev.composition.order == 0:
+                continue
+            self.judged += 1
+            key = published_flag(ev.violation, job.settings.report_threshold if job else 0.05)
+            if not ev.violation.get(key) or job is None:
+                continue
+            self.violations += 1
+            if not ev.cached:  # a cached one went out when this composition was first judged on this frame
+                published.append(ev)
+        if not published:
             return
-        if ev.composition.order == 0:
-            return
-        self.judged += 1
-        key = published_flag(ev.violation, job.settings.report_threshold if job else 0.05)
-        if not ev.violation.get(key) or job is None:
-            return
-        self.violations += 1
-        if ev.cached:
-            return  # already published when this composition was first judged on this frame
-        self._publish_violation(ev, result, job)
-
-    def _publish_violation(self, ev: Evaluation, result: SearchResult, job: SearchJob) -> None:
-        # The very pixels the search judged (its own warp), never rendered again.
-        followup = ev.followup_frame
         store = self._results(job.settings.results_dir)
-        name = f'{_safe(job.image_id)}_violation_e{ev.index:05d}'
+        records = [self._violation_record(ev, result, job, store) for ev in published]
+        # Stored and flushed before they are published: what subscribers saw is always on disk.
+        live = self.live_results(store)
+        if live is not None:
+            live.append_violations(records, [ev.followup_frame for ev in published])  # and to Foxglove
+        else:
+            store.append_violations(records)
+        for ev, record in zip(published, records, strict=True):
+            self._publish_violation(ev, result, job, record)
+
+    def _violation_record(self, ev: Evaluation, result: SearchResult, job: SearchJob, store) -> dict:
+        """The violations.jsonl record of a violation about to be published, its follow-up PNG written
+        first while the search's cap allows (`violation_pngs_per_search`)."""
         path = None
         # PNGs are bounded per search: a model that breaks on everything must not fill the disk. The
         # search writes its Pareto set's PNGs itself; the record of every violation is always kept.
         if job.violation_pngs < job.settings.violation_pngs_per_search:
-            path = store.save_frame(name, followup)  # None: the disk reserve was reached
+            # The very pixels the search judged (its own warp), never rendered again.
+            name = f'{_safe(job.image_id)}_violation_e{ev.index:05d}'
+            path = store.save_frame(name, ev.followup_frame)  # None: the disk reserve was reached
             job.violation_pngs += path is not None
         else:
             self.violation_pngs_skipped += 1
         relative = None if path is None else str(path.relative_to(store.directory))
-        record = {**evaluation_record(ev, result, job.extra), 'frame': relative}
-        # Stored and flushed before it is published: what subscribers saw is always on disk.
-        live = self.live_results(store)
-        if live is not None:
-            live.append_violation(record, followup)  # and to Foxglove, with its overlay
-        else:
-            store.append_violation(record)
+        return {**evaluation_record(ev, result, job.extra), 'frame': relative}
+
+    def _publish_violation(self, ev: Evaluation, result: SearchResult, job: SearchJob, record: dict) -> None:
+        followup = ev.followup_frame
         array = DiagnosticArray()
         array.header = job.header
         array.status = [
-            violation_status(ev, result.source, job.stamp_ns, image=job.image_id, frame=relative or '')
+            violation_status(ev, result.source, job.stamp_ns, image=job.image_id, frame=record['frame'] or '')
         ]
         self.violations_pub.publish(array)
         if job.settings.publish_violation_images:

@@ -238,24 +238,30 @@ class LiveResults:
             self._channels.log_violation(record, stamp)
 
     def append_violation(self, record: dict, followup: np.ndarray | None = None) -> None:
-        """Write a published violation (violations.jsonl); publish it with its follow-up and overlay.
+        """Write a published violation (violations.jsonl); publish it with its follow-up and overlay."""
+        self.append_violations([record], [followup])
 
-        The follow-up is the record's kept PNG (`frame`), else `followup` (RGB) as JPEG, encoded
-        only while a viewer watches it: a PNG would cost the search several times more for every
-        violation, a JPEG at quality JPEG_QUALITY looks the same in a viewer, and the export renders
-        the lossless PNG from the stored source frame.
+    def append_violations(self, records: list[dict], followups: list[np.ndarray | None]) -> None:
+        """Write published violations (violations.jsonl, one member); then publish each with its
+        follow-up and overlay.
+
+        The follow-up is the record's kept PNG (`frame`), else its `followups` entry (RGB) as JPEG,
+        encoded only while a viewer watches it: a PNG would cost the search several times more for
+        every violation, a JPEG at quality JPEG_QUALITY looks the same in a viewer, and the export
+        renders the lossless PNG from the stored source frame.
         """
-        self._store.append_violation(record)
-        stamp = self._time(record)
-        self._count(record)
-        image, image_format = None, 'png'
-        if self._channels.wants_followups():
-            path = Path(self._store.directory) / record['frame'] if record.get('frame') else None
-            if path is not None and path.is_file():
-                image = path.read_bytes()
-            elif followup is not None:
-                image_format, image = 'jpeg', _encode_jpeg(followup)
-        self._channels.log_violation(record, stamp, image, image_format)
+        self._store.append_violations(records)
+        for record, followup in zip(records, followups, strict=True):
+            stamp = self._time(record)
+            self._count(record)
+            image, image_format = None, 'png'
+            if self._channels.wants_followups():
+                path = Path(self._store.directory) / record['frame'] if record.get('frame') else None
+                if path is not None and path.is_file():
+                    image = path.read_bytes()
+                elif followup is not None:
+                    image_format, image = 'jpeg', _encode_jpeg(followup)
+            self._channels.log_violation(record, stamp, image, image_format)
 
     def append_pareto(self, record: dict) -> None:
         """Write a non-dominated record; publish its follow-up and overlay when it violates.

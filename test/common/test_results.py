@@ -195,3 +195,28 @@ def test_a_full_tmpfs_gives_one_line_and_a_resumable_directory(tmp_path):
     search_frames(full)
     search_frames(copy, resume=True)
     assert _lines(copy) == _lines(full)
+
+
+def test_violations_handed_over_together_are_one_member_on_disk_when_the_call_returns(tmp_path):
+    records = [{'image': 'a', 'algorithm': 'nsga2', 'seed': 0, 'index': i, 'frame': None} for i in range(5)]
+    with ResultsStore(tmp_path / 'out') as store:
+        store.append_evaluation({**records[0], 'generation': 0})  # waits for its generation's member
+        store.append_violations(records[:3])
+        store.append_violation(records[3])
+        store.append_violations([])
+        path = records_file(tmp_path / 'out' / 'violations.jsonl')
+        assert [
+            gzip.decompress(path.read_bytes()[m.start : m.end]).count(b'\n') for m in iter_members(path)
+        ] == [
+            3,
+            1,
+        ]
+        assert read_jsonl(path) == records[:4]
+        assert read_jsonl(tmp_path / 'out' / EVALUATIONS) == []
+    # A directory of an earlier version takes them as lines of its own format, at once.
+    legacy = tmp_path / 'legacy'
+    legacy.mkdir()
+    (legacy / EVALUATIONS).touch()
+    with ResultsStore(legacy) as store:
+        store.append_violations(records[:2])
+        assert read_jsonl(legacy / 'violations.jsonl') == records[:2]

@@ -1,5 +1,6 @@
 """What the tester keeps and publishes of a search (ros/tester_output.py): records, violations, images."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from sensor_msgs.msg import Image
 
 from metavlm_ros.cli import main as cli_main
 from metavlm_ros.common import results as results_module
+from metavlm_ros.common.gzip_lines import iter_members
 from metavlm_ros.common.results import read_jsonl, records_file
 from metavlm_ros.footage.frames import load_image
 from metavlm_ros.method.encoding import Composition
@@ -74,6 +76,30 @@ def test_violations_are_stored_then_published_with_their_fields(graph):
         png = cv2.imread(str(g.results / saved['frame']))
         assert png.shape == frame.shape
         assert kv['frame'] == saved['frame']
+
+
+def test_a_generations_violations_are_one_gzip_member_on_disk_before_any_is_published(graph):
+    g = graph(violation_pngs_per_search=1000)
+    on_disk_when_published = []
+    publish = g.tester.violations_pub.publish
+
+    def checked(array):
+        kv = values_of(array.status[0])
+        stored = {(r['composition'], repr(r['f_pred'])) for r in read_jsonl(g.results / 'violations.jsonl')}
+        on_disk_when_published.append((kv['composition'], kv['f_pred']) in stored)
+        publish(array)
+
+    g.tester.violations_pub.publish = checked
+    g.camera.publish(make_frame(160, 120, seed=5))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    stored = read_jsonl(g.results / 'violations.jsonl')
+    assert stored and on_disk_when_published == [True] * len(stored)
+    generations = {r['generation'] for r in stored}
+    assert len(generations) < len(stored), 'some generation should publish several violations'
+    members = [m for m in iter_members(records_file(g.results / 'violations.jsonl')) if m.data]
+    assert [sorted({r['generation'] for r in map(json.loads, m.data.splitlines())}) for m in members] == [
+        [generation] for generation in sorted(generations)
+    ]
 
 
 def test_violation_images_show_both_frames(graph):
