@@ -230,6 +230,9 @@ class MOBO(Algorithm):
         self.z = ZSpace(space)
         self.x_seen = np.empty((0, space.n_var))
         self.f_seen = np.empty((0, 2))
+        # Evaluations whose answer did not parse (search.py marks them): f_pred 0 there means no
+        # answer, not no change, so the surrogate and the front never see them.
+        self.failed = np.empty(0, dtype=bool)
         self.gp: GaussianProcess | None = None
         # Feature keys of every judged genotype: a candidate among them would be answered from the cache.
         self.seen: set[tuple] = set()
@@ -277,6 +280,11 @@ class MOBO(Algorithm):
         x = infills.get('X')
         self.x_seen = np.vstack([self.x_seen, x])
         self.f_seen = np.vstack([self.f_seen, infills.get('F')])
+        failed = infills.get('failed')
+        # A driver that marks nothing (a bare pymoo loop): every evaluation counts.
+        failed = np.zeros(len(x), bool) if any(f is None for f in failed) else failed.astype(bool)
+        self.failed = np.concatenate([self.failed, failed])
+        # Failed ones too: the same composition would most likely fail again (greedy decoding).
         self.seen.update(map(tuple, np.round(self.z.features(*self.z.split(x)), 9)))
 
     def _infill(self) -> Population:
@@ -366,8 +374,12 @@ class MOBO(Algorithm):
             return self._propose(q)
 
     def _propose(self, q: int) -> np.ndarray:
-        active, z, extras = self.z.split(self.x_seen)
-        f_pred = -self.f_seen[:, 1]
+        parsed = ~self.failed
+        if parsed.sum() < 2:
+            # Nothing to learn from yet (every answer so far failed): the paper's Rand.
+            return rand_genotypes(self.space, q, self.random_state)
+        active, z, extras = self.z.split(self.x_seen[parsed])
+        f_pred = -self.f_seen[parsed, 1]
         t = self.z.f_trans(active, z)
         features = self.z.features(active, z, extras)
         rows = self._training(active, z, extras, f_pred)

@@ -11,7 +11,7 @@ from metavlm_ros.method.mobo import ZSpace, ehvi
 from metavlm_ros.method.objectives import f_trans
 from metavlm_ros.method.search import SearchConfig, run_search
 from test.conftest import make_frame
-from test.fakes import BlackCountBackend, ImageStatsBackend
+from test.fakes import BlackCountBackend, ImageStatsBackend, UnreadableEvery
 
 
 @pytest.mark.parametrize('relations', ['paper', 'paper underwater'])
@@ -135,3 +135,43 @@ def test_mobo_at_a_tenth_of_the_budget_matches_nsga2():
             found[algorithm, evaluations] = run_search(frame, ImageStatsBackend(), config).hypervolume
         assert found['mobo', 300] > found['nsga2', 300]
         assert found['mobo', 300] >= 0.995 * found['nsga2', 1500]
+
+
+def _fits(monkeypatch) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every (features, f_pred) the surrogate is fitted on, in order."""
+    fits = []
+    fit = mobo.GaussianProcess.fit
+
+    def recording(self, x, y):
+        fits.append((x.copy(), y.copy()))
+        return fit(self, x, y)
+
+    monkeypatch.setattr(mobo.GaussianProcess, 'fit', recording)
+    return fits
+
+
+def test_failed_evaluations_are_recorded_but_never_learnt(monkeypatch):
+    # Every third follow-up's answer does not parse: the search records it (failed, f_pred 0) and
+    # the surrogate is fitted on the answers that parsed only, not on a failure read as "no change".
+    fits = _fits(monkeypatch)
+    config = SearchConfig(algorithm='mobo', population=10, evaluations=60, seed=0)
+    result = run_search(make_frame(48, 36), UnreadableEvery(3), config)
+    failed = np.array([ev.failed for ev in result.evaluations])
+    assert len(result.evaluations) == 60 and 0 < failed.sum() < 60
+    assert all(ev.f_pred == 0.0 for ev in result.evaluations if ev.failed)
+    assert len(fits) == 5  # before each batch after the first
+    zs = ZSpace(config.space)
+    for batch, (x, y) in enumerate(fits, start=1):
+        judged = result.evaluations[: 10 * batch]
+        parsed = [ev for ev in judged if not ev.failed]
+        assert len(y) == len(parsed) < len(judged)
+        assert np.allclose(y, [ev.f_pred for ev in parsed])
+        assert np.allclose(x, zs.features(*zs.split(np.array([ev.genotype for ev in parsed]))))
+
+
+def test_a_search_whose_every_answer_fails_goes_on_with_rand(monkeypatch):
+    fits = _fits(monkeypatch)
+    config = SearchConfig(algorithm='mobo', population=10, evaluations=30, seed=0)
+    result = run_search(make_frame(48, 36), UnreadableEvery(1), config)
+    assert len(result.evaluations) == 30 and all(ev.failed for ev in result.evaluations)
+    assert fits == [] and result.pareto == [] and result.hypervolume == 0.0
