@@ -163,6 +163,8 @@ def _parameters(backend: str, evaluations: int, seed: int) -> dict[str, dict[str
             'seed': seed,
             'frame_period_s': 0.0,
             'publish_violation_images': True,
+            # A handful of frames, not a dive: the Pareto PNGs `metavlm search` writes, as Rand's beside it.
+            'pareto_pngs': defaults.PARETO_PNGS,
         },
     }
 

@@ -64,8 +64,8 @@ ENDPOINTS = ('ros', 'inprocess')
 TRANSPORTS = ('raw', 'compressed')
 
 
-#: The tester's results budget (MiB): 20 hours at the 500 MB an hour its defaults are sized for
-#: (docs/results.md, "Disk budget"); past it no more PNGs, the records go on.
+#: The tester's results budget (MiB): 56 hours at the 190 MB an hour its defaults write (20 at the
+#: 500 MB an hour of issue 30; docs/results.md, "Disk budget"); past it no more PNGs, records go on.
 RESULTS_MAX_MB = 10240
 
 
@@ -81,7 +81,7 @@ class TesterSettings:
     results_dir: str = 'results/ros'
     min_free_disk_mb: int = 1024
     results_max_mb: int = RESULTS_MAX_MB
-    violation_pngs_per_search: int = 3
+    violation_pngs_per_search: int = defaults.TESTER_VIOLATION_PNGS
     image_transport: str = 'raw'
     report_threshold: float = 0.05
     publish_violation_images: bool = True
@@ -190,15 +190,17 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
     ),
     ParameterSpec(
         'pareto_pngs',
-        defaults.PARETO_PNGS,
-        'follow-up PNGs per search for its Pareto set, spread along the front (-1: every member; 0: none)',
+        defaults.TESTER_PARETO_PNGS,
+        'follow-up PNGs per search for its Pareto set: the smallest-f_trans violation, the largest f_pred, '
+        'then spread along the front (-1: every member; 0: none); any other: metavlm render',
         low=-1,
         high=1_000_000,
     ),
     ParameterSpec(
         'violation_pngs_per_search',
-        3,
-        'follow-up PNGs written per search for published violations (the Pareto set: pareto_pngs)',
+        defaults.TESTER_VIOLATION_PNGS,
+        'follow-up PNGs written per search for its first published violations (the Pareto set: '
+        'pareto_pngs); any other: metavlm render',
         low=0,
         high=1_000_000,
     ),

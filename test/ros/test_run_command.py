@@ -168,6 +168,8 @@ def test_the_shipped_parameter_file_matches_the_nodes(tmp_path):
     settings = settings_from_parameters(tester)
     assert (settings.endpoint, settings.transport_size, settings.results_dir) == ('ros', 384, 'results/ros')
     assert (settings.search.population, settings.search.evaluations) == (30, 3000)
+    # The PNG budgets the tester's hour is sized for (docs/results.md, "What a tester writes an hour").
+    assert (settings.search.pareto_pngs, settings.violation_pngs_per_search) == (0, 1)
     assert set(nodes['metavlm_perception']) >= {'backend', 'model', 'max_batch', 'batch_wait_ms'}
     # rcl itself accepts the file as it is.
     with ros_context(['--ros-args', '--params-file', str(shipped)]) as context:
