@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-# torch==2.13.0 is pinned in requirements.txt: it is the CPU build (an unpinned torch pulls CUDA).
+# torch and torchvision are pinned in requirements.txt (an unpinned torch pulls the newest multi-GB build).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 # The ROS 2 tools (ros2 launch/param/lifecycle, launch_testing, colcon, rosdep) for the tests that run the

@@ -15,6 +15,7 @@ import numpy as np
 
 from metavlm_ros.common.errors import ModelError
 from metavlm_ros.common.images import check_frame
+from metavlm_ros.models.hf import load_image_processor
 
 __all__ = ['ANSWER_WORDS', 'PIXEL_SETTINGS', 'PREFIX_FAMILIES', 'ChatModel']
 
@@ -99,13 +100,17 @@ class ChatModel:
         model: the Hugging Face model, in eval mode on the given device and dtype.
     """
 
-    def __init__(self, model_dir: str | Path, *, device: Any, dtype: Any) -> None:
+    def __init__(
+        self, model_dir: str | Path, *, device: Any, dtype: Any, image_processor: str = 'pil'
+    ) -> None:
         """Load processor and model from a local directory.
 
         Args:
             model_dir: a local saved-model directory (config.json, safetensors weights, processor files).
             device: torch.device to run on.
             dtype: torch.dtype of the weights.
+            image_processor: 'pil' or 'torchvision': which of its family's image processors the
+                processor holds (models/hf.py load_image_processor).
 
         Raises:
             ModelError: the checkpoint cannot be loaded, is not image-text-to-text, or its processor has
@@ -134,7 +139,10 @@ class ChatModel:
                     f'{self.model_dir}: {name} is not an image-text-to-text model; the vlm backend needs '
                     'a checkpoint AutoModelForImageTextToText loads (a chat VLM such as SmolVLM or Qwen2-VL)'
                 )
-            self.processor = transformers.AutoProcessor.from_pretrained(self.model_dir, **offline)
+            images = load_image_processor(self.model_dir, image_processor)
+            self.processor = transformers.AutoProcessor.from_pretrained(
+                self.model_dir, image_processor=images, **offline
+            )
             self.model = transformers.AutoModelForImageTextToText.from_pretrained(
                 self.model_dir, use_safetensors=True, dtype=dtype, **offline
             )

@@ -4,6 +4,7 @@ the batched pixel path and the loading/batching base class. All transformers cod
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -21,10 +22,14 @@ from metavlm_ros.models.options import DTYPES, Backend, Option
 
 __all__ = [
     'HF_OPTIONS',
+    'IMAGE_PROCESSORS',
+    'IMAGE_PROCESSOR_OPTION',
     'PREPROCESS',
     'HFBackend',
     'PixelPath',
     'hf_config',
+    'image_processor_class',
+    'load_image_processor',
     'resolve_model',
     'torch_device',
     'torch_dtype',
@@ -35,6 +40,11 @@ _DEMO_ROOT = Path(__file__).resolve().parent.parent / 'models'
 _HF_ID = re.compile(r'^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$')
 #: How frames become pixel values: PixelPath ('batched') or the Hugging Face processor ('processor').
 PREPROCESS = ('batched', 'processor')
+
+#: The image processors transformers has for a family: its PIL one and its torchvision ("fast") one.
+#: transformers picks torchvision whenever it is installed; metavlm_ros picks what the option says, so a
+#: model answers the same with or without torchvision installed unless asked otherwise.
+IMAGE_PROCESSORS = ('pil', 'torchvision')
 
 #: PIL's `reducing_gap` for frames far larger than the model's input: PIL first shrinks them by an
 #: integer factor with a box filter, then resamples as the processor does. Frames less than
@@ -182,7 +192,8 @@ class PixelPath:
     def from_processor(cls, processor: Any) -> PixelPath | None:
         """The path of a CLIP-, BLIP- or SigLIP-style image processor (or a processor holding it), or None."""
         ip = getattr(processor, 'image_processor', processor)
-        if type(ip).__name__.removesuffix('Pil') not in (
+        # PixelPath resizes with PIL: it reproduces PIL image processors only.
+        if not type(ip).__name__.endswith('Pil') or type(ip).__name__.removesuffix('Pil') not in (
             'CLIPImageProcessor',
             'BlipImageProcessor',
             'SiglipImageProcessor',
@@ -282,8 +293,78 @@ def torch_dtype(dtype: str, device: Any, *, half_on_gpu: bool = False) -> Any:
     return getattr(torch, dtype)
 
 
+#: Which of its family's image processors a model's frames go through (identity: it changes answers).
+IMAGE_PROCESSOR_OPTION = Option(
+    'image_processor',
+    str,
+    'pil',
+    "the family's image processor: 'pil' (transformers' reference one, the same with or without "
+    "torchvision) or 'torchvision' (its fast one, which transformers picks when torchvision is "
+    'installed); the class used is recorded in the results',
+    choices=IMAGE_PROCESSORS,
+    identity=True,
+)
+
+
+def _backend_of(image_processor: Any) -> str:
+    """'pil' or 'torchvision': the backend an image processor instance computes with."""
+    try:
+        from transformers.image_processing_backends import PilBackend, TorchvisionBackend
+    except ImportError:  # a transformers without backend classes: their names say it
+        return 'pil' if type(image_processor).__name__.endswith('Pil') else 'torchvision'
+    if isinstance(image_processor, TorchvisionBackend):
+        return 'torchvision'
+    if isinstance(image_processor, PilBackend):
+        return 'pil'
+    return 'pil' if type(image_processor).__name__.endswith('Pil') else 'torchvision'
+
+
+def load_image_processor(model_dir: str, choice: str) -> Any:
+    """The model's image processor computing with `choice` ('pil' or 'torchvision'), exactly that one.
+
+    Raises:
+        ParameterError: `choice` is not one of IMAGE_PROCESSORS, or 'torchvision' without torchvision.
+        ModelError: the model has no image processor, or its family none of that kind (transformers
+            would fall back to the other one, which would answer differently than asked).
+    """
+    if choice not in IMAGE_PROCESSORS:
+        raise ParameterError(f'image_processor must be one of {", ".join(IMAGE_PROCESSORS)}, got {choice!r}')
+    if choice == 'torchvision' and importlib.util.find_spec('torchvision') is None:
+        raise ParameterError("image_processor 'torchvision' needs torchvision, which is not installed")
+    transformers = _hf()
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # the fallback warning is turned into a refusal below
+    try:
+        processor = transformers.AutoImageProcessor.from_pretrained(
+            model_dir, local_files_only=True, trust_remote_code=False, backend=choice
+        )
+    except (OSError, ImportError, ValueError, KeyError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f'cannot load the image processor of {model_dir}: {first}') from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    if _backend_of(processor) != choice:
+        raise ModelError(
+            f'{model_dir}: its family has no {choice} image processor (transformers offers '
+            f'{type(processor).__name__}); set image_processor to {_backend_of(processor)}'
+        )
+    return processor
+
+
+def image_processor_class(model_dir: str | None, choice: str) -> str | None:
+    """The class name of the image processor `load_image_processor` gives (None: no model directory
+    or none loads), for identity records: read from the processor's config, without the weights."""
+    if not model_dir or not (Path(model_dir) / 'config.json').is_file():
+        return None
+    try:
+        return type(load_image_processor(model_dir, choice)).__name__
+    except (ModelError, ParameterError):
+        return None
+
+
 #: Options of every in-process Hugging Face backend, beyond the common ones.
 HF_OPTIONS: tuple[Option, ...] = (
+    IMAGE_PROCESSOR_OPTION,
     Option(
         'preprocess',
         str,
@@ -319,7 +400,10 @@ class HFBackend(Backend):
 
     @classmethod
     def describe(cls, model_dir: str | None, options: Any) -> dict[str, Any]:
-        return {'architectures': hf_config(model_dir).get('architectures')}
+        return {
+            'architectures': hf_config(model_dir).get('architectures'),
+            'image_processor': image_processor_class(model_dir, options['image_processor']),
+        }
 
     def __init__(
         self,
@@ -330,6 +414,7 @@ class HFBackend(Backend):
         dtype: str,
         batch_size: int,
         preprocess: str = 'batched',
+        image_processor: str = 'pil',
     ) -> None:
         # Resolve first: a missing model must fail at once, before any slow import or load.
         self.model_path = resolve_model(self.name, model)
@@ -355,7 +440,10 @@ class HFBackend(Backend):
         transformers.logging.disable_progress_bar()
         try:
             self.processor = self._processor_class(transformers).from_pretrained(
-                self.model_path, local_files_only=True, trust_remote_code=False
+                self.model_path,
+                local_files_only=True,
+                trust_remote_code=False,
+                image_processor=load_image_processor(self.model_path, image_processor),
             )
             self.model = self._model_class(transformers).from_pretrained(
                 self.model_path,

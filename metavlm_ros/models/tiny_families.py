@@ -16,6 +16,7 @@ from metavlm_ros.models.tiny_vocabularies import (
     LLAVA_TEMPLATE,
     PALIGEMMA_TEMPLATE,
     QWEN2_VL_TEMPLATE,
+    QWEN3_VL_TEMPLATE,
     REQUIRED_WORDS,
     byte_level_tokenizer,
     check_vocabulary,
@@ -84,8 +85,10 @@ def _siglip_vision(**extra: Any) -> dict:
 def _video_processor(family: str, **settings: Any) -> Any:
     """The family's video processor (needs torchvision); the processor class refuses to be built
     without one, though only images pass through it here."""
-    if family == 'qwen2_vl':
+    if family in ('qwen2_vl', 'qwen2_5_vl'):
         from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor as cls
+    elif family == 'qwen3_vl':
+        from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor as cls
     else:
         from transformers.models.llava_onevision.video_processing_llava_onevision import (
             LlavaOnevisionVideoProcessor as cls,
@@ -93,8 +96,11 @@ def _video_processor(family: str, **settings: Any) -> Any:
     return cls(**settings)
 
 
-def _qwen2_vl() -> tuple[Any, Any, Any]:
-    from transformers import Qwen2Tokenizer, Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+def _qwen_processor(family: str, processor_cls: Any, patch: int, mean: list, std: list, template: str):
+    """The processor of a Qwen vision-language family: dynamic resolution, each side rounded to a
+    multiple of patch * 2 (patches merged 2 x 2 into one token), the area kept within [min_pixels,
+    max_pixels] (the released models allow 56*56 to 28*28*1280; here 16*16 to 48*48)."""
+    from transformers import Qwen2Tokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     specials = [
@@ -108,29 +114,44 @@ def _qwen2_vl() -> tuple[Any, Any, Any]:
     tokenizer = byte_level_tokenizer(
         Qwen2Tokenizer, specials, eos_token='<|im_end|>', pad_token='<|endoftext|>'
     )
-    patch, merge = 4, 2
-    # Dynamic resolution: each side rounded to a multiple of patch * merge, the area kept within
-    # [min_pixels, max_pixels] (Qwen2-VL's own rule; the released model allows 56*56 to 28*28*1280).
+    shape = {'patch_size': patch, 'merge_size': 2, 'temporal_patch_size': 2}
     image_processor = Qwen2VLImageProcessorPil(
-        min_pixels=16 * 16, max_pixels=48 * 48, patch_size=patch, merge_size=merge, temporal_patch_size=2
+        min_pixels=16 * 16, max_pixels=48 * 48, image_mean=mean, image_std=std, **shape
     )
-    processor = Qwen2VLProcessor(
+    processor = processor_cls(
         image_processor=image_processor,
         tokenizer=tokenizer,
-        video_processor=_video_processor(
-            'qwen2_vl', patch_size=patch, merge_size=merge, temporal_patch_size=2
-        ),
-        chat_template=QWEN2_VL_TEMPLATE,
+        video_processor=_video_processor(family, **shape),
+        chat_template=template,
     )
+    return processor, tokenizer
+
+
+def _qwen_tokens(tokenizer: Any) -> dict:
     ids = tokenizer.convert_tokens_to_ids
-    head_dim = HIDDEN // HEADS
+    return {
+        'image_token_id': ids('<|image_pad|>'),
+        'video_token_id': ids('<|video_pad|>'),
+        'vision_start_token_id': ids('<|vision_start|>'),
+        'vision_end_token_id': ids('<|vision_end|>'),
+    }
+
+
+def _qwen_text(tokenizer: Any, **rope: Any) -> dict:
+    # M-RoPE splits each head's rotary half into temporal, height and width sections.
+    rope_parameters = {'rope_type': 'default', 'rope_theta': 1e6, 'mrope_section': [2, 3, 3], **rope}
+    return _text(tokenizer, rope_parameters=rope_parameters, head_dim=HIDDEN // HEADS)
+
+
+def _qwen2_vl() -> tuple[Any, Any, Any]:
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+
+    patch = 4
+    processor, tokenizer = _qwen_processor(
+        'qwen2_vl', Qwen2VLProcessor, patch, _CLIP_MEAN, _CLIP_STD, QWEN2_VL_TEMPLATE
+    )
     config = Qwen2VLConfig(
-        text_config=_text(
-            tokenizer,
-            # M-RoPE splits each head's rotary half into temporal, height and width sections.
-            rope_parameters={'rope_type': 'default', 'rope_theta': 1e6, 'mrope_section': [2, 3, 3]},
-            head_dim=head_dim,
-        ),
+        text_config=_qwen_text(tokenizer),
         vision_config={
             'depth': 1,
             'embed_dim': HIDDEN,
@@ -138,15 +159,69 @@ def _qwen2_vl() -> tuple[Any, Any, Any]:
             'mlp_ratio': 2,
             'num_heads': HEADS,
             'patch_size': patch,
-            'spatial_merge_size': merge,
+            'spatial_merge_size': 2,
             'temporal_patch_size': 2,
         },
-        image_token_id=ids('<|image_pad|>'),
-        video_token_id=ids('<|video_pad|>'),
-        vision_start_token_id=ids('<|vision_start|>'),
-        vision_end_token_id=ids('<|vision_end|>'),
+        **_qwen_tokens(tokenizer),
     )
     return Qwen2VLForConditionalGeneration(config), processor, tokenizer
+
+
+def _qwen2_5_vl() -> tuple[Any, Any, Any]:
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+
+    patch = 4
+    # Qwen2.5-VL keeps Qwen2-VL's processor and chat template; its vision tower attends within windows
+    # (window_size pixels) except in the full-attention blocks, and gates its MLP (SwiGLU).
+    processor, tokenizer = _qwen_processor(
+        'qwen2_5_vl', Qwen2_5_VLProcessor, patch, _CLIP_MEAN, _CLIP_STD, QWEN2_VL_TEMPLATE
+    )
+    config = Qwen2_5_VLConfig(
+        text_config=_qwen_text(tokenizer),
+        vision_config={
+            'depth': 2,
+            'hidden_size': HIDDEN,
+            'intermediate_size': INTERMEDIATE,
+            'num_heads': HEADS,
+            'out_hidden_size': HIDDEN,
+            'patch_size': patch,
+            'spatial_merge_size': 2,
+            'temporal_patch_size': 2,
+            'window_size': 4 * patch * 2,  # windows of 4 x 4 merged tokens, as the released 112 / 28
+            'fullatt_block_indexes': [1],
+        },
+        **_qwen_tokens(tokenizer),
+    )
+    return Qwen2_5_VLForConditionalGeneration(config), processor, tokenizer
+
+
+def _qwen3_vl() -> tuple[Any, Any, Any]:
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+
+    patch = 4
+    # Qwen3-VL: SigLIP-style normalisation, learnt position embeddings interpolated to each frame's
+    # grid, features of earlier vision layers added into the first decoder layers (DeepStack), and
+    # interleaved M-RoPE sections; no default system turn in its chat template.
+    processor, tokenizer = _qwen_processor(
+        'qwen3_vl', Qwen3VLProcessor, patch, SIGLIP_MEAN, SIGLIP_STD, QWEN3_VL_TEMPLATE
+    )
+    config = Qwen3VLConfig(
+        text_config=_qwen_text(tokenizer, mrope_interleaved=True),
+        vision_config={
+            'depth': 2,
+            'hidden_size': HIDDEN,
+            'intermediate_size': INTERMEDIATE,
+            'num_heads': HEADS,
+            'out_hidden_size': HIDDEN,
+            'patch_size': patch,
+            'spatial_merge_size': 2,
+            'temporal_patch_size': 2,
+            'num_position_embeddings': 12 * 12,  # a 12 x 12 grid of learnt positions (48 px / 4)
+            'deepstack_visual_indexes': [0],
+        },
+        **_qwen_tokens(tokenizer),
+    )
+    return Qwen3VLForConditionalGeneration(config), processor, tokenizer
 
 
 def _idefics3_processor(side: int, patch: int, scale: int, tiles: int) -> tuple[Any, Any]:
@@ -368,11 +443,13 @@ def _gemma3() -> tuple[Any, Any, Any]:
 
 #: Families whose processor holds a video processor: transformers (5.24) cannot build or load their
 #: processor without torchvision, even for images and even with no video processor given.
-VIDEO_FAMILIES = ('qwen2_vl', 'llava_onevision')
+VIDEO_FAMILIES = ('qwen2_vl', 'qwen2_5_vl', 'qwen3_vl', 'llava_onevision')
 
 #: The builder of each tiny family: a model, its processor and its tokenizer.
 FAMILIES: dict[str, Callable[[], tuple[Any, Any, Any]]] = {
     'qwen2_vl': _qwen2_vl,
+    'qwen2_5_vl': _qwen2_5_vl,
+    'qwen3_vl': _qwen3_vl,
     'idefics3': _idefics3,
     'paligemma': _paligemma,
     'llava': _llava,
@@ -401,8 +478,8 @@ def build_tiny_vlm(family: str, directory: Path | str, seed: int | None = 0) -> 
     `AutoProcessor` / `AutoModelForImageTextToText` offline, and `transformers serve` can serve it.
 
     Args:
-        family: one of FAMILIES: 'qwen2_vl', 'idefics3' (SmolVLM), 'paligemma', 'llava',
-            'llava_onevision' or 'gemma3'.
+        family: one of FAMILIES: 'qwen2_vl', 'qwen2_5_vl', 'qwen3_vl', 'idefics3' (SmolVLM),
+            'paligemma', 'llava', 'llava_onevision' or 'gemma3'.
         directory: where to save; created when missing.
         seed: seed of the weight initialisation; the same seed gives the same weights (None: the
             caller has seeded torch, as build_tiny_model does).
@@ -423,6 +500,12 @@ def build_tiny_vlm(family: str, directory: Path | str, seed: int | None = 0) -> 
     with quiet_seeded(seed):
         model, processor, tokenizer = FAMILIES[family]()
         check_vocabulary(tokenizer)
+        # A trained chat model ends its answer with its end-of-turn token and never writes chat markers
+        # or padding inside it; a random one would, and `transformers serve` parses a Qwen answer at
+        # those markers. Its generation config keeps them out of answers (every generate() reads it).
+        model.generation_config.suppress_tokens = [
+            i for i in tokenizer.all_special_ids if i != tokenizer.eos_token_id
+        ]
         return save_tiny(model, processor, directory)
 
 

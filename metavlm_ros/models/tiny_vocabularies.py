@@ -18,6 +18,7 @@ __all__ = [
     'LLAVA_TEMPLATE',
     'PALIGEMMA_TEMPLATE',
     'QWEN2_VL_TEMPLATE',
+    'QWEN3_VL_TEMPLATE',
     'byte_level_tokenizer',
     'check_vocabulary',
     'metaspace_tokenizer',
@@ -36,6 +37,20 @@ QWEN2_VL_TEMPLATE = (
     '{% for message in messages %}'
     "{% if loop.first and message['role'] != 'system' %}"
     '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}'
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content %}"
+    '<|vision_start|><|image_pad|><|vision_end|>'
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
+    '{% endfor %}<|im_end|>\n{% endif %}'
+    '{% endfor %}'
+    '{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}'
+)
+
+# Qwen3-VL: Qwen2-VL's turns and vision markers, without a default system turn.
+QWEN3_VL_TEMPLATE = (
+    '{% for message in messages %}'
     "<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
     "{% else %}{% for content in message['content'] %}"

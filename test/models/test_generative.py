@@ -1,6 +1,5 @@
 """ChatModel on tiny random-weight VLMs of each family: batched equals one-at-a-time; its refusals."""
 
-import importlib.util
 import json
 import shutil
 
@@ -11,14 +10,10 @@ import torch
 from metavlm_ros.common.errors import ModelError
 from metavlm_ros.models.generative import PREFIX_FAMILIES, ChatModel
 from metavlm_ros.models.tiny import build_tiny_model
-from metavlm_ros.models.tiny_families import FAMILIES, VIDEO_FAMILIES, build_tiny_vlm
+from metavlm_ros.models.tiny_families import FAMILIES, build_tiny_vlm
 from test.conftest import make_frame
 
-HAS_TORCHVISION = importlib.util.find_spec('torchvision') is not None
-# The families whose processors this environment can build (Qwen2-VL and LLaVA-OneVision need
-# torchvision, test/models/test_tiny_families.py checks their refusal); no test is skipped for it.
-AVAILABLE = [f for f in FAMILIES if HAS_TORCHVISION or f not in VIDEO_FAMILIES]
-PARAMS = AVAILABLE
+PARAMS = list(FAMILIES)
 
 # Frames of different content and sizes: dynamic-resolution and tiling processors give them different
 # numbers of image tokens, so the batch really is padded.
@@ -31,6 +26,8 @@ CPU = {'device': torch.device('cpu'), 'dtype': torch.float32}
 #: The side each tiny family's processor brings images to (tiny_families.py's sizes).
 INPUT_SIDES = {
     'qwen2_vl': 48,
+    'qwen2_5_vl': 48,
+    'qwen3_vl': 48,
     'idefics3': 64,
     'paligemma': 32,
     'llava': 32,
@@ -42,7 +39,7 @@ INPUT_SIDES = {
 @pytest.fixture(scope='module')
 def tiny_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp('tiny_vlms')
-    return {family: build_tiny_vlm(family, root / family) for family in AVAILABLE}
+    return {family: build_tiny_vlm(family, root / family) for family in FAMILIES}
 
 
 @pytest.fixture(scope='module')
@@ -121,6 +118,8 @@ def test_generation_prompt_ends_the_prompt(models):
     """The first answer position is the last one: the prompt ends with the family's generation prompt."""
     endings = {
         'qwen2_vl': '<|im_start|>assistant\n',
+        'qwen2_5_vl': '<|im_start|>assistant\n',
+        'qwen3_vl': '<|im_start|>assistant\n',
         'idefics3': '<end_of_utterance>\nAssistant:',
         'paligemma': 'Is there trash?',  # the processor adds '\n' after the prefix (next test)
         'llava': 'Is there trash? ASSISTANT:',

@@ -482,12 +482,14 @@ def test_class_prompts_as_a_list_follow_the_class_order(tiny_clip_dir):
 def _real_size_processors():
     """The released models' image processors, from config objects (nothing downloads).
 
-    CLIPImageProcessor's defaults are openai/clip-vit-base-patch32's (shorter side 224, 224 crop,
-    bicubic); BlipImageProcessor's are Salesforce/blip-*-base's (384 x 384, bicubic).
+    CLIPImageProcessorPil's defaults are openai/clip-vit-base-patch32's (shorter side 224, 224 crop,
+    bicubic); BlipImageProcessorPil's are Salesforce/blip-*-base's (384 x 384, bicubic). The PIL ones:
+    PixelPath reproduces those (image_processor 'pil'); the torchvision ones run as they are.
     """
-    from transformers import BlipImageProcessor, CLIPImageProcessor
+    from transformers.models.blip.image_processing_pil_blip import BlipImageProcessorPil
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-    return {'clip-vit-b32': (CLIPImageProcessor(), 224), 'blip-base': (BlipImageProcessor(), 384)}
+    return {'clip-vit-b32': (CLIPImageProcessorPil(), 224), 'blip-base': (BlipImageProcessorPil(), 384)}
 
 
 def _grey_levels(got, expected, path):
@@ -540,6 +542,9 @@ def test_pixel_path_on_large_frames_stays_within_the_stated_tolerance(name):
 def test_pixel_path_leaves_unknown_processors_to_the_processor():
     from transformers import BlipImageProcessor, CLIPImageProcessor
 
+    # The torchvision ones resample otherwise than PIL: they judge their frames themselves.
+    assert vlm.PixelPath.from_processor(CLIPImageProcessor()) is None
+    assert vlm.PixelPath.from_processor(BlipImageProcessor()) is None
     assert vlm.PixelPath.from_processor(CLIPImageProcessor(do_pad=True)) is None
     assert (
         vlm.PixelPath.from_processor(CLIPImageProcessor(size={'shortest_edge': 224, 'longest_edge': 300}))

@@ -65,3 +65,25 @@ def test_a_served_model_judges_through_the_perception_node(tmp_path, tmp_path_fa
     assert records and {r['kind'] for r in records} == {'count'} and not any(r['failed'] for r in records)
     # The perception node names the served model in its answers: the tester records it.
     assert {r['model'] for r in records} == {served_id}
+
+
+@pytest.mark.parametrize(
+    ('family', 'image_processor'),
+    [('qwen2_vl', 'pil'), ('qwen2_5_vl', 'torchvision'), ('qwen3_vl', 'pil'), ('llava_onevision', 'pil')],
+)
+def test_the_perception_node_runs_the_qwen_and_onevision_families(tmp_path, folder, family, image_processor):
+    directory = build_tiny_model('vlm', tmp_path / family, family=family)
+    model = {
+        'backend': 'vlm',
+        'model': str(directory),
+        'device': 'cpu',
+        'kind': 'confidence',
+        'image_processor': image_processor,
+    }
+    code = main(['run', '--params', str(_params(tmp_path, model)), '--source', str(folder), '--rate', '4'])
+    assert code == 0
+    records = read_jsonl(tmp_path / 'results' / 'evaluations.jsonl')
+    assert records and {r['kind'] for r in records} == {'confidence'}
+    assert {r['endpoint'] for r in records} == {'ros'} and not any(r['failed'] for r in records)
+    # The perception node names the model it runs in its answers: the tester records that name.
+    assert {r['model'] for r in records} == {str(directory)}

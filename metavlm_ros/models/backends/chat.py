@@ -14,7 +14,15 @@ from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.models.counts import parse_counts
-from metavlm_ros.models.hf import hf_config, resolve_model, torch_device, torch_dtype, weights_hash
+from metavlm_ros.models.hf import (
+    IMAGE_PROCESSOR_OPTION,
+    hf_config,
+    image_processor_class,
+    resolve_model,
+    torch_device,
+    torch_dtype,
+    weights_hash,
+)
 from metavlm_ros.models.options import Backend
 from metavlm_ros.models.questions import (
     QUESTION_OPTIONS,
@@ -104,7 +112,7 @@ class ChatBackend(Backend):
 
     name = 'vlm'
     kinds = ('count', 'confidence')
-    options = QUESTION_OPTIONS
+    options = (*QUESTION_OPTIONS, IMAGE_PROCESSOR_OPTION)
 
     @classmethod
     def kind_for(cls, options: Mapping[str, Any]) -> str:
@@ -127,6 +135,7 @@ class ChatBackend(Backend):
         return {
             'architectures': config.get('architectures'),
             'model_type': config.get('model_type'),
+            'image_processor': image_processor_class(model_dir, options['image_processor']),
             'files': files,
         }
 
@@ -139,6 +148,7 @@ class ChatBackend(Backend):
         dtype: str,
         batch_size: int,
         max_new_tokens: int,
+        image_processor: str = 'pil',
         **questions: Any,
     ) -> None:
         # Everything a user can get wrong is checked before the (slow) load; `questions`: the kind,
@@ -154,7 +164,12 @@ class ChatBackend(Backend):
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         device_ = torch_device(device)
-        self.chat = ChatModel(self.model_path, device=device_, dtype=torch_dtype(dtype, device_))
+        self.chat = ChatModel(
+            self.model_path,
+            device=device_,
+            dtype=torch_dtype(dtype, device_),
+            image_processor=image_processor,
+        )
         if kind == 'confidence':
             self.chat.answer_tokens()  # a tokenizer without single-token yes/no fails now, not mid-search
         self.input_size = self.chat.input_side

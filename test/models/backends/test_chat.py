@@ -12,13 +12,12 @@ from metavlm_ros.cli import main
 from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.common.results import read_jsonl
 from metavlm_ros.models.tiny import build_tiny_model
-from metavlm_ros.models.tiny_families import FAMILIES, VIDEO_FAMILIES
+from metavlm_ros.models.tiny_families import FAMILIES
 from metavlm_ros.models.vlm import create_backend
 from test.conftest import make_frame
 
 FRAMES = [make_frame(64 + 8 * i, 48 + 4 * i, seed=i) for i in range(3)]
-# The families this environment builds (the video ones need torchvision: test/models/test_tiny_families.py).
-BUILT = [f for f in FAMILIES if f not in VIDEO_FAMILIES]
+BUILT = list(FAMILIES)
 
 
 @pytest.fixture(scope='module')

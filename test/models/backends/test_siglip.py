@@ -18,13 +18,15 @@ def siglip_dir(request, tmp_path_factory):
     )
 
 
-def _reference(directory, prompts, frames):
-    """The model's own forward pass, as transformers documents zero-shot SigLIP: sigmoid(logits_per_image)."""
+def _reference(directory, prompts, frames, image_processor):
+    """The model's own forward pass, as transformers documents zero-shot SigLIP: sigmoid(logits_per_image),
+    its frames through the image processor of that backend ('pil' or 'torchvision')."""
     import torch
     from PIL import Image
-    from transformers import AutoModel, AutoProcessor
+    from transformers import AutoImageProcessor, AutoModel, AutoProcessor
 
-    processor = AutoProcessor.from_pretrained(directory)
+    images = AutoImageProcessor.from_pretrained(directory, backend=image_processor)
+    processor = AutoProcessor.from_pretrained(directory, image_processor=images)
     model = AutoModel.from_pretrained(directory).eval()
     length = model.config.text_config.max_position_embeddings
     inputs = processor(
@@ -38,12 +40,16 @@ def _reference(directory, prompts, frames):
         return torch.sigmoid(model(**inputs).logits_per_image).numpy()
 
 
-def test_siglip_confidences_are_the_models_own_sigmoid_probabilities(siglip_dir):
-    backend = create_backend('siglip', str(siglip_dir), device='cpu', preprocess='processor')
+@pytest.mark.parametrize('image_processor', ['pil', 'torchvision'])
+def test_siglip_confidences_are_the_models_own_sigmoid_probabilities(siglip_dir, image_processor):
+    backend = create_backend(
+        'siglip', str(siglip_dir), device='cpu', preprocess='processor', image_processor=image_processor
+    )
     assert backend.kind == 'confidence'
     got = np.array([list(p.values.values()) for p in backend.predict(FRAMES)])
     prompts = [backend.class_prompts[c] for c in backend.classes]
-    np.testing.assert_allclose(got, _reference(siglip_dir, prompts, FRAMES), atol=1e-5)
+    expected = _reference(siglip_dir, prompts, FRAMES, image_processor)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
     assert ((got > 0) & (got < 1)).all()
     # Each class on its own (a sigmoid, not a softmax): rows need not sum to one.
     assert not np.allclose(got.sum(axis=1), 1.0)
