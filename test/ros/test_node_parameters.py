@@ -23,6 +23,7 @@ BACKEND_OPTIONS_WRONG = {
     'kind': ['caption'],
     'max_new_tokens': [0, 5000],
     'preprocess': ['opencv'],
+    'image_processor': ['fast'],
     'prompts': ['authors'],
     'vocabularies': [['trash'], ['mammal=seal']],
     'endpoint': ['http://127.0.0.1:9/v1'],  # the default backend (clip) takes no endpoint
