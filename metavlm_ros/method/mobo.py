@@ -49,7 +49,8 @@ class ZSpace:
     that change a frame there, CLAHE: `changes_at_nominal`), so f_pred depends on z, those relations'
     flags and the extras only, and f_trans (Eq. 1) is the sum of |z|. Features for the surrogate are
     z, then a flag per `changes_at_nominal` relation, then each extra scaled to [-1, 1] times |z| (an
-    extra of a relation at nominal changes nothing).
+    extra of a relation at nominal changes nothing), a direction as its cosine there and its sine
+    after them, so both ends of its range, the same direction, are one point.
     """
 
     def __init__(self, space: SearchSpace):
@@ -68,6 +69,17 @@ class ZSpace:
             [k for k, r in enumerate(self.relations) for _ in r.extras], dtype=int
         ).reshape(-1)
         self.extra_low, self.extra_high = space.extra_bounds()
+        # An extra in degrees over a half or whole turn is a direction (MR10's blur at a and a + 180
+        # is the same blur): the surrogate sees it on a circle of that period, where -90 meets 90.
+        self.extra_period = np.array(
+            [
+                extra.high - extra.low
+                if extra.unit.startswith('degrees') and extra.high - extra.low in (180.0, 360.0)
+                else 0.0
+                for relation in self.relations
+                for extra in relation.extras
+            ]
+        )
 
     def split(self, genotypes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(active flags, z, extras) of genotypes; z is 0 for a relation that is off."""
@@ -96,11 +108,17 @@ class ZSpace:
 
     def features(self, active: np.ndarray, z: np.ndarray, extras: np.ndarray) -> np.ndarray:
         """What the surrogate sees of each row (see the class docstring)."""
-        parts = [np.where(active, z, 0.0), active[:, self.flagged].astype(float)]
+        z = np.where(active, z, 0.0)
+        parts = [z, active[:, self.flagged].astype(float)]
         if self.extra_owner.size:
+            # A candidate whose relation a move dropped keeps its z; its extras count for nothing.
+            size = np.abs(z[:, self.extra_owner])
             width = np.maximum(self.extra_high - self.extra_low, 1e-12)
             scaled = 2.0 * (extras - self.extra_low) / width - 1.0
-            parts.append(scaled * np.abs(z[:, self.extra_owner]))
+            periodic = self.extra_period > 0
+            angle = 2.0 * np.pi * extras / np.where(periodic, self.extra_period, 1.0)
+            parts.append(np.where(periodic, np.cos(angle), scaled) * size)
+            parts.append((np.sin(angle) * size)[:, periodic])
         return np.hstack(parts)
 
     def is_identity(self, active: np.ndarray, z: np.ndarray) -> np.ndarray:

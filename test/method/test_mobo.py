@@ -39,6 +39,24 @@ def test_z_space_clips_into_a_range_that_narrows_away_from_nominal():
     assert decode(x[0], space).parameters == {'rotation': 1.0, 'scaling': 0.7}
 
 
+def test_z_space_sees_the_blur_direction_on_a_circle():
+    # MR10's blur along -90 and along 90 degrees is the same blur: the surrogate's features agree;
+    # along 0 degrees it differs, and at length 0 (the identity) no direction counts.
+    space = SearchSpace.from_options(['paper', 'underwater'])
+    zs = ZSpace(space)
+    blur = space.enabled_ids.index('motion_blur')
+    active = np.zeros((4, zs.n), dtype=bool)
+    active[:, blur] = True
+    z = np.zeros((4, zs.n))
+    z[:3, blur] = 0.5
+    features = zs.features(active, z, np.array([[-90.0], [90.0], [0.0], [45.0]]))
+    assert np.allclose(features[0], features[1], atol=1e-12)
+    assert not np.allclose(features[0], features[2])
+    assert np.allclose(features[3], 0.0)
+    # A move that drops the blur keeps its length: the row is then no blur at all, as judged.
+    assert np.allclose(zs.features(np.zeros_like(active[:1]), z[:1], np.array([[30.0]])), 0.0)
+
+
 def test_ehvi_is_the_exact_improvement_when_f_pred_is_known():
     rng = np.random.default_rng(1)
     t, p = rng.random(30) * 6, rng.random(30) * 2
