@@ -137,91 +137,85 @@ def _qwen_tokens(tokenizer: Any) -> dict:
     }
 
 
+def _qwen_vision(patch: int, **extra: Any) -> dict:
+    """A Qwen vision tower's shape: patches of `patch` pixels, two frames a temporal patch, 2 x 2 merged."""
+    return {
+        'hidden_size': HIDDEN,
+        'num_heads': HEADS,
+        'patch_size': patch,
+        'spatial_merge_size': 2,
+        'temporal_patch_size': 2,
+        **extra,
+    }
+
+
 def _qwen_text(tokenizer: Any, **rope: Any) -> dict:
     # M-RoPE splits each head's rotary half into temporal, height and width sections.
     rope_parameters = {'rope_type': 'default', 'rope_theta': 1e6, 'mrope_section': [2, 3, 3], **rope}
     return _text(tokenizer, rope_parameters=rope_parameters, head_dim=HIDDEN // HEADS)
 
 
-def _qwen2_vl() -> tuple[Any, Any, Any]:
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+#: The tiny Qwen towers' patch side: 4-pixel patches, merged 2 x 2 into one 8-pixel token.
+_QWEN_PATCH = 4
 
-    patch = 4
-    processor, tokenizer = _qwen_processor(
-        'qwen2_vl', Qwen2VLProcessor, patch, _CLIP_MEAN, _CLIP_STD, QWEN2_VL_TEMPLATE
-    )
-    config = Qwen2VLConfig(
-        text_config=_qwen_text(tokenizer),
-        vision_config={
-            'depth': 1,
-            'embed_dim': HIDDEN,
-            'hidden_size': HIDDEN,
-            'mlp_ratio': 2,
-            'num_heads': HEADS,
-            'patch_size': patch,
-            'spatial_merge_size': 2,
-            'temporal_patch_size': 2,
-        },
+
+def _qwen(family: str, prefix: str, *, mean: list, std: list, template: str, vision: dict, **rope: Any):
+    """A tiny model of a Qwen family: transformers' `<prefix>Config`, `<prefix>ForConditionalGeneration`
+    and `<prefix>Processor`, the shared Qwen tokenizer and dynamic-resolution processor."""
+    import transformers
+
+    processor_class = getattr(transformers, f'{prefix}Processor')
+    processor, tokenizer = _qwen_processor(family, processor_class, _QWEN_PATCH, mean, std, template)
+    config = getattr(transformers, f'{prefix}Config')(
+        text_config=_qwen_text(tokenizer, **rope),
+        vision_config=_qwen_vision(_QWEN_PATCH, **vision),
         **_qwen_tokens(tokenizer),
     )
-    return Qwen2VLForConditionalGeneration(config), processor, tokenizer
+    return getattr(transformers, f'{prefix}ForConditionalGeneration')(config), processor, tokenizer
+
+
+def _qwen2_vl() -> tuple[Any, Any, Any]:
+    vision = {'depth': 1, 'embed_dim': HIDDEN, 'mlp_ratio': 2}
+    return _qwen(
+        'qwen2_vl', 'Qwen2VL', mean=_CLIP_MEAN, std=_CLIP_STD, template=QWEN2_VL_TEMPLATE, vision=vision
+    )
 
 
 def _qwen2_5_vl() -> tuple[Any, Any, Any]:
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
-
-    patch = 4
     # Qwen2.5-VL keeps Qwen2-VL's processor and chat template; its vision tower attends within windows
     # (window_size pixels) except in the full-attention blocks, and gates its MLP (SwiGLU).
-    processor, tokenizer = _qwen_processor(
-        'qwen2_5_vl', Qwen2_5_VLProcessor, patch, _CLIP_MEAN, _CLIP_STD, QWEN2_VL_TEMPLATE
+    vision = {
+        'depth': 2,
+        'intermediate_size': INTERMEDIATE,
+        'out_hidden_size': HIDDEN,
+        'window_size': 4 * _QWEN_PATCH * 2,  # windows of 4 x 4 merged tokens, as the released 112 / 28
+        'fullatt_block_indexes': [1],
+    }
+    return _qwen(
+        'qwen2_5_vl', 'Qwen2_5_VL', mean=_CLIP_MEAN, std=_CLIP_STD, template=QWEN2_VL_TEMPLATE, vision=vision
     )
-    config = Qwen2_5_VLConfig(
-        text_config=_qwen_text(tokenizer),
-        vision_config={
-            'depth': 2,
-            'hidden_size': HIDDEN,
-            'intermediate_size': INTERMEDIATE,
-            'num_heads': HEADS,
-            'out_hidden_size': HIDDEN,
-            'patch_size': patch,
-            'spatial_merge_size': 2,
-            'temporal_patch_size': 2,
-            'window_size': 4 * patch * 2,  # windows of 4 x 4 merged tokens, as the released 112 / 28
-            'fullatt_block_indexes': [1],
-        },
-        **_qwen_tokens(tokenizer),
-    )
-    return Qwen2_5_VLForConditionalGeneration(config), processor, tokenizer
 
 
 def _qwen3_vl() -> tuple[Any, Any, Any]:
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
-
-    patch = 4
     # Qwen3-VL: SigLIP-style normalisation, learnt position embeddings interpolated to each frame's
     # grid, features of earlier vision layers added into the first decoder layers (DeepStack), and
     # interleaved M-RoPE sections; no default system turn in its chat template.
-    processor, tokenizer = _qwen_processor(
-        'qwen3_vl', Qwen3VLProcessor, patch, SIGLIP_MEAN, SIGLIP_STD, QWEN3_VL_TEMPLATE
+    vision = {
+        'depth': 2,
+        'intermediate_size': INTERMEDIATE,
+        'out_hidden_size': HIDDEN,
+        'num_position_embeddings': 12 * 12,  # a 12 x 12 grid of learnt positions (48 px / 4)
+        'deepstack_visual_indexes': [0],
+    }
+    return _qwen(
+        'qwen3_vl',
+        'Qwen3VL',
+        mean=SIGLIP_MEAN,
+        std=SIGLIP_STD,
+        template=QWEN3_VL_TEMPLATE,
+        vision=vision,
+        mrope_interleaved=True,
     )
-    config = Qwen3VLConfig(
-        text_config=_qwen_text(tokenizer, mrope_interleaved=True),
-        vision_config={
-            'depth': 2,
-            'hidden_size': HIDDEN,
-            'intermediate_size': INTERMEDIATE,
-            'num_heads': HEADS,
-            'out_hidden_size': HIDDEN,
-            'patch_size': patch,
-            'spatial_merge_size': 2,
-            'temporal_patch_size': 2,
-            'num_position_embeddings': 12 * 12,  # a 12 x 12 grid of learnt positions (48 px / 4)
-            'deepstack_visual_indexes': [0],
-        },
-        **_qwen_tokens(tokenizer),
-    )
-    return Qwen3VLForConditionalGeneration(config), processor, tokenizer
 
 
 def _idefics3_processor(side: int, patch: int, scale: int, tiles: int) -> tuple[Any, Any]:

@@ -33,34 +33,29 @@ REQUIRED_WORDS = ('yes', 'no', 'Yes', 'No', *CLASSES, *'0123456789', '{', '}', '
 # generation prompt); written here so nothing is downloaded. Content is a list of {'type': ...}
 # parts as transformers' processors expect; a plain string content is accepted too.
 
+# One chat turn of the Qwen families: the image as vision markers around its pad token, then the text.
+_QWEN_TURN = (
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content %}"
+    '<|vision_start|><|image_pad|><|vision_end|>'
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
+    '{% endfor %}<|im_end|>\n{% endif %}'
+)
+_QWEN_GENERATION_PROMPT = '{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}'
+
 QWEN2_VL_TEMPLATE = (
     '{% for message in messages %}'
     "{% if loop.first and message['role'] != 'system' %}"
     '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}'
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content %}"
-    '<|vision_start|><|image_pad|><|vision_end|>'
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
-    '{% endfor %}<|im_end|>\n{% endif %}'
-    '{% endfor %}'
-    '{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}'
+    + _QWEN_TURN
+    + '{% endfor %}'
+    + _QWEN_GENERATION_PROMPT
 )
 
 # Qwen3-VL: Qwen2-VL's turns and vision markers, without a default system turn.
-QWEN3_VL_TEMPLATE = (
-    '{% for message in messages %}'
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content %}"
-    '<|vision_start|><|image_pad|><|vision_end|>'
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
-    '{% endfor %}<|im_end|>\n{% endif %}'
-    '{% endfor %}'
-    '{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}'
-)
+QWEN3_VL_TEMPLATE = '{% for message in messages %}' + _QWEN_TURN + '{% endfor %}' + _QWEN_GENERATION_PROMPT
 
 # SmolVLM (Idefics3 + SmolLM2): 'User:<image>question<end_of_utterance>\nAssistant:'.
 IDEFICS3_TEMPLATE = (
