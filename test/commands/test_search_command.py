@@ -413,6 +413,8 @@ def _cli(*argv: str) -> list[str]:
 # on a fast machine, where the whole front was written within a millisecond).
 STOP_AFTER_FIRST_PARETO = """
 import os, signal, sys
+if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    print('SIGINT is not KeyboardInterrupt here:', signal.getsignal(signal.SIGINT), file=sys.stderr)
 from metavlm_ros.cli import entry_point
 from metavlm_ros.common.results import ResultsStore
 append = ResultsStore.append_pareto
@@ -427,17 +429,33 @@ entry_point()
 """
 
 
-def _stop_while_front_is_written(argv: list[str], env: dict, signal_number: int) -> None:
+def _signals_as_a_user_has_them() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def _stop_while_front_is_written(argv: list[str], env: dict, signal_number: int) -> int:
     """Run a search and signal it while it writes its non-dominated set (one pareto record written,
-    no summary yet)."""
+    no summary yet); its exit status."""
     command = [sys.executable, '-c', STOP_AFTER_FIRST_PARETO, *argv]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # The search must take SIGINT and SIGTERM as a user's command does: a test runner that ignores
+    # them (in-process ROS and launch code can leave it so, test/ros/test_replay.py) would pass SIG_IGN
+    # on through exec, and the search would then finish as if nothing had been sent.
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_signals_as_a_user_has_them,
+    )
     _, status = os.waitpid(process.pid, os.WUNTRACED)  # returns once it stopped itself (or ended)
     assert os.WIFSTOPPED(status), f'the search ended (status {status}) before writing its front'
     process.send_signal(signal_number)
     process.send_signal(signal.SIGCONT)
     stderr = process.communicate(timeout=60)[1].decode()
-    assert 'Traceback' not in stderr, stderr
+    assert 'Traceback' not in stderr and 'SIGINT is not KeyboardInterrupt' not in stderr, stderr
+    return process.returncode
 
 
 def test_a_search_stopped_by_any_signal_while_it_writes_its_front_resumes_without_duplicates(
@@ -455,7 +473,9 @@ def test_a_search_stopped_by_any_signal_while_it_writes_its_front_resumes_withou
     env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()))
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         out = tmp_path / f'cut-{signal_number}'
-        _stop_while_front_is_written([*args, '--out', str(out)], env, signal_number)
+        code = _stop_while_front_is_written([*args, '--out', str(out)], env, signal_number)
+        # Interrupted (130: metavlm's Ctrl-C), or killed by the signal: never a search that finished.
+        assert code in (130, -signal_number), (signal_number, code)
         # No finished search: SIGINT and SIGTERM may let it write a summary that says it was stopped.
         assert not [s for s in read_jsonl(out / 'summary.jsonl') if not s['stopped']], signal_number
         # The front waits in memory until the summary flushes it (SIGKILL: none of it is on disk);
