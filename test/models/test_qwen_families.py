@@ -6,9 +6,6 @@ random-weight models built from each family's own config, processor and chat-tem
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +18,6 @@ from metavlm_ros.models.vlm import create_backend
 from test.conftest import make_frame, write_frames
 from test.models.served_server import transformers_serve
 
-METAVLM = Path(sys.executable).parent / 'metavlm'
 #: The model class each family runs as, and the processor that brings its frames in.
 EXPECTED = {
     'qwen2_vl': ('Qwen2VLForConditionalGeneration', 'Qwen2VLImageProcessorPil'),
@@ -47,13 +43,6 @@ def families(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope='module')
 def frames(tmp_path_factory) -> Path:
     return write_frames(tmp_path_factory.mktemp('frames'), 2, 64, 48)
-
-
-def _metavlm(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, 'PYTHONPATH': str(Path(__file__).parents[2])}
-    return subprocess.run(
-        [str(METAVLM), *args], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
 
 
 @pytest.mark.parametrize('family', VIDEO_FAMILIES)
@@ -95,12 +84,12 @@ def test_transformers_serve_of_the_family_answers_as_in_process(families, tmp_pa
         assert over_http == in_process
         assert len({p.text for p in over_http}) > 1  # answers depend on the frame: a real comparison
         out = tmp_path / 'results'
-        done = _metavlm(
+        code = main([
             'search', str(_one_frame(tmp_path)),
             '--backend', 'openai', '--endpoint', endpoint, '--model', served_id, '--max-new-tokens', '6',
             '--population', '4', '--evaluations', '8', '--out', str(out), '--quiet',
-        )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+        ])  # fmt: skip
+    assert code == 0
     records = read_jsonl(out / 'evaluations.jsonl')
     assert len(records) == 8 and not any(r['failed'] for r in records)
     assert json.loads((out / 'search.json').read_text())['identity']['model']['model'] == served_id
