@@ -30,6 +30,12 @@ SHORTLIST = 400
 # the last (a batch moves them little).
 FIT_ITERATIONS = 60
 REFIT_ITERATIONS = 15
+# After this many batches (300 evaluations at the default population: every quality figure of
+# docs/performance.md refits every batch), the hyperparameters are refitted every REFIT_EVERY-th
+# batch only; every batch still conditions on its newest points. A long search's own time a batch
+# stays at a third of a refit's (0.1-0.2 s of 0.3-0.6 s on this machine's 2 cores).
+FULL_REFITS = 10
+REFIT_EVERY = 3
 # The last third of every batch is picked with the surrogate's uncertainty ten times wider: a count
 # model's answer changes in rare narrow steps that a confident surrogate never visits (on the demo
 # BLIP, 3 frames x 3 seeds: median 97% of NSGA-II@3000's hypervolume at 300 against 76% without).
@@ -152,6 +158,7 @@ class GaussianProcess:
         groups = np.zeros(n_features, int) if groups is None else np.asarray(groups, int)
         self.membership = np.eye(int(groups.max()) + 1)[groups]  # (features, groups), 0/1
         self.n_groups = self.membership.shape[1]
+        self._pairs: tuple[np.ndarray, np.ndarray] | None = None
         # log lengthscales, log joint signal, log additive signal, log noise (standardised targets)
         self.theta = np.concatenate(
             [np.full(n_features, np.log(0.5)), [np.log(0.5), np.log(0.5), np.log(1e-2)]]
@@ -163,34 +170,48 @@ class GaussianProcess:
         ]
 
     @staticmethod
-    def _matern(r2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Matern-5/2 of squared scaled distances, and c(r) = 5/3 (1 + sqrt5 r) exp(-sqrt5 r), the
-        factor of its derivative in a log lengthscale: dk/dlog(l_d) = c(r) (diff_d / l_d)^2."""
-        s5r = np.sqrt(5.0 * np.maximum(r2, 0.0))
-        e = np.exp(-s5r)
-        return (1.0 + s5r + s5r**2 / 3.0) * e, (5.0 / 3.0) * (1.0 + s5r) * e
+    def _matern(r2: np.ndarray, derivative: bool = False):
+        """Matern-5/2 of squared scaled distances; with `derivative`, also c(r) = 5/3 (1 + sqrt5 r)
+        exp(-sqrt5 r), the factor of its derivative in a log lengthscale: dk/dlog(l_d) = c(r)
+        (diff_d / l_d)^2. In place where it can: the fit calls it on every pair of points."""
+        r2 = np.maximum(r2, 0.0)
+        one = np.sqrt(5.0 * r2)
+        e = np.exp(-one)
+        one += 1.0
+        k = (5.0 / 3.0) * r2
+        k += one
+        k *= e
+        if not derivative:
+            return k
+        e *= one
+        e *= 5.0 / 3.0
+        return k, e
 
     def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = a / self.lengths, b / self.lengths
         # Squared distances per relation by matrix products, not an (n, m, d) array of differences.
         a2, b2 = (a**2) @ self.membership, (b**2) @ self.membership
-        k_joint = self._matern(a2.sum(1)[:, None] + b2.sum(1)[None, :] - 2.0 * a @ b.T)[0]
+        k_joint = self._matern(a2.sum(1)[:, None] + b2.sum(1)[None, :] - 2.0 * a @ b.T)
         k_add = np.zeros_like(k_joint)
         for g in range(self.n_groups):
             cols = self.membership[:, g] > 0
             cross = a[:, cols] @ b[:, cols].T
-            k_add += self._matern(a2[:, g][:, None] + b2[:, g][None, :] - 2.0 * cross)[0]
+            k_add += self._matern(a2[:, g][:, None] + b2[:, g][None, :] - 2.0 * cross)
         return self.joint * k_joint + self.additive / self.n_groups * k_add
 
     def _nll(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         d = x.shape[1]
         lengths = np.exp(theta[:d])
         joint, additive, noise = np.exp(theta[d]), np.exp(theta[d + 1]) / self.n_groups, np.exp(theta[d + 2])
-        diff2 = ((x[:, None, :] - x[None, :, :]) / lengths) ** 2
-        m_joint, c_joint = self._matern(np.sum(diff2, axis=2))
-        m_group, c_group = self._matern(diff2 @ self.membership)  # (n, n, groups)
-        k_joint, k_add = joint * m_joint, additive * np.sum(m_group, axis=2)
         n = len(y)
+        # Squared differences of every pair, scaled, as (pairs, features): the fit calls this some
+        # twenty times a batch, so what does not depend on theta is computed once per fit.
+        if self._pairs is None or self._pairs[0] is not x:
+            self._pairs = (x, ((x[:, None, :] - x[None, :, :]) ** 2).reshape(n * n, d))
+        diff2 = self._pairs[1] / lengths**2
+        m_joint, c_joint = self._matern(diff2.sum(axis=1), derivative=True)
+        m_group, c_group = self._matern(diff2 @ self.membership, derivative=True)  # (pairs, groups)
+        k_joint, k_add = (joint * m_joint).reshape(n, n), (additive * m_group.sum(axis=1)).reshape(n, n)
         kn = k_joint + k_add + (noise + 1e-8) * np.eye(n)
         try:
             factor = cho_factor(kn, lower=True)
@@ -200,31 +221,35 @@ class GaussianProcess:
         nll = 0.5 * y @ alpha + np.sum(np.log(np.diag(factor[0]))) + 0.5 * n * np.log(2 * np.pi)
         inner = np.outer(alpha, alpha) - cho_solve(factor, np.eye(n))
         grad = np.empty_like(theta)
-        # dk/dlog(l_d) = (joint c(r) + additive c(r of d's group)) (diff_d / l_d)^2
-        weighted = inner[:, :, None] * (joint * c_joint[:, :, None] + additive * c_group @ self.membership.T)
-        grad[:d] = -0.5 * np.einsum('ijd,ijd->d', weighted, diff2)
+        # dk/dlog(l_d) = (joint c(r) + additive c(r of d's group)) (diff_d / l_d)^2, summed against
+        # inner over pairs: two matrix products over the pairs, not an (n, n, d) array.
+        flat = inner.reshape(-1)
+        per_group = ((flat[:, None] * c_group).T @ diff2) * self.membership.T  # (groups, d)
+        grad[:d] = -0.5 * (joint * (flat * c_joint) @ diff2 + additive * per_group.sum(axis=0))
         grad[d] = -0.5 * np.sum(inner * k_joint)
         grad[d + 1] = -0.5 * np.sum(inner * k_add)
         grad[d + 2] = -0.5 * np.trace(inner) * noise
         return float(nll), grad
 
-    def fit(self, x: np.ndarray, y: np.ndarray) -> GaussianProcess:
-        """Fit to features x and targets y (standardised inside), warm-started from the last fit."""
+    def fit(self, x: np.ndarray, y: np.ndarray, optimise: bool = True) -> GaussianProcess:
+        """Condition on features x and targets y (standardised inside); with `optimise`, first fit the
+        hyperparameters, warm-started from the last fit."""
         self.x = x
         self.mean, self.scale = float(np.mean(y)), float(np.std(y)) or 1.0
         target = (y - self.mean) / self.scale
-        found = minimize(
-            self._nll,
-            self.theta,
-            args=(x, target),
-            jac=True,
-            method='L-BFGS-B',
-            bounds=self.bounds,
-            options={'maxiter': REFIT_ITERATIONS if self.fits else FIT_ITERATIONS},
-        )
-        self.fits += 1
-        if np.isfinite(found.fun):
-            self.theta = np.clip(found.x, [b[0] for b in self.bounds], [b[1] for b in self.bounds])
+        if optimise or not self.fits:
+            found = minimize(
+                self._nll,
+                self.theta,
+                args=(x, target),
+                jac=True,
+                method='L-BFGS-B',
+                bounds=self.bounds,
+                options={'maxiter': REFIT_ITERATIONS if self.fits else FIT_ITERATIONS},
+            )
+            self.fits += 1
+            if np.isfinite(found.fun):
+                self.theta = np.clip(found.x, [b[0] for b in self.bounds], [b[1] for b in self.bounds])
         d = x.shape[1]
         self.lengths = np.exp(self.theta[:d])
         self.joint, self.additive = float(np.exp(self.theta[d])), float(np.exp(self.theta[d + 1]))
@@ -291,6 +316,7 @@ class MOBO(Algorithm):
         # answer, not no change, so the surrogate and the front never see them.
         self.failed = np.empty(0, dtype=bool)
         self.gp: GaussianProcess | None = None
+        self.batches = 0  # batches proposed by the surrogate
         # Feature keys of every judged genotype: a candidate among them would be answered from the cache.
         self.seen: set[tuple] = set()
 
@@ -461,7 +487,9 @@ class MOBO(Algorithm):
         rows = self._training(active, z, extras, f_pred)
         if self.gp is None:
             self.gp = GaussianProcess(features.shape[1], self.z.feature_group)
-        gp = self.gp.fit(features[rows], f_pred[rows])
+        self.batches += 1
+        optimise = self.batches <= FULL_REFITS or self.batches % REFIT_EVERY == 0
+        gp = self.gp.fit(features[rows], f_pred[rows], optimise)
 
         front_rows = non_dominated(t, f_pred)
         front_rows = front_rows[f_pred[front_rows] > 0]

@@ -161,17 +161,34 @@ def test_mobo_at_a_tenth_of_the_budget_matches_nsga2():
         assert found['mobo', 300] >= 0.995 * found['nsga2', 1500]
 
 
-def _fits(monkeypatch) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Every (features, f_pred) the surrogate is fitted on, in order."""
+def _fits(monkeypatch, optimised: list[bool] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every (features, f_pred) the surrogate is fitted on, in order (and in `optimised`, whether
+    each fit optimised the hyperparameters)."""
     fits = []
     fit = mobo.GaussianProcess.fit
 
-    def recording(self, x, y):
+    def recording(self, x, y, optimise=True):
+        before = self.fits
         fits.append((x.copy(), y.copy()))
-        return fit(self, x, y)
+        found = fit(self, x, y, optimise)
+        if optimised is not None:
+            optimised.append(self.fits > before)
+        return found
 
     monkeypatch.setattr(mobo.GaussianProcess, 'fit', recording)
     return fits
+
+
+def test_hyperparameters_are_refitted_every_batch_then_every_third(monkeypatch):
+    # 300 evaluations at population 30 refit every batch (what every quality figure measured); a
+    # longer search refits every third batch after the tenth, and conditions on every batch.
+    optimised: list[bool] = []
+    fits = _fits(monkeypatch, optimised)
+    config = SearchConfig(algorithm='mobo', population=10, evaluations=200, seed=0)
+    result = run_search(make_frame(48, 36), ImageStatsBackend(), config)
+    assert len(result.evaluations) == 200 and len(fits) == 19
+    assert optimised == [True] * 10 + [batch % 3 == 0 for batch in range(11, 20)]
+    assert [len(y) for _, y in fits] == [10 * batch for batch in range(1, 20)]
 
 
 def test_failed_evaluations_are_recorded_but_never_learnt(monkeypatch):
