@@ -15,7 +15,7 @@ setting: the median over searches of each one's hypervolume, of its ratio to NSG
 --budget evaluations). 18 frames and 3 seeds by default: a count model's answer changes in narrow
 steps a search at 300 evaluations meets or misses, so the median over 3 frames moved with the frame
 that fell in the middle (the same code reached 101.5% of NSGA-II's on 3 frames and 75.6% on 6
-others); over 54 searches a row it moves by a few percent.
+others); over 18 frames it moved by 1-9% between two sets (docs/performance.md).
 
 Cost (`base`: a random-initialised CLIP of the released ViT-B/32 shape, 1920x1080 frames at the
 default working size, 2 torch threads): the whole search's seconds of NSGA-II at --reference and of
