@@ -32,8 +32,8 @@ FIT_ITERATIONS = 60
 REFIT_ITERATIONS = 15
 # After this many batches (300 evaluations at the default population: every quality figure of
 # docs/performance.md refits every batch), the hyperparameters are refitted every REFIT_EVERY-th
-# batch only; every batch still conditions on its newest points. A long search's own time a batch
-# stays at a third of a refit's (0.1-0.2 s of 0.3-0.6 s on this machine's 2 cores).
+# batch only; every batch still conditions on its newest points. On the test suite's stand-in model
+# (this machine) a long search's batch takes 0.15-0.25 s without a refit, 0.25-0.5 s with one.
 FULL_REFITS = 10
 REFIT_EVERY = 3
 # The last third of every batch is picked with the surrogate's uncertainty ten times wider: a count
@@ -334,8 +334,9 @@ class MOBO(Algorithm):
         The front of a search lives at low orders, and a count model's answer changes in steps along
         each relation: singletons show the surrogate every axis and where it steps. The ends come
         first: a relation's strongest change of a frame, where a step often lies (on one demo frame
-        every zoom-out below 0.765 turns half an animal's count into two; a stratified design that
-        drew 0.78 as its lowest never saw it, and that search reached 25% of NSGA-II's hypervolume).
+        the BLIP's f_pred is 1.7-2.2 for every zoom-out below 0.765 and 0 at 0.78; a stratified
+        design that drew 0.78 as its lowest never saw it, and that search reached 25% of NSGA-II's
+        hypervolume).
         """
         rng = self.random_state
         n = self.z.n
