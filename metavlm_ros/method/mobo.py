@@ -153,9 +153,12 @@ class GaussianProcess:
     from both; the fit weighs the two parts by how the answers behave.
     """
 
-    def __init__(self, n_features: int, groups: np.ndarray | None = None):
+    def __init__(self, groups: np.ndarray):
+        """`groups`: the group of each feature (0, 1, ...); one group for all makes the additive part
+        a second joint kernel."""
         self.fits = 0
-        groups = np.zeros(n_features, int) if groups is None else np.asarray(groups, int)
+        groups = np.asarray(groups, int)
+        n_features = len(groups)
         self.membership = np.eye(int(groups.max()) + 1)[groups]  # (features, groups), 0/1
         self.n_groups = self.membership.shape[1]
         self._pairs: tuple[np.ndarray, np.ndarray] | None = None
@@ -487,7 +490,7 @@ class MOBO(Algorithm):
         features = self.z.features(active, z, extras)
         rows = self._training(active, z, extras, f_pred)
         if self.gp is None:
-            self.gp = GaussianProcess(features.shape[1], self.z.feature_group)
+            self.gp = GaussianProcess(self.z.feature_group)
         self.batches += 1
         optimise = self.batches <= FULL_REFITS or self.batches % REFIT_EVERY == 0
         gp = self.gp.fit(features[rows], f_pred[rows], optimise)

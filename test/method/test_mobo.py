@@ -244,7 +244,7 @@ def test_gaussian_process_gradient_is_the_derivative_of_its_likelihood():
     x = rng.uniform(-1.0, 1.0, (40, 5))
     y = np.sin(3.0 * x[:, 0]) + x[:, 1] ** 2 + 0.1 * rng.standard_normal(40)
     y = (y - y.mean()) / y.std()
-    gp = mobo.GaussianProcess(5, groups)
+    gp = mobo.GaussianProcess(groups)
     theta = gp.theta + rng.normal(0.0, 0.3, gp.theta.shape)
     _, grad = gp._nll(theta, x, y)
     step = 1e-6
@@ -272,7 +272,7 @@ def test_gaussian_process_adds_the_effects_of_relations():
     fresh = rng.uniform(0.0, 1.0, (200, 4)) * (rng.random((200, 4)) < 0.6)
 
     def error(groups):
-        gp = mobo.GaussianProcess(4, groups).fit(x, f(x))
+        gp = mobo.GaussianProcess(groups).fit(x, f(x))
         mean, _ = gp.posterior(fresh)
         return float(np.sqrt(np.mean((gp.mean + gp.scale * mean - f(fresh)) ** 2))), gp
 
