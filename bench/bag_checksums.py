@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Checks, fmt, interleaved  # noqa: E402
 
 from metavlm_ros.common.errors import BagError
-from metavlm_ros.footage import bags
+from metavlm_ros.footage import bag_writer, bags
 from metavlm_ros.footage.scenes import SceneGenerator
 
 
@@ -36,12 +36,13 @@ class _NoDigest:
 def _write_plain(path: Path, frames: list, storage: str) -> None:
     from rosbags.rosbag2 import Writer
 
-    checksummed, digest = bags._checksummed_writer, bags._MessageDigest
-    bags._checksummed_writer, bags._MessageDigest = (lambda: Writer), _NoDigest
+    # write_bag looks both up in its own module at each call.
+    checksummed, digest = bag_writer._checksummed_writer, bag_writer.MessageDigest
+    bag_writer._checksummed_writer, bag_writer.MessageDigest = (lambda: Writer), _NoDigest
     try:
         bags.write_bag(path, frames, fps=10.0, storage=storage, overwrite=True)
     finally:
-        bags._checksummed_writer, bags._MessageDigest = checksummed, digest
+        bag_writer._checksummed_writer, bag_writer.MessageDigest = checksummed, digest
 
 
 def main() -> int:

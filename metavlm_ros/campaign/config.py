@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from metavlm_ros.campaign.spec import (
-    _FRAME_KEYS,
-    _GENERATE_KEYS,
-    _MODEL_KEYS,
-    _RELATION_KEYS,
-    _TOP_KEYS,
     EXECUTORS,
+    FRAME_KEYS,
+    GENERATE_KEYS,
+    MODEL_KEYS,
     PAPER_ALGORITHMS,
+    RELATION_KEYS,
+    TOP_KEYS,
     CampaignConfig,
     FrameSpec,
     ModelSpec,
-    _search_space,
+    search_space,
     sha256_text,
 )
 from metavlm_ros.common.errors import MetaVLMError, ParameterError
@@ -125,7 +125,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
     problems = _Problems()
     if not isinstance(data, Mapping):
         raise ParameterError(f'{source}: a campaign config must be a mapping, got {type(data).__name__}')
-    problems.unknown_keys('', data, _TOP_KEYS)
+    problems.unknown_keys('', data, TOP_KEYS)
 
     frames = _parse_frames(data.get('frames'), base_dir, problems)
     models = _parse_models(data.get('models'), base_dir, problems)
@@ -195,8 +195,8 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
             problems.add('relations', f'must be a mapping with enabled and ranges, got {relations!r}')
             relations = None
         else:
-            problems.unknown_keys('relations', relations, _RELATION_KEYS)
-            relations = {k: relations[k] for k in sorted(_RELATION_KEYS) if relations.get(k) is not None}
+            problems.unknown_keys('relations', relations, RELATION_KEYS)
+            relations = {k: relations[k] for k in sorted(RELATION_KEYS) if relations.get(k) is not None}
             ranges = relations.get('ranges', {})
             if not isinstance(ranges, Mapping):
                 problems.add('relations.ranges', f'must map relation id -> [low, high], got {ranges!r}')
@@ -218,7 +218,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
                 problems.add('relations.enabled', f'must be a list of relation ids, got {enabled!r}')
                 relations.pop('enabled')
             try:
-                _search_space(relations)
+                search_space(relations)
             except MetaVLMError as exc:
                 problems.add('relations', str(exc))
             except (TypeError, ValueError, AttributeError) as exc:
@@ -256,7 +256,7 @@ def _parse_frames(raw: Any, base_dir: Path, problems: _Problems) -> FrameSpec:
     if not isinstance(raw, Mapping):
         problems.add('frames', f'must be a list of paths or a mapping, got {raw!r}')
         return FrameSpec()
-    problems.unknown_keys('frames', raw, _FRAME_KEYS)
+    problems.unknown_keys('frames', raw, FRAME_KEYS)
     every = problems.integer('frames.every', raw.get('every'), 1, 1)
     start = problems.number('frames.start', raw.get('start'), 0)
     end = problems.number('frames.end', raw.get('end'), 0)
@@ -306,7 +306,7 @@ def _parse_generate(raw: Any, problems: _Problems) -> dict:
     if not isinstance(raw, Mapping):
         problems.add('frames.generate', f'must be a mapping with count, size, seed; got {raw!r}')
         return {}
-    problems.unknown_keys('frames.generate', raw, _GENERATE_KEYS)
+    problems.unknown_keys('frames.generate', raw, GENERATE_KEYS)
     count = problems.integer('frames.generate.count', raw.get('count'), 1, 4)
     seed = problems.integer('frames.generate.seed', raw.get('seed'), 0, 0)
     size = raw.get('size', [160, 120])
@@ -344,10 +344,10 @@ def _parse_models(raw: Any, base_dir: Path, problems: _Problems) -> list[ModelSp
             if backend is not None:
                 choices = ', '.join(BACKENDS)
                 problems.add(f'{where}.backend', f'unknown backend "{backend}" (choose from {choices})')
-            problems.unknown_keys(where, item, _MODEL_KEYS | set(all_options()))
+            problems.unknown_keys(where, item, MODEL_KEYS | set(all_options()))
         else:
             declared = {option.name for option in BACKENDS[backend].all_options()}
-            problems.unknown_keys(where, item, _MODEL_KEYS | declared)
+            problems.unknown_keys(where, item, MODEL_KEYS | declared)
             given = {key: value for key, value in item.items() if key in declared}
             try:
                 options = resolve_options(backend, given_options(backend, given))

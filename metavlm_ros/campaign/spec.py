@@ -13,9 +13,15 @@ from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 __all__ = [
     'CampaignConfig',
     'EXECUTORS',
+    'FRAME_KEYS',
     'FrameSpec',
+    'GENERATE_KEYS',
+    'MODEL_KEYS',
     'ModelSpec',
     'PAPER_ALGORITHMS',
+    'RELATION_KEYS',
+    'TOP_KEYS',
+    'search_space',
     'sha256_text',
 ]
 
@@ -25,7 +31,7 @@ PAPER_ALGORITHMS = ('nsga2', 'random')
 EXECUTORS = ('local', 'dask')
 
 
-_TOP_KEYS = {
+TOP_KEYS = {
     'frames',
     'models',
     'algorithms',
@@ -43,16 +49,16 @@ _TOP_KEYS = {
 }
 
 
-_FRAME_KEYS = {'sources', 'topic', 'every', 'start', 'end', 'max_frames', 'size', 'generate'}
+FRAME_KEYS = {'sources', 'topic', 'every', 'start', 'end', 'max_frames', 'size', 'generate'}
 
 
-_GENERATE_KEYS = {'count', 'size', 'seed'}
+GENERATE_KEYS = {'count', 'size', 'seed'}
 
 
-_MODEL_KEYS = {'name', 'backend', 'model'}  # and the options the backend declares (models/registry.py)
+MODEL_KEYS = {'name', 'backend', 'model'}  # and the options the backend declares (models/registry.py)
 
 
-_RELATION_KEYS = {'enabled', 'ranges'}
+RELATION_KEYS = {'enabled', 'ranges'}
 
 
 @dataclass(frozen=True)
@@ -136,7 +142,7 @@ class CampaignConfig:
         values = self.to_dict()
         values.pop('baseline', None)
         values.pop('pareto_pngs', None)
-        extras = _search_space(self.relations).as_record().get('extras')
+        extras = search_space(self.relations).as_record().get('extras')
         if extras:
             values['extras'] = extras
         return values
@@ -154,7 +160,7 @@ class CampaignConfig:
             population=self.population,
             evaluations=self.evaluations,
             seed=seed,
-            space=_search_space(self.relations),
+            space=search_space(self.relations),
             thresholds=tuple(self.thresholds),
             working_size=self.working_size,
             warp=self.warp,
@@ -162,7 +168,8 @@ class CampaignConfig:
         )
 
 
-def _search_space(relations: Mapping | None):
+def search_space(relations: Mapping | None):
+    """The search space a campaign's `relations` mapping (enabled, ranges) names; the paper's when empty."""
     from metavlm_ros.method.encoding import SearchSpace
 
     if not relations:

@@ -9,8 +9,19 @@ from typing import Any
 import numpy as np
 
 from metavlm_ros.demo.config import TrainingConfig
-from metavlm_ros.demo.scenes import SceneSet, _resize
+from metavlm_ros.demo.scenes import SceneSet, resize_square
 from metavlm_ros.method.prediction import CLASSES
+
+__all__ = [
+    'augmented_batch',
+    'dense_loss',
+    'distill_target',
+    'lr_schedule',
+    'normalised_pixels',
+    'pad_rows',
+    'paired_indices',
+    'random_augmentation',
+]
 
 
 @functools.lru_cache(maxsize=8)
@@ -31,7 +42,7 @@ def _augmentation_space(magnitude: float) -> Any:
     return SearchSpace.from_options(None, ranges)
 
 
-def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
+def random_augmentation(rng: np.random.Generator, magnitude: float) -> Any:
     """A random composition of the paper's six relations at small magnitudes: one sample of the search's
     Rand (method/algorithms.py rand_genotypes) over their ranges narrowed to `magnitude`.
 
@@ -45,7 +56,7 @@ def _augmentation(rng: np.random.Generator, magnitude: float) -> Any:
     return decode(rand_genotypes(space, 1, rng)[0], space)
 
 
-def _paired_indices(
+def paired_indices(
     rng: np.random.Generator, n: int, batch_size: int, pairs: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """A batch of `batch_size` frame indices whose last `pairs` repeat the first ones, and the mask
@@ -58,7 +69,7 @@ def _paired_indices(
     return idx, np.arange(batch_size) >= batch_size - pairs
 
 
-def _batch(
+def augmented_batch(
     train: SceneSet,
     idx: np.ndarray,
     rng: np.random.Generator,
@@ -85,8 +96,8 @@ def _batch(
         if always is not None:
             chosen |= always
         for j in np.flatnonzero(chosen):
-            composition = _augmentation(rng, config.augment_magnitude)
-            small[j] = _resize(apply_composition(train.mid[idx[j]], composition), config.image_size)
+            composition = random_augmentation(rng, config.augment_magnitude)
+            small[j] = resize_square(apply_composition(train.mid[idx[j]], composition), config.image_size)
             # Where the relations move the pixels (method/relations.py's matrix fusion), as 3x3.
             moved = composition_matrix(composition, width, height)
             if moved is None:
@@ -109,7 +120,9 @@ _MEAN = np.asarray([0.48145466, 0.4578275, 0.40821073], np.float32)
 _STD = np.asarray([0.26862954, 0.26130258, 0.27577711], np.float32)
 
 
-def _pixels(small: np.ndarray, flip: np.ndarray | None = None, gain: np.ndarray | None = None) -> Any:
+def normalised_pixels(
+    small: np.ndarray, flip: np.ndarray | None = None, gain: np.ndarray | None = None
+) -> Any:
     """Normalise resized uint8 images as the processors do (OpenAI CLIP mean and std).
 
     `flip` mirrors some frames left-right; `gain` scales brightness per frame (then clipped), which
@@ -126,7 +139,7 @@ def _pixels(small: np.ndarray, flip: np.ndarray | None = None, gain: np.ndarray 
     return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
 
 
-def _schedule(step: int, steps: int, peak: float) -> float:
+def lr_schedule(step: int, steps: int, peak: float) -> float:
     warm = max(1, steps // 20)
     if step < warm:
         return peak * (step + 1) / warm
@@ -138,7 +151,7 @@ def _schedule(step: int, steps: int, peak: float) -> float:
 _COVERED = 0.005
 
 
-def _dense_loss(
+def dense_loss(
     head: Any,
     tokens: Any,
     density: np.ndarray | None,
@@ -180,7 +193,7 @@ def _dense_loss(
     return loss
 
 
-def _distill_target(cosine: Any, mean: Any, std: Any, config: TrainingConfig) -> Any:
+def distill_target(cosine: Any, mean: Any, std: Any, config: TrainingConfig) -> Any:
     """The cosines a distilled CLIP should give: the starting CLIP's, standardised per prompt
     (`mean`, `std` over training frames) and mapped into the band, `band / 3` per standard
     deviation around the centre. Monotone per prompt, so each class keeps the starting CLIP's
@@ -188,7 +201,7 @@ def _distill_target(cosine: Any, mean: Any, std: Any, config: TrainingConfig) ->
     return config.clip_cosine_centre + (config.clip_cosine_band / 3) * (cosine - mean) / std
 
 
-def _pad(rows: list[list[int]], pad: int) -> np.ndarray:
+def pad_rows(rows: list[list[int]], pad: int) -> np.ndarray:
     width = max(len(r) for r in rows)
     out = np.full((len(rows), width), pad, np.int64)
     for i, r in enumerate(rows):

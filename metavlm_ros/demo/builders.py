@@ -10,8 +10,16 @@ from typing import Any
 from metavlm_ros.demo.config import CLASS_PHRASES, CLIP_TEMPLATES, SECTION_TOKENS, TrainingConfig
 from metavlm_ros.method.prediction import CLASSES
 
+__all__ = [
+    'clip_vision_into_blip',
+    'demo_blip_tokenizer',
+    'demo_clip_tokenizer',
+    'demo_corpus',
+    'demo_vision_config',
+]
 
-def _clip_tokenizer(corpus: Sequence[str], max_length: int) -> Any:
+
+def demo_clip_tokenizer(corpus: Sequence[str], max_length: int) -> Any:
     """A CLIP byte-level BPE tokenizer learned on the corpus (the same corpus gives the same ids)."""
     from tokenizers import pre_tokenizers, trainers
     from transformers import CLIPTokenizer
@@ -37,7 +45,7 @@ def _clip_tokenizer(corpus: Sequence[str], max_length: int) -> Any:
     return CLIPTokenizer(vocab=learned['vocab'], merges=merges, model_max_length=max_length)
 
 
-def _blip_tokenizer(corpus: Sequence[str]) -> Any:
+def demo_blip_tokenizer(corpus: Sequence[str]) -> Any:
     """A BERT WordPiece tokenizer learned on the corpus, with [DEC] as BLIP's decoder start token."""
     from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertTokenizer
@@ -66,7 +74,7 @@ def _blip_tokenizer(corpus: Sequence[str]) -> Any:
     return tokenizer
 
 
-def _corpus(captions: Sequence[str]) -> list[str]:
+def demo_corpus(captions: Sequence[str]) -> list[str]:
     from metavlm_ros.models.counts import DEFAULT_VOCABULARIES
     from metavlm_ros.models.vlm import DEFAULT_CLASS_PROMPTS, TABLE1_PROMPT
 
@@ -78,7 +86,7 @@ def _corpus(captions: Sequence[str]) -> list[str]:
     return corpus * 2
 
 
-def _vision_config(config: TrainingConfig) -> dict[str, Any]:
+def demo_vision_config(config: TrainingConfig) -> dict[str, Any]:
     return {
         'image_size': config.image_size,
         'patch_size': config.patch_size,
@@ -91,7 +99,7 @@ def _vision_config(config: TrainingConfig) -> dict[str, Any]:
     }
 
 
-def _clip_vision_into_blip(clip_dir: Path, blip: Any) -> None:
+def clip_vision_into_blip(clip_dir: Path, blip: Any) -> None:
     """Start the BLIP vision tower from a trained demo CLIP's (same shape; BLIP fuses q, k, v).
 
     CLIP's extra pre-encoder LayerNorm has no BLIP counterpart and is dropped; fine-tuning adapts.

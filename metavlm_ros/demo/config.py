@@ -48,8 +48,6 @@ CLASS_PHRASES = {
 CLIP_AUC_TARGET = 0.85
 BLIP_PRESENCE_TARGET = 0.80
 BLIP_EXACT_TARGET = 0.30
-# Counts above this are one class of the auxiliary counting head (rare in the generator's scenes).
-_MAX_AUX_COUNT = 8
 
 
 @dataclass
@@ -101,7 +99,7 @@ class TrainingConfig:
         clip_distill_weight: fine-tuning only (needs init_from): every class-prompt cosine of each
             (transformed) training frame is pulled towards the starting CLIP's cosine on the same
             frame untransformed, standardised per prompt and mapped into the band (centre + band/3
-            per standard deviation, `_distill_target`); the squared difference in those units, at
+            per standard deviation, `distill_target`); the squared difference in those units, at
             this weight. It keeps the ranking the starting CLIP learnt from many scenes while the
             fine-tune learns the narrow band and invariance to the relations (0: off).
         blip_teacher_answers: fine-tuning only (needs init_from): the BLIP learns the starting BLIP's

@@ -14,6 +14,7 @@ from metavlm_ros.method.prediction import CLASSES
 from metavlm_ros.models.counts import parse_counts
 
 __all__ = [
+    'answer_examples',
     'auc_by_environment',
     'blip_answers',
     'clip_scores',
@@ -113,7 +114,7 @@ def evaluate_blip(backend: Any, scenes: SceneSet, batch_size: int = 32) -> dict[
     """Counting quality of a count-type backend on a SceneSet (its `counts`): count_metrics plus
     'examples', a few (answer, ground-truth caption) pairs."""
     texts = blip_answers(backend, scenes, batch_size)
-    return count_metrics(texts, scenes.counts) | {'examples': _examples(texts, scenes)}
+    return count_metrics(texts, scenes.counts) | {'examples': answer_examples(texts, scenes)}
 
 
 def robustness_frames(scenes: SceneSet, n: int = 20) -> list[np.ndarray]:
@@ -186,6 +187,6 @@ def robustness_lines(name: str, figures: dict[str, Any], frames: int, evaluation
     return lines
 
 
-def _examples(texts: Sequence[str], scenes: SceneSet, n: int = 3) -> list[tuple[str, str]]:
+def answer_examples(texts: Sequence[str], scenes: SceneSet, n: int = 3) -> list[tuple[str, str]]:
     """The first few (answer, ground-truth caption) pairs."""
     return list(zip(texts[:n], scenes.captions[:n], strict=False))

@@ -21,6 +21,7 @@ __all__ = [
     'demo_truth',
     'heldout_set',
     'render_scenes',
+    'resize_square',
 ]
 
 
@@ -101,7 +102,7 @@ def _density(truth: Any, width: int, height: int, grid: int) -> np.ndarray:
     return cells
 
 
-def _resize(frame: np.ndarray, size: int) -> np.ndarray:
+def resize_square(frame: np.ndarray, size: int) -> np.ndarray:
     """Resize as the CLIP and BLIP image processors do (PIL bicubic to a square, no crop)."""
     from PIL import Image
 
@@ -127,7 +128,7 @@ def _render_scene(job: tuple) -> tuple[list, ...]:
         if mid_size is not None:
             same = tuple(mid_size) == (width, height)
             mid.append(rgb if same else cv2.resize(rgb, tuple(mid_size), interpolation=cv2.INTER_AREA))
-        small.append(_resize(rgb, image_size))
+        small.append(resize_square(rgb, image_size))
         generator_counts.append([int(full_truth.counts.get(c, 0)) for c in CLASSES])
         counts.append([int(truth.counts.get(c, 0)) for c in CLASSES])
         captions.append(caption(truth))

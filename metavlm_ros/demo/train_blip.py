@@ -10,20 +10,30 @@ import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.demo.batches import (
-    _augmentation,
-    _batch,
-    _dense_loss,
-    _pad,
-    _paired_indices,
-    _pixels,
-    _schedule,
+    augmented_batch,
+    dense_loss,
+    lr_schedule,
+    normalised_pixels,
+    pad_rows,
+    paired_indices,
+    random_augmentation,
 )
-from metavlm_ros.demo.builders import _blip_tokenizer, _clip_vision_into_blip, _corpus, _vision_config
-from metavlm_ros.demo.config import _MAX_AUX_COUNT, TrainingConfig
+from metavlm_ros.demo.builders import (
+    clip_vision_into_blip,
+    demo_blip_tokenizer,
+    demo_corpus,
+    demo_vision_config,
+)
+from metavlm_ros.demo.config import TrainingConfig
 from metavlm_ros.demo.evaluation import blip_answers
 from metavlm_ros.demo.scenes import SceneSet
 from metavlm_ros.method.prediction import CLASSES
 from metavlm_ros.models.counts import parse_counts
+
+__all__ = ['train_blip']
+
+# Counts above this are one class of the auxiliary counting head (rare in the generator's scenes).
+_MAX_AUX_COUNT = 8
 
 
 def _neighbourhood_answers(
@@ -44,7 +54,7 @@ def _neighbourhood_answers(
     chosen, changed = [], 0
     for i, own in enumerate(answers):
         copies = [
-            apply_composition(train.mid[i], _augmentation(rng, config.augment_magnitude))
+            apply_composition(train.mid[i], random_augmentation(rng, config.augment_magnitude))
             for _ in range(config.blip_teacher_votes)
         ]
         texts = [own, *blip_answers(teacher, copies, batch_size=64)]
@@ -73,7 +83,7 @@ def _answer_divergence(logits: Any, labels: Any, pairs: int) -> Any:
     return (per_position * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def _train_blip(
+def train_blip(
     train: SceneSet,
     config: TrainingConfig,
     out: Path,
@@ -95,7 +105,7 @@ def _train_blip(
     if start is not None:
         tokenizer = BlipProcessor.from_pretrained(start, local_files_only=True).tokenizer
     else:
-        tokenizer = _blip_tokenizer(_corpus(train.captions))
+        tokenizer = demo_blip_tokenizer(demo_corpus(train.captions))
     model_config = BlipConfig(
         text_config={
             'vocab_size': len(tokenizer),
@@ -110,7 +120,7 @@ def _train_blip(
             'sep_token_id': tokenizer.sep_token_id,
             'pad_token_id': tokenizer.pad_token_id,
         },
-        vision_config=_vision_config(config),
+        vision_config=demo_vision_config(config),
     )
     torch.manual_seed(config.seed)
     model = BlipForConditionalGeneration(model_config)
@@ -121,7 +131,7 @@ def _train_blip(
         log(f'blip initialised from {start}')
         vision_from = None  # its own trained tower, not a CLIP's
     elif vision_from is not None:
-        _clip_vision_into_blip(vision_from, model)
+        clip_vision_into_blip(vision_from, model)
         log(f'blip vision tower initialised from {vision_from}')
     # An auxiliary per-class count classifier on the image embedding (not saved) gives the vision encoder
     # a direct counting signal early, which the decoder then reads through cross-attention.
@@ -150,8 +160,8 @@ def _train_blip(
         answer = [*tokenizer(text, add_special_tokens=False)['input_ids'], tokenizer.sep_token_id]
         rows.append(prefix + answer)
         label_rows.append([-100] * len(prefix) + answer)
-    input_ids = torch.from_numpy(_pad(rows, tokenizer.pad_token_id))
-    labels = torch.from_numpy(_pad(label_rows, -100))
+    input_ids = torch.from_numpy(pad_rows(rows, tokenizer.pad_token_id))
+    labels = torch.from_numpy(pad_rows(label_rows, -100))
     attention = (labels != -100) | (torch.arange(input_ids.shape[1])[None, :] < len(prefix))
     longest = max(len(a) - len(prefix) for a in label_rows)
     log(
@@ -176,11 +186,11 @@ def _train_blip(
     model.train()
     for step in range(config.blip_steps):
         for group in optimiser.param_groups:
-            group['lr'] = group['scale'] * _schedule(step, config.blip_steps, config.blip_lr)
-        idx, always = _paired_indices(rng, len(train.small), config.batch_size, pairs)
+            group['lr'] = group['scale'] * lr_schedule(step, config.blip_steps, config.blip_lr)
+        idx, always = paired_indices(rng, len(train.small), config.batch_size, pairs)
         width = int(attention[idx].sum(dim=1).max())
-        small, density, coverage, flip = _batch(train, idx, rng, config, always)
-        pixels = _pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
+        small, density, coverage, flip = augmented_batch(train, idx, rng, config, always)
+        pixels = normalised_pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
         output = model(
             pixel_values=pixels,
             input_ids=input_ids[idx, :width],
@@ -190,7 +200,7 @@ def _train_blip(
         counting = functional.cross_entropy(
             aux(output.image_embeds[:, 0]).view(-1, _MAX_AUX_COUNT + 1), aux_targets[idx].reshape(-1)
         )
-        dense = _dense_loss(dense_head, output.image_embeds[:, 1:], density, coverage, flip, config)
+        dense = dense_loss(dense_head, output.image_embeds[:, 1:], density, coverage, flip, config)
         loss = output.loss + counting + dense
         consistency = torch.zeros(())
         if pairs:

@@ -9,16 +9,23 @@ from typing import Any
 
 import numpy as np
 
-from metavlm_ros.demo.batches import _batch, _dense_loss, _distill_target, _paired_indices, _pixels, _schedule
-from metavlm_ros.demo.builders import _clip_tokenizer, _corpus, _vision_config
+from metavlm_ros.demo.batches import (
+    augmented_batch,
+    dense_loss,
+    distill_target,
+    lr_schedule,
+    normalised_pixels,
+    paired_indices,
+)
+from metavlm_ros.demo.builders import demo_clip_tokenizer, demo_corpus, demo_vision_config
 from metavlm_ros.demo.config import CLASS_PHRASES, CLIP_TEMPLATES, TrainingConfig
 from metavlm_ros.demo.scenes import SceneSet
 from metavlm_ros.method.prediction import CLASSES
 
+__all__ = ['train_clip']
 
-def _train_clip(
-    train: SceneSet, config: TrainingConfig, out: Path, log: Callable[[str], None]
-) -> list[float]:
+
+def train_clip(train: SceneSet, config: TrainingConfig, out: Path, log: Callable[[str], None]) -> list[float]:
     """Train the demo CLIP contrastively on captions plus class-presence prompts; save it under `out`."""
     import torch
     from torch.nn import functional
@@ -30,7 +37,7 @@ def _train_clip(
         # Fine-tuning: the trained model and its own tokenizer (its ids are what the weights know).
         tokenizer = CLIPProcessor.from_pretrained(start, local_files_only=True).tokenizer
     else:
-        tokenizer = _clip_tokenizer(_corpus(train.captions), max_length)
+        tokenizer = demo_clip_tokenizer(demo_corpus(train.captions), max_length)
     model_config = CLIPConfig(
         text_config={
             'vocab_size': len(tokenizer),
@@ -43,7 +50,7 @@ def _train_clip(
             'eos_token_id': tokenizer.eos_token_id,
             'pad_token_id': tokenizer.pad_token_id,
         },
-        vision_config=_vision_config(config),
+        vision_config=demo_vision_config(config),
         projection_dim=64,
     )
     torch.manual_seed(config.seed)
@@ -69,7 +76,7 @@ def _train_clip(
 
         def teacher_cosine(small: np.ndarray, flip: np.ndarray | None = None) -> Any:
             with torch.no_grad():
-                pooled = teacher.vision_model(pixel_values=_pixels(small, flip)).pooler_output
+                pooled = teacher.vision_model(pixel_values=normalised_pixels(small, flip)).pooler_output
                 return functional.normalize(teacher.visual_projection(pooled)) @ teacher_prompt.T
 
         sample = train.small[: min(len(train.small), 512)]
@@ -93,13 +100,13 @@ def _train_clip(
     model.train()
     for step in range(config.clip_steps):
         for group in optimiser.param_groups:
-            group['lr'] = _schedule(step, config.clip_steps, config.clip_lr)
-        idx, always = _paired_indices(rng, len(train.small), config.batch_size, pairs)
-        small, density, coverage, flip = _batch(train, idx, rng, config, always)
-        pixels = _pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
+            group['lr'] = lr_schedule(step, config.clip_steps, config.clip_lr)
+        idx, always = paired_indices(rng, len(train.small), config.batch_size, pairs)
+        small, density, coverage, flip = augmented_batch(train, idx, rng, config, always)
+        pixels = normalised_pixels(small, flip, rng.uniform(*config.gain_range, len(idx)))
         vision = model.vision_model(pixel_values=pixels)
         image = functional.normalize(model.visual_projection(vision.pooler_output))
-        dense = _dense_loss(dense_head, vision.last_hidden_state[:, 1:], density, coverage, flip, config)
+        dense = dense_loss(dense_head, vision.last_hidden_state[:, 1:], density, coverage, flip, config)
         # Each distinct caption in the batch is one text; frames sharing a caption share the target.
         batch_captions, inverse = np.unique(caption_index[idx], return_inverse=True)
         text_out = model.text_model(
@@ -127,7 +134,7 @@ def _train_clip(
         distill = torch.zeros(())
         if teacher_cosine is not None:
             teacher_now = teacher_cosine(train.small[idx], flip)
-            target = _distill_target(teacher_now, teacher_mean, teacher_std, config)
+            target = distill_target(teacher_now, teacher_mean, teacher_std, config)
             unit = config.clip_cosine_band / 3
             distill = ((cosine.reshape(len(idx), -1) - target) / unit).pow(2).mean()
             loss = loss + config.clip_distill_weight * distill

@@ -12,7 +12,7 @@ from typing import Any
 
 from metavlm_ros.demo.config import BLIP_EXACT_TARGET, BLIP_PRESENCE_TARGET, CLIP_AUC_TARGET, TrainingConfig
 from metavlm_ros.demo.evaluation import (
-    _examples,
+    answer_examples,
     auc_by_environment,
     blip_answers,
     clip_scores,
@@ -23,8 +23,8 @@ from metavlm_ros.demo.evaluation import (
     robustness_lines,
 )
 from metavlm_ros.demo.scenes import datasets
-from metavlm_ros.demo.train_blip import _train_blip
-from metavlm_ros.demo.train_clip import _train_clip
+from metavlm_ros.demo.train_blip import train_blip
+from metavlm_ros.demo.train_clip import train_clip
 from metavlm_ros.method.prediction import CLASSES
 
 __all__ = [
@@ -84,12 +84,12 @@ def train_demo_models(
         directory = Path(out) / f'demo-{name}'
         t0 = time.monotonic()
         if name == 'clip':
-            curve = _train_clip(train, config, directory, log)
+            curve = train_clip(train, config, directory, log)
         else:
             start = vision_from
             if start is None and 'clip' in summary and not config.init_from:
                 start = Path(out) / 'demo-clip'
-            curve = _train_blip(train, config, directory, log, vision_from=start)
+            curve = train_blip(train, config, directory, log, vision_from=start)
         seconds = time.monotonic() - t0
         backend = create_backend(name, str(directory), device='cpu')
         # With a labelling rule, the same answers are also judged against the generator's truth.
@@ -116,7 +116,7 @@ def train_demo_models(
                 if values:
                     log(f'blip held-out exact count{label}: ' + _per_class(values['exact']))
                     log(f'blip held-out presence{label}: ' + _per_class(values['presence']))
-            metrics['examples'] = _examples(texts, heldout)
+            metrics['examples'] = answer_examples(texts, heldout)
             for answer, truth in metrics['examples']:
                 log(f'  answer {answer!r}  truth {truth!r}')
         if config.robustness_evaluations:

@@ -12,6 +12,12 @@ def add_frame_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('frame selection (folders, bags, videos)')
     group.add_argument('--topic', default=None, help='image topic of a bag (default: its only image topic)')
     group.add_argument('--every', type=int, default=1, metavar='N', help='take every Nth frame')
-    group.add_argument('--start', type=float, default=None, metavar='S', help='skip the first S seconds (a folder: its i-th image is at i s)')
+    group.add_argument(
+        '--start',
+        type=float,
+        default=None,
+        metavar='S',
+        help='skip the first S seconds (a folder: its i-th image is at i s)',
+    )
     group.add_argument('--end', type=float, default=None, metavar='S', help='stop after S seconds')
     group.add_argument('--max-frames', type=int, default=None, metavar='N', help='at most N frames')

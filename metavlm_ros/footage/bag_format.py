@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -29,11 +31,13 @@ __all__ = [
     'IMAGE_MSGTYPE',
     'IMAGE_MSGTYPES',
     'IMAGE_TOPIC',
+    'MessageDigest',
     'STORAGES',
     'STORAGE_SUFFIXES',
     'bag_name',
     'bag_typestore',
     'camera_info_message',
+    'ground_truth_from_message',
     'ground_truth_message',
     'image_message',
     'resolve_bag',
@@ -48,8 +52,6 @@ GROUND_TRUTH_TOPIC = '/metavlm/ground_truth'
 STORAGES = ('mcap', 'sqlite3')
 # A storage file's suffix -> its storage plugin; such a file is a whole bag on its own.
 STORAGE_SUFFIXES = {'.mcap': 'mcap', '.db3': 'sqlite3'}
-# The first bytes of each storage's files (what an existing output must start with to be replaced).
-_MAGIC = {'mcap': b'\x89MCAP0\r\n', 'sqlite3': b'SQLite format 3\x00'}
 # 2026-01-01T00:00:00Z: a fixed start keeps written bags byte-for-byte reproducible from a seed.
 DEFAULT_START_NS = 1_767_225_600_000_000_000
 # rosbag2 metadata version 8 is read by the rosbag2 of ROS 2 Jazzy and newer.
@@ -61,6 +63,24 @@ IMAGE_MSGTYPES = (IMAGE_MSGTYPE, COMPRESSED_MSGTYPE)
 # metadata.yaml custom_data key: a digest of every message, which `verify_bag` recomputes (sqlite3
 # storage has no checksums of its own; mcap has its chunk CRCs too).
 DIGEST_KEY = 'metavlm_messages_sha256'
+
+
+class MessageDigest:
+    """A digest of a bag's messages, per topic in time order, independent of how topics interleave."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, Any] = {}
+
+    def update(self, topic: str, timestamp: int, data: bytes | memoryview) -> None:
+        digest = self.topics.get(topic)
+        if digest is None:
+            digest = self.topics[topic] = hashlib.sha256()
+        digest.update(struct.pack('<qQ', int(timestamp), len(data)))
+        digest.update(data)
+
+    def hexdigest(self) -> str:
+        lines = ''.join(f'{topic}\n{d.hexdigest()}\n' for topic, d in sorted(self.topics.items()))
+        return hashlib.sha256(lines.encode()).hexdigest()
 
 
 @lru_cache(maxsize=1)
@@ -128,27 +148,6 @@ def resolve_bag_output(out: str | Path, storage: str | None = None) -> tuple[Pat
             raise ParameterError(f'{out}: a {suffix} output is {implied} storage, not {storage}')
         return out, implied
     return out, storage or 'mcap'
-
-
-def _offered_qos() -> list[Any]:
-    # What a default rclpy publisher offers (reliable, volatile, keep last 10, no deadline): ros2 bag
-    # play republishes with it, so default subscribers and sensor-data subscribers both connect.
-    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
-
-    infinite = QosTime(sec=2147483647, nsec=4294967295)
-    return [
-        Qos(
-            history=QosHistory.KEEP_LAST,
-            depth=10,
-            reliability=QosReliability.RELIABLE,
-            durability=QosDurability.VOLATILE,
-            deadline=infinite,
-            lifespan=infinite,
-            liveliness=QosLiveliness.AUTOMATIC,
-            liveliness_lease_duration=infinite,
-            avoid_ros_namespace_conventions=False,
-        )
-    ]
 
 
 def _stamp(ns: int) -> Any:
@@ -242,7 +241,8 @@ def ground_truth_message(gt: GroundTruth, stamp_ns: int, *, frame_id: str = 'cam
     return types['diagnostic_msgs/msg/DiagnosticArray'](header=_header(stamp_ns, frame_id), status=statuses)
 
 
-def _ground_truth_from_message(msg: Any) -> GroundTruth:
+def ground_truth_from_message(msg: Any) -> GroundTruth:
+    """The ground truth a `ground_truth_message` carries (its inverse)."""
     counts: dict[str, int] = {}
     kind_counts: dict[str, int] = {}
     boxes: list[dict] = []

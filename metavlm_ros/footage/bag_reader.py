@@ -20,12 +20,12 @@ from metavlm_ros.footage.bag_format import (
     DIGEST_KEY,
     GROUND_TRUTH_TOPIC,
     IMAGE_MSGTYPES,
-    _ground_truth_from_message,
+    MessageDigest,
     bag_name,
     bag_typestore,
+    ground_truth_from_message,
     resolve_bag,
 )
-from metavlm_ros.footage.bag_writer import _MessageDigest
 from metavlm_ros.footage.truth import GroundTruth
 
 __all__ = [
@@ -124,7 +124,7 @@ def verify_bag(path: str | Path) -> None:
         BagError: The bag is unreadable, truncated, or its content does not match its checksums.
     """
     with open_bag(path) as reader:
-        digest = _MessageDigest()
+        digest = MessageDigest()
         messages = reader.messages()
         while True:
             try:
@@ -330,5 +330,5 @@ def read_ground_truth(path: str | Path) -> list[tuple[int, GroundTruth]]:
     """
     out = []
     for _topic, _type, _t, msg in iter_bag_messages(path, [GROUND_TRUTH_TOPIC]):
-        out.append((_header_stamp(msg), _ground_truth_from_message(msg)))
+        out.append((_header_stamp(msg), ground_truth_from_message(msg)))
     return out

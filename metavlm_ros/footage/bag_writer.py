@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import struct
@@ -22,7 +21,6 @@ from metavlm_ros.common.codec import (
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.scratch import remove_stale, scratch_path
 from metavlm_ros.footage.bag_format import (
-    _MAGIC,
     BAG_VERSION,
     CAMERA_INFO_TOPIC,
     COMPRESSED_MSGTYPE,
@@ -34,7 +32,7 @@ from metavlm_ros.footage.bag_format import (
     IMAGE_TOPIC,
     STORAGE_SUFFIXES,
     STORAGES,
-    _offered_qos,
+    MessageDigest,
     bag_typestore,
     camera_info_message,
     ground_truth_message,
@@ -47,9 +45,34 @@ __all__ = [
 ]
 
 
+# The first bytes of each storage's files (what an existing output must start with to be replaced).
+_MAGIC = {'mcap': b'\x89MCAP0\r\n', 'sqlite3': b'SQLite format 3\x00'}
+
+
 def _is_storage_file(path: Path, storage: str) -> bool:
     with open(path, 'rb') as handle:
         return handle.read(len(_MAGIC[storage])) == _MAGIC[storage]
+
+
+def _offered_qos() -> list[Any]:
+    # What a default rclpy publisher offers (reliable, volatile, keep last 10, no deadline): ros2 bag
+    # play republishes with it, so default subscribers and sensor-data subscribers both connect.
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    infinite = QosTime(sec=2147483647, nsec=4294967295)
+    return [
+        Qos(
+            history=QosHistory.KEEP_LAST,
+            depth=10,
+            reliability=QosReliability.RELIABLE,
+            durability=QosDurability.VOLATILE,
+            deadline=infinite,
+            lifespan=infinite,
+            liveliness=QosLiveliness.AUTOMATIC,
+            liveliness_lease_duration=infinite,
+            avoid_ros_namespace_conventions=False,
+        )
+    ]
 
 
 @lru_cache(maxsize=1)
@@ -77,24 +100,6 @@ def _checksummed_writer() -> Any:
         STORAGE_PLUGINS = {**Writer.STORAGE_PLUGINS, StoragePlugin.MCAP: ChecksummedMcapWriter}
 
     return ChecksummedWriter
-
-
-class _MessageDigest:
-    """A digest of a bag's messages, per topic in time order, independent of how topics interleave."""
-
-    def __init__(self) -> None:
-        self.topics: dict[str, Any] = {}
-
-    def update(self, topic: str, timestamp: int, data: bytes | memoryview) -> None:
-        digest = self.topics.get(topic)
-        if digest is None:
-            digest = self.topics[topic] = hashlib.sha256()
-        digest.update(struct.pack('<qQ', int(timestamp), len(data)))
-        digest.update(data)
-
-    def hexdigest(self) -> str:
-        lines = ''.join(f'{topic}\n{d.hexdigest()}\n' for topic, d in sorted(self.topics.items()))
-        return hashlib.sha256(lines.encode()).hexdigest()
 
 
 @contextmanager
@@ -237,7 +242,7 @@ def write_bag(
     typestore = bag_typestore()
     plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
     with _staging(bag_dir, storage, overwrite) as staged:
-        digest = _MessageDigest()
+        digest = MessageDigest()
         with _checksummed_writer()(staged, version=BAG_VERSION, storage_plugin=plugin) as writer:
             qos = _offered_qos()
             connections = {

@@ -20,6 +20,7 @@ __all__ = [
     'BAG_SUFFIXES',
     'IMAGE_SUFFIXES',
     'VIDEO_SUFFIXES',
+    'check_png',
     'footage_kind',
     'frame_digest',
     'is_bag_path',
@@ -43,7 +44,7 @@ def frame_digest(rgb: np.ndarray) -> str:
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 
 
-def _check_png(data: bytes) -> str | None:
+def check_png(data: bytes) -> str | None:
     """What is wrong with a PNG's chunk structure (length, CRC, the closing IEND), or None."""
     position = len(PNG_SIGNATURE)
     while position + 12 <= len(data):
@@ -84,7 +85,7 @@ def load_image(path: str | Path) -> np.ndarray:
     data = np.fromfile(str(path), dtype=np.uint8)
     if data[: len(PNG_SIGNATURE)].tobytes() == PNG_SIGNATURE:
         # Checked here so that a damaged PNG gets one line, not libpng's own message on stderr too.
-        problem = _check_png(data.tobytes())
+        problem = check_png(data.tobytes())
         if problem:
             raise InputError(f'{path}: not a readable image ({problem})')
     image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)

@@ -15,7 +15,7 @@ import numpy as np
 
 from metavlm_ros.common.errors import ModelError
 from metavlm_ros.common.images import check_frame
-from metavlm_ros.models.hf import load_image_processor
+from metavlm_ros.models.image_processors import load_image_processor
 
 __all__ = ['ANSWER_WORDS', 'PIXEL_SETTINGS', 'PREFIX_FAMILIES', 'ChatModel']
 
@@ -110,7 +110,7 @@ class ChatModel:
             device: torch.device to run on.
             dtype: torch.dtype of the weights.
             image_processor: 'pil' or 'torchvision': which of its family's image processors the
-                processor holds (models/hf.py load_image_processor).
+                processor holds (models/image_processors.py load_image_processor).
 
         Raises:
             ModelError: the checkpoint cannot be loaded, is not image-text-to-text, or its processor has

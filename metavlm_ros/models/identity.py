@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from metavlm_ros.common.record_format import SEARCH_SOURCE
-from metavlm_ros.models.hf import resolve_model, weights_hash
+from metavlm_ros.models.model_files import resolve_model, weights_hash
 from metavlm_ros.models.registry import backend_class, resolve_options
 
 if TYPE_CHECKING:

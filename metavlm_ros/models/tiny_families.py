@@ -9,14 +9,27 @@ from typing import Any
 
 from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.models.tiny import quiet_seeded
+from metavlm_ros.models.tiny_qwen import qwen2_5_vl, qwen2_vl, qwen3_vl
+from metavlm_ros.models.tiny_shapes import (
+    CLIP_MEAN,
+    CLIP_STD,
+    HEADS,
+    HIDDEN,
+    INTERMEDIATE,
+    PATCH,
+    SIDE,
+    SIGLIP_MEAN,
+    SIGLIP_STD,
+    decoder_shape,
+    family_video_processor,
+    siglip_shape,
+)
 from metavlm_ros.models.tiny_vocabularies import (
     GEMMA3_TEMPLATE,
     IDEFICS3_TEMPLATE,
     LLAVA_ONEVISION_TEMPLATE,
     LLAVA_TEMPLATE,
     PALIGEMMA_TEMPLATE,
-    QWEN2_VL_TEMPLATE,
-    QWEN3_VL_TEMPLATE,
     REQUIRED_WORDS,
     byte_level_tokenizer,
     check_vocabulary,
@@ -25,199 +38,15 @@ from metavlm_ros.models.tiny_vocabularies import (
 
 __all__ = [
     'FAMILIES',
-    'HEADS',
-    'HIDDEN',
-    'INTERMEDIATE',
-    'PATCH',
     'REQUIRED_WORDS',
-    'SIDE',
-    'SIGLIP_MEAN',
-    'SIGLIP_STD',
     'VIDEO_FAMILIES',
     'build_base_vlm',
     'build_tiny_vlm',
     'save_tiny',
 ]
 
-# One transformer shape for every tiny family: building, saving and loading take about a second.
-HIDDEN = 32
-HEADS = 2
-INTERMEDIATE = 64
-PATCH = 8
-SIDE = 32  # the vision tower's input side
-SIGLIP_MEAN = [0.5, 0.5, 0.5]
-SIGLIP_STD = [0.5, 0.5, 0.5]
-_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
-_CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
-
-# -- families ------------------------------------------------------------------------------------
-def _text(tokenizer: Any, **extra: Any) -> dict:
-    """A one-layer decoder's shape, shared by every family's language model."""
-    return {
-        'vocab_size': len(tokenizer),
-        'hidden_size': HIDDEN,
-        'intermediate_size': INTERMEDIATE,
-        'num_hidden_layers': 1,
-        'num_attention_heads': HEADS,
-        'num_key_value_heads': 1,  # grouped-query attention, as every one of these families uses
-        'max_position_embeddings': 1024,
-        'bos_token_id': tokenizer.bos_token_id,
-        'eos_token_id': tokenizer.eos_token_id,
-        'pad_token_id': tokenizer.pad_token_id,
-        **extra,
-    }
-
-
-def _siglip_vision(**extra: Any) -> dict:
-    return {
-        'model_type': 'siglip_vision_model',
-        'hidden_size': HIDDEN,
-        'intermediate_size': INTERMEDIATE,
-        'num_hidden_layers': 1,
-        'num_attention_heads': HEADS,
-        'image_size': SIDE,
-        'patch_size': PATCH,
-        **extra,
-    }
-
-
-def _video_processor(family: str, **settings: Any) -> Any:
-    """The family's video processor (needs torchvision); the processor class refuses to be built
-    without one, though only images pass through it here."""
-    if family in ('qwen2_vl', 'qwen2_5_vl'):
-        from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor as cls
-    elif family == 'qwen3_vl':
-        from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor as cls
-    else:
-        from transformers.models.llava_onevision.video_processing_llava_onevision import (
-            LlavaOnevisionVideoProcessor as cls,
-        )
-    return cls(**settings)
-
-
-def _qwen_processor(family: str, processor_cls: Any, patch: int, mean: list, std: list, template: str):
-    """The processor of a Qwen vision-language family: dynamic resolution, each side rounded to a
-    multiple of patch * 2 (patches merged 2 x 2 into one token), the area kept within [min_pixels,
-    max_pixels] (the released models allow 56*56 to 28*28*1280; here 16*16 to 48*48)."""
-    from transformers import Qwen2Tokenizer
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    specials = [
-        '<|im_start|>',
-        '<|im_end|>',
-        '<|vision_start|>',
-        '<|vision_end|>',
-        '<|image_pad|>',
-        '<|video_pad|>',
-    ]
-    tokenizer = byte_level_tokenizer(
-        Qwen2Tokenizer, specials, eos_token='<|im_end|>', pad_token='<|endoftext|>'
-    )
-    shape = {'patch_size': patch, 'merge_size': 2, 'temporal_patch_size': 2}
-    image_processor = Qwen2VLImageProcessorPil(
-        min_pixels=16 * 16, max_pixels=48 * 48, image_mean=mean, image_std=std, **shape
-    )
-    processor = processor_cls(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        video_processor=_video_processor(family, **shape),
-        chat_template=template,
-    )
-    return processor, tokenizer
-
-
-def _qwen_tokens(tokenizer: Any) -> dict:
-    ids = tokenizer.convert_tokens_to_ids
-    return {
-        'image_token_id': ids('<|image_pad|>'),
-        'video_token_id': ids('<|video_pad|>'),
-        'vision_start_token_id': ids('<|vision_start|>'),
-        'vision_end_token_id': ids('<|vision_end|>'),
-    }
-
-
-def _qwen_vision(patch: int, **extra: Any) -> dict:
-    """A Qwen vision tower's shape: patches of `patch` pixels, two frames a temporal patch, 2 x 2 merged."""
-    return {
-        'hidden_size': HIDDEN,
-        'num_heads': HEADS,
-        'patch_size': patch,
-        'spatial_merge_size': 2,
-        'temporal_patch_size': 2,
-        **extra,
-    }
-
-
-def _qwen_text(tokenizer: Any, **rope: Any) -> dict:
-    # M-RoPE splits each head's rotary half into temporal, height and width sections.
-    rope_parameters = {'rope_type': 'default', 'rope_theta': 1e6, 'mrope_section': [2, 3, 3], **rope}
-    return _text(tokenizer, rope_parameters=rope_parameters, head_dim=HIDDEN // HEADS)
-
-
-#: The tiny Qwen towers' patch side: 4-pixel patches, merged 2 x 2 into one 8-pixel token.
-_QWEN_PATCH = 4
-
-
-def _qwen(family: str, prefix: str, *, mean: list, std: list, template: str, vision: dict, **rope: Any):
-    """A tiny model of a Qwen family: transformers' `<prefix>Config`, `<prefix>ForConditionalGeneration`
-    and `<prefix>Processor`, the shared Qwen tokenizer and dynamic-resolution processor."""
-    import transformers
-
-    processor_class = getattr(transformers, f'{prefix}Processor')
-    processor, tokenizer = _qwen_processor(family, processor_class, _QWEN_PATCH, mean, std, template)
-    config = getattr(transformers, f'{prefix}Config')(
-        text_config=_qwen_text(tokenizer, **rope),
-        vision_config=_qwen_vision(_QWEN_PATCH, **vision),
-        **_qwen_tokens(tokenizer),
-    )
-    return getattr(transformers, f'{prefix}ForConditionalGeneration')(config), processor, tokenizer
-
-
-def _qwen2_vl() -> tuple[Any, Any, Any]:
-    vision = {'depth': 1, 'embed_dim': HIDDEN, 'mlp_ratio': 2}
-    return _qwen(
-        'qwen2_vl', 'Qwen2VL', mean=_CLIP_MEAN, std=_CLIP_STD, template=QWEN2_VL_TEMPLATE, vision=vision
-    )
-
-
-def _qwen2_5_vl() -> tuple[Any, Any, Any]:
-    # Qwen2.5-VL keeps Qwen2-VL's processor and chat template; its vision tower attends within windows
-    # (window_size pixels) except in the full-attention blocks, and gates its MLP (SwiGLU).
-    vision = {
-        'depth': 2,
-        'intermediate_size': INTERMEDIATE,
-        'out_hidden_size': HIDDEN,
-        'window_size': 4 * _QWEN_PATCH * 2,  # windows of 4 x 4 merged tokens, as the released 112 / 28
-        'fullatt_block_indexes': [1],
-    }
-    return _qwen(
-        'qwen2_5_vl', 'Qwen2_5_VL', mean=_CLIP_MEAN, std=_CLIP_STD, template=QWEN2_VL_TEMPLATE, vision=vision
-    )
-
-
-def _qwen3_vl() -> tuple[Any, Any, Any]:
-    # Qwen3-VL: SigLIP-style normalisation, learnt position embeddings interpolated to each frame's
-    # grid, features of earlier vision layers added into the first decoder layers (DeepStack), and
-    # interleaved M-RoPE sections; no default system turn in its chat template.
-    vision = {
-        'depth': 2,
-        'intermediate_size': INTERMEDIATE,
-        'out_hidden_size': HIDDEN,
-        'num_position_embeddings': 12 * 12,  # a 12 x 12 grid of learnt positions (48 px / 4)
-        'deepstack_visual_indexes': [0],
-    }
-    return _qwen(
-        'qwen3_vl',
-        'Qwen3VL',
-        mean=SIGLIP_MEAN,
-        std=SIGLIP_STD,
-        template=QWEN3_VL_TEMPLATE,
-        vision=vision,
-        mrope_interleaved=True,
-    )
-
-
+# -- families (the Qwen ones: models/tiny_qwen.py) -----------------------------------------------
 def _idefics3_processor(side: int, patch: int, scale: int, tiles: int) -> tuple[Any, Any]:
     """SmolVLM's processor: frames resized so the longer side is at most `tiles` tiles of `side`,
     cut into tiles of the vision tower's side, plus one global view of the whole frame."""
@@ -265,8 +94,8 @@ def _idefics3() -> tuple[Any, Any, Any]:
     scale = 2
     processor, tokenizer = _idefics3_processor(SIDE, PATCH, scale, tiles=2)
     config = Idefics3Config(
-        text_config={'model_type': 'llama', **_text(tokenizer)},
-        vision_config={k: v for k, v in _siglip_vision().items() if k != 'model_type'},
+        text_config={'model_type': 'llama', **decoder_shape(tokenizer)},
+        vision_config={k: v for k, v in siglip_shape().items() if k != 'model_type'},
         scale_factor=scale,
         image_token_id=tokenizer.convert_tokens_to_ids('<image>'),
     )
@@ -295,8 +124,8 @@ def _paligemma() -> tuple[Any, Any, Any]:
         image_processor=image_processor, tokenizer=tokenizer, chat_template=PALIGEMMA_TEMPLATE
     )
     config = PaliGemmaConfig(
-        text_config={'model_type': 'gemma', **_text(tokenizer), 'head_dim': HIDDEN // HEADS},
-        vision_config=_siglip_vision(projection_dim=HIDDEN),
+        text_config={'model_type': 'gemma', **decoder_shape(tokenizer), 'head_dim': HIDDEN // HEADS},
+        vision_config=siglip_shape(projection_dim=HIDDEN),
         projection_dim=HIDDEN,
         hidden_size=HIDDEN,
         vocab_size=len(tokenizer),
@@ -314,8 +143,8 @@ def _llava() -> tuple[Any, Any, Any]:
     image_processor = CLIPImageProcessorPil(
         size={'shortest_edge': SIDE},
         crop_size={'height': SIDE, 'width': SIDE},
-        image_mean=_CLIP_MEAN,
-        image_std=_CLIP_STD,
+        image_mean=CLIP_MEAN,
+        image_std=CLIP_STD,
     )
     # LLaVA-1.5 drops CLIP's class token ('default' strategy): the processor counts it (+1) then removes it.
     processor = LlavaProcessor(
@@ -337,7 +166,7 @@ def _llava() -> tuple[Any, Any, Any]:
         'projection_dim': HIDDEN,
     }
     config = LlavaConfig(
-        text_config={'model_type': 'llama', **_text(tokenizer)},
+        text_config={'model_type': 'llama', **decoder_shape(tokenizer)},
         vision_config=vision,
         image_token_index=tokenizer.convert_tokens_to_ids('<image>'),
         image_seq_length=(SIDE // PATCH) ** 2,
@@ -373,15 +202,15 @@ def _llava_onevision() -> tuple[Any, Any, Any]:
     processor = LlavaOnevisionProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
-        video_processor=_video_processor('llava_onevision', size={'height': SIDE, 'width': SIDE}),
+        video_processor=family_video_processor('llava_onevision', size={'height': SIDE, 'width': SIDE}),
         num_image_tokens=(SIDE // PATCH) ** 2,
         vision_feature_select_strategy='full',
         vision_aspect_ratio='anyres_max_9',
         chat_template=LLAVA_ONEVISION_TEMPLATE,
     )
     config = LlavaOnevisionConfig(
-        text_config={'model_type': 'qwen2', **_text(tokenizer)},
-        vision_config=_siglip_vision(),
+        text_config={'model_type': 'qwen2', **decoder_shape(tokenizer)},
+        vision_config=siglip_shape(),
         image_token_index=tokenizer.convert_tokens_to_ids('<image>'),
         video_token_index=tokenizer.convert_tokens_to_ids('<video>'),
         image_grid_pinpoints=pinpoints,
@@ -415,10 +244,10 @@ def _gemma3() -> tuple[Any, Any, Any]:
     )
     ids = tokenizer.convert_tokens_to_ids
     config = Gemma3Config(
-        text_config=_text(
+        text_config=decoder_shape(
             tokenizer, head_dim=HIDDEN // HEADS, query_pre_attn_scalar=HIDDEN // HEADS, sliding_window=64
         ),
-        vision_config=_siglip_vision(),
+        vision_config=siglip_shape(),
         mm_tokens_per_image=tokens_per_image,
         boi_token_index=ids('<start_of_image>'),
         eoi_token_index=ids('<end_of_image>'),
@@ -441,9 +270,9 @@ VIDEO_FAMILIES = ('qwen2_vl', 'qwen2_5_vl', 'qwen3_vl', 'llava_onevision')
 
 #: The builder of each tiny family: a model, its processor and its tokenizer.
 FAMILIES: dict[str, Callable[[], tuple[Any, Any, Any]]] = {
-    'qwen2_vl': _qwen2_vl,
-    'qwen2_5_vl': _qwen2_5_vl,
-    'qwen3_vl': _qwen3_vl,
+    'qwen2_vl': qwen2_vl,
+    'qwen2_5_vl': qwen2_5_vl,
+    'qwen3_vl': qwen3_vl,
     'idefics3': _idefics3,
     'paligemma': _paligemma,
     'llava': _llava,

@@ -7,16 +7,8 @@ from typing import Any
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.models.tiny import quiet_seeded, t5_tokenizer
-from metavlm_ros.models.tiny_families import (
-    HEADS,
-    HIDDEN,
-    INTERMEDIATE,
-    PATCH,
-    SIDE,
-    SIGLIP_MEAN,
-    SIGLIP_STD,
-    save_tiny,
-)
+from metavlm_ros.models.tiny_families import save_tiny
+from metavlm_ros.models.tiny_shapes import HEADS, HIDDEN, INTERMEDIATE, PATCH, SIDE, SIGLIP_MEAN, SIGLIP_STD
 from metavlm_ros.models.tiny_vocabularies import metaspace_tokenizer
 
 __all__ = ['build_tiny_siglip']

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from metavlm_ros.method.prediction import VLMBackend
-from metavlm_ros.models.hf import PREPROCESS, PixelPath, resolve_model, weights_hash
 from metavlm_ros.models.identity import answered_model_identity, identity_record, model_identity
+from metavlm_ros.models.model_files import resolve_model, weights_hash
 from metavlm_ros.models.options import DEFAULT_BATCH_SIZE, DTYPES, MAX_BATCH_SIZE
+from metavlm_ros.models.pixel_path import PREPROCESS, PixelPath
 from metavlm_ros.models.questions import (
     DEFAULT_CLASS_PROMPTS,
     PAPER_CLASS_PROMPTS,

@@ -151,12 +151,8 @@ def _check_footage(source: str | Path, topic: str | None) -> None:
 def _check_results(tester_values: Mapping[str, Any]) -> None:
     """Refuse an unwritable results_dir, or one with searches of another identity, before nodes start."""
     from metavlm_ros.common.results import check_output_dir
-    from metavlm_ros.ros.tester_settings import (
-        check_identity,
-        coerce_parameters,
-        settings_from_parameters,
-        tester_model_identity,
-    )
+    from metavlm_ros.ros.tester_identity import check_identity, tester_model_identity
+    from metavlm_ros.ros.tester_settings import coerce_parameters, settings_from_parameters
 
     try:
         settings = settings_from_parameters(coerce_parameters(_flatten(tester_values)))

@@ -34,14 +34,13 @@ from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend
 from metavlm_ros.ros.tester_criteria import CriteriaStatus
+from metavlm_ros.ros.tester_identity import check_identity, tester_model_identity
 from metavlm_ros.ros.tester_output import RESULT_QOS, SearchJob, TesterOutput
 from metavlm_ros.ros.tester_settings import (
     NODE_NAME,
     PARAMETERS,
     TesterSettings,
-    check_identity,
     settings_from_parameters,
-    tester_model_identity,
 )
 from metavlm_ros.viewer.live import LiveResults, LiveServer
 

@@ -36,13 +36,9 @@ from metavlm_ros.method.search import (
 )
 from metavlm_ros.ros.conversions import image_msg_to_rgb, rgb_to_image_msg, stamp_to_ns
 from metavlm_ros.ros.probe_client import TransportSizeBackend
-from metavlm_ros.ros.tester_settings import (
-    NODE_NAME,
-    TesterSettings,
-    check_identity,
-    published_flag,
-    violation_status,
-)
+from metavlm_ros.ros.tester_identity import check_identity
+from metavlm_ros.ros.tester_settings import NODE_NAME, TesterSettings
+from metavlm_ros.ros.tester_violations import published_flag, violation_status
 from metavlm_ros.ros.visualisation import followup_overlay, violation_image
 from metavlm_ros.viewer.live import LiveResults, LiveServer
 

@@ -1,4 +1,4 @@
-"""The tester's parameter table, their conversion into validated settings, its identity and status rules."""
+"""The tester's parameter table and their conversion into validated settings (TesterSettings)."""
 
 from __future__ import annotations
 
@@ -7,28 +7,18 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
-
 from metavlm_ros.assurance.criteria import Criteria, load_criteria
-from metavlm_ros.common.errors import ParameterError, ResultsError
-from metavlm_ros.common.results import (
-    holds_results,
-    identity_differences,
-)
+from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method import defaults
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
-from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATIONS
 from metavlm_ros.method.search import (
     ALGORITHMS,
-    Evaluation,
     SearchConfig,
 )
-from metavlm_ros.models.identity import answered_model_identity, identity_record, model_identity
 from metavlm_ros.models.registry import backend_class, resolve_options
 from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterSpec, model_options
 from metavlm_ros.viewer import DEFAULT_HOST
@@ -40,22 +30,12 @@ __all__ = [
     'PARAMETER_DEFAULTS',
     'RESULTS_MAX_MB',
     'TRANSPORTS',
-    'VIOLATION_STATUS',
     'TesterSettings',
-    'check_identity',
     'coerce_parameters',
-    'published_flag',
     'settings_from_parameters',
-    'tester_identity',
-    'tester_model_identity',
-    'tester_source',
-    'violation_status',
 ]
 
 NODE_NAME = 'metavlm_tester'
-
-
-VIOLATION_STATUS = 'metavlm/violation'
 
 
 ENDPOINTS = ('ros', 'inprocess')
@@ -387,124 +367,3 @@ def _bind_address(host: str) -> str:
             f'(the port is foxglove_port), got {host!r}'
         )
     return host
-
-
-def tester_source(settings: TesterSettings) -> dict[str, Any]:
-    """The source part of the tester's identity: how its frames reach the model and what is published."""
-    return {
-        'endpoint': settings.endpoint,
-        'transport_size': settings.transport_size,
-        'image_transport': settings.image_transport,
-        'report_threshold': settings.report_threshold,
-    }
-
-
-def tester_model_identity(settings: TesterSettings, backend: VLMBackend | None = None) -> dict[str, Any]:
-    """The model part of the tester's identity, as far as it is known.
-
-    Args:
-        settings: the tester's settings.
-        backend: for the `ros` endpoint, the probe backend (the model the perception node names once it
-            has answered; None: not started); for `inprocess`, a model handed to the node ready-made
-            (None: the model its parameters name, read before it loads, as `metavlm search` reads it).
-
-    Raises:
-        ModelError, ParameterError: the inprocess model its parameters name cannot be read.
-    """
-    model = settings.model
-    if settings.endpoint == 'ros':
-        answered = (backend.model_id or None) if backend is not None else None
-        return answered_model_identity(answered, model['resolved']['classes'])
-    if backend is not None:
-        weights = backend.weights_hash() or None
-        return answered_model_identity(
-            backend.model_id, backend.classes, backend=backend.name, weights=weights
-        )
-    return model_identity(model['backend'], model['model'], model['options'])
-
-
-def tester_identity(settings: TesterSettings, model: Mapping[str, Any]) -> dict[str, Any]:
-    """What identifies the tester's searches in its results directory (search.json, docs/results.md):
-    the record of `metavlm search` (models/identity.py identity_record) with the tester's source part.
-
-    Args:
-        settings: the tester's settings.
-        model: the model part (`tester_model_identity`).
-    """
-    return identity_record(settings.search, model, tester_source(settings))
-
-
-def check_identity(settings: TesterSettings, model: Mapping[str, Any]) -> dict[str, Any]:
-    """Check that the results directory holds no searches of another identity; returns the identity.
-
-    A directory with results but no identity record (search.json) is refused too: its searches
-    cannot be told apart from these. The model's name is not compared while it is not known (None:
-    the perception node has not answered yet).
-
-    Raises:
-        ResultsError: one line naming `results_dir` and every difference.
-    """
-    identity = tester_identity(settings, model)
-    unknown = ('model.model',) if model.get('model') is None else ()
-    directory = Path(settings.results_dir)
-    try:
-        differences = identity_differences(directory, identity, ignore=unknown)
-    except ResultsError as exc:  # a damaged record, or one of an earlier tester that says too little
-        raise ResultsError(f'parameter results_dir: {exc}') from None
-    if differences is None and holds_results(directory):
-        raise ResultsError(
-            f'parameter results_dir: {directory} holds results without an identity record (search.json), '
-            'so they cannot be told apart from these searches; set results_dir to another directory'
-        )
-    if differences:
-        raise ResultsError(
-            f'parameter results_dir: {directory} holds searches of another identity '
-            f'({"; ".join(differences)}); set results_dir to another directory, or those parameters back'
-        )
-    return identity
-
-
-def published_flag(flags: Mapping[str, bool], threshold: float) -> str:
-    """The key of `flags` that the report threshold selects ('count' for count-type models)."""
-    if 'count' in flags:
-        return 'count'
-    for key in flags:
-        if math.isclose(float(key), threshold):
-            return key
-    raise ParameterError(f'no violation flag for threshold {threshold:g}')
-
-
-def violation_status(
-    ev: Evaluation, source: Prediction, source_stamp_ns: int, *, image: str = '', frame: str = ''
-) -> DiagnosticStatus:
-    """The `violations` status of one violating evaluation (docs/ros.md).
-
-    Level ERROR when severe (f_pred reaches half the number of classes), WARN otherwise; the message
-    is the composition label; values: composition, order, each active relation's parameter, f_trans,
-    f_pred, source/<class>, followup/<class>, source_stamp (ns), image and the follow-up PNG.
-    """
-    followup = ev.followup.values if ev.followup is not None else {}
-    severe = ev.f_pred >= len(source.values) / 2
-    values = [
-        KeyValue(key='composition', value=ev.composition.label),
-        KeyValue(key='order', value=str(ev.composition.order)),
-    ]
-    values += [KeyValue(key=name, value=repr(float(v))) for name, v in ev.composition.parameters.items()]
-    values += [
-        KeyValue(key='f_trans', value=repr(float(ev.f_trans))),
-        KeyValue(key='f_pred', value=repr(float(ev.f_pred))),
-    ]
-    values += [KeyValue(key=f'source/{c}', value=repr(float(v))) for c, v in source.values.items()]
-    values += [KeyValue(key=f'followup/{c}', value=repr(float(v))) for c, v in followup.items()]
-    values += [
-        KeyValue(key='source_stamp', value=str(int(source_stamp_ns))),
-        KeyValue(key='image', value=image),
-        KeyValue(key='frame', value=frame),
-    ]
-    return DiagnosticStatus(
-        level=DiagnosticStatus.ERROR if severe else DiagnosticStatus.WARN,
-        name=VIOLATION_STATUS,
-        message=ev.composition.label,
-        hardware_id=NODE_NAME,
-        values=values,
-    )

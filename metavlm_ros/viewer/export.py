@@ -32,7 +32,7 @@ from metavlm_ros.common.results import (
 )
 
 # The PNG check load_image runs before decoding; decoding every follow-up would be 80% of an export.
-from metavlm_ros.footage.frames import _check_png, is_video_path
+from metavlm_ros.footage.frames import check_png, is_video_path
 from metavlm_ros.method.render import render_followup
 from metavlm_ros.viewer.channels import ViolationChannels
 
@@ -194,7 +194,7 @@ def _source_png(results: _Results, summary: dict, *, pixels: bool = True) -> byt
         )
     data = path.read_bytes()
     # The chunk CRCs first: libpng would print its own lines for a damaged file before failing.
-    problem = _check_png(data) if data.startswith(b'\x89PNG\r\n\x1a\n') else 'not a PNG'
+    problem = check_png(data) if data.startswith(b'\x89PNG\r\n\x1a\n') else 'not a PNG'
     if problem:
         raise ResultsError(f'{path}: damaged source frame ({problem})')
     if pixels:
@@ -228,7 +228,7 @@ def _png(results: _Results, relative: str) -> bytes:
     if not path.is_file():
         raise ResultsError(f'{results.path}: {relative} is named by a record but missing')
     data = path.read_bytes()
-    problem = _check_png(data) if data.startswith(b'\x89PNG\r\n\x1a\n') else 'not a PNG'
+    problem = check_png(data) if data.startswith(b'\x89PNG\r\n\x1a\n') else 'not a PNG'
     if problem:
         raise ResultsError(f'{path}: damaged follow-up frame ({problem})')
     return data

@@ -210,7 +210,7 @@ def test_demo_overwrite_checks_everything_before_it_touches_the_earlier_demo(tmp
     import shutil
 
     from metavlm_ros.commands import demo
-    from metavlm_ros.models import hf
+    from metavlm_ros.models import model_files
 
     out = tmp_path / 'demo'
     before = _earlier_demo(out)
@@ -220,18 +220,18 @@ def test_demo_overwrite_checks_everything_before_it_touches_the_earlier_demo(tmp
 
     monkeypatch.setattr(demo, 'run_demo', no_run)
     # A damaged demo model: refused in one line, the earlier demo whole.
-    shipped = hf._DEMO_ROOT
+    shipped = model_files._DEMO_ROOT
     models = tmp_path / 'models'
     for backend in demo.DEMO_MODELS:
         shutil.copytree(shipped / f'demo-{backend}', models / f'demo-{backend}')
     weights = models / 'demo-blip' / 'model.safetensors'
     weights.write_bytes(weights.read_bytes()[:1000])
-    monkeypatch.setattr(hf, '_DEMO_ROOT', models)
+    monkeypatch.setattr(model_files, '_DEMO_ROOT', models)
     assert cli.main(['demo', '--out', str(out), '--frames', '1', '--overwrite']) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith('metavlm: error: ') and 'damaged weights' in err and '\n' not in err, err
     assert _same(out, before)
-    monkeypatch.setattr(hf, '_DEMO_ROOT', shipped)
+    monkeypatch.setattr(model_files, '_DEMO_ROOT', shipped)
     # Not enough room on its disk: refused, the earlier demo whole.
     monkeypatch.setattr(demo, 'DEMO_BYTES', 2**62)
     assert cli.main(['demo', '--out', str(out), '--frames', '1', '--overwrite']) == 2

@@ -107,18 +107,18 @@ def test_demo_blip_tokenizer_keeps_the_table1_spelling():
 
 def test_tokenizer_training_is_repeatable():
     # The tokenizers trainers number some symbols in hash-map order; the recipe must not inherit that.
-    from metavlm_ros.demo.builders import _blip_tokenizer, _clip_tokenizer, _corpus
+    from metavlm_ros.demo.builders import demo_blip_tokenizer, demo_clip_tokenizer, demo_corpus
     from metavlm_ros.footage.scenes import SceneGenerator
     from metavlm_ros.footage.truth import caption
 
     captions = [caption(SceneGenerator(256, 144, 1, seed).frame(0)[1]) for seed in range(12)]
-    corpus = _corpus(captions)
-    for build in (lambda: _clip_tokenizer(corpus, 48), lambda: _blip_tokenizer(corpus)):
+    corpus = demo_corpus(captions)
+    for build in (lambda: demo_clip_tokenizer(corpus, 48), lambda: demo_blip_tokenizer(corpus)):
         vocabularies = [build().get_vocab() for _ in range(4)]
         assert all(v == vocabularies[0] for v in vocabularies[1:])
 
     def merges():
-        return json.loads(_clip_tokenizer(corpus, 48).backend_tokenizer.to_str())['model']['merges']
+        return json.loads(demo_clip_tokenizer(corpus, 48).backend_tokenizer.to_str())['model']['merges']
 
     first = merges()
     assert merges() == first
@@ -328,13 +328,13 @@ def test_fine_tuning_starts_from_the_given_models_and_keeps_their_tokenizers(tmp
 def test_distillation_targets_keep_each_prompts_ranking_inside_the_band():
     import torch
 
-    from metavlm_ros.demo.batches import _distill_target
+    from metavlm_ros.demo.batches import distill_target
 
     config = TrainingConfig()
     # Two prompts with very different spreads (a starting CLIP's cosines range over -0.7..0.9).
     cosine = torch.tensor([[-0.5, 0.1], [0.1, 0.2], [0.7, 0.3]])
     mean, std = cosine.mean(dim=0), cosine.std(dim=0)
-    target = _distill_target(cosine, mean, std, config)
+    target = distill_target(cosine, mean, std, config)
     assert torch.equal(target.argsort(dim=0), cosine.argsort(dim=0))  # ranking per prompt kept
     assert target.mean(dim=0) == pytest.approx([config.clip_cosine_centre] * 2)
     # One standard deviation is a third of the band, whatever the starting spread.
@@ -382,13 +382,13 @@ def test_a_blip_fine_tune_can_learn_its_starting_models_answers(tmp_path):
 
 
 def test_paired_indices_repeat_the_first_frames_at_the_end_and_mark_them():
-    from metavlm_ros.demo.batches import _paired_indices
+    from metavlm_ros.demo.batches import paired_indices
 
-    idx, always = _paired_indices(np.random.default_rng(0), 100, 8, 2)
+    idx, always = paired_indices(np.random.default_rng(0), 100, 8, 2)
     assert len(idx) == 8 and len(set(idx[:6].tolist())) == 6
     assert idx[6:].tolist() == idx[:2].tolist()
     assert always.tolist() == [False] * 6 + [True] * 2
-    idx, always = _paired_indices(np.random.default_rng(0), 100, 8, 0)
+    idx, always = paired_indices(np.random.default_rng(0), 100, 8, 0)
     assert len(set(idx.tolist())) == 8 and always is None
 
 
@@ -485,13 +485,13 @@ def test_robustness_rates_by_order_and_the_median_smallest_violating_change():
 
 
 def test_augmentations_are_small_compositions_of_the_relations():
-    from metavlm_ros.demo.batches import _augmentation
+    from metavlm_ros.demo.batches import random_augmentation
     from metavlm_ros.method.relations import RELATIONS
 
     rng = np.random.default_rng(0)
     orders = set()
     for _ in range(300):
-        composition = _augmentation(rng, 0.4)
+        composition = random_augmentation(rng, 0.4)
         orders.add(composition.order)
         for relation, active, value in zip(RELATIONS, composition.active, composition.values, strict=True):
             deviation = abs(value - relation.nominal) / relation.max_deviation
@@ -502,7 +502,7 @@ def test_augmentations_are_small_compositions_of_the_relations():
 
 
 def test_augmentations_are_the_search_s_rand_over_narrowed_ranges():
-    from metavlm_ros.demo.batches import _augmentation
+    from metavlm_ros.demo.batches import random_augmentation
     from metavlm_ros.method.algorithms import rand_genotypes
     from metavlm_ros.method.encoding import SearchSpace, decode
 
@@ -510,15 +510,15 @@ def test_augmentations_are_the_search_s_rand_over_narrowed_ranges():
     space = SearchSpace.default()
     ours, rands = np.random.default_rng(5), np.random.default_rng(5)
     for _ in range(20):
-        assert _augmentation(ours, 1.0) == decode(rand_genotypes(space, 1, rands)[0], space)
+        assert random_augmentation(ours, 1.0) == decode(rand_genotypes(space, 1, rands)[0], space)
     # Every order about as often, as Rand spends its budget.
     rng = np.random.default_rng(3)
-    orders = np.bincount([_augmentation(rng, 0.3).order for _ in range(600)], minlength=7)
+    orders = np.bincount([random_augmentation(rng, 0.3).order for _ in range(600)], minlength=7)
     assert orders[0] == 0 and all(60 <= n <= 140 for n in orders[1:])
 
 
 def test_a_transformed_training_frame_moves_its_maps_with_it():
-    from metavlm_ros.demo.batches import _batch
+    from metavlm_ros.demo.batches import augmented_batch
     from metavlm_ros.demo.scenes import SceneSet
 
     # One 64x32 frame whose second patch column (of a 4x4 grid) is a white animal; every draw
@@ -535,7 +535,7 @@ def test_a_transformed_training_frame_moves_its_maps_with_it():
     rng = np.random.default_rng(1)
     moved = 0
     for _ in range(40):
-        small, density, maps, flip = _batch(scenes, np.array([0]), rng, config)
+        small, density, maps, flip = augmented_batch(scenes, np.array([0]), rng, config)
         assert density is None and small.shape == (1, 8, 8, 3)
         # Wherever the white band went in the frame, the animal's cells went with it.
         white = small[0, :, :, 0].reshape(4, 2, 4, 2).mean(axis=(1, 3)) > 200

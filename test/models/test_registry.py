@@ -147,7 +147,7 @@ def test_options_are_validated_before_a_model_loads():
 def test_every_option_is_a_flag_a_node_parameter_and_a_campaign_key():
     import argparse
 
-    from metavlm_ros.campaign.config import _MODEL_KEYS
+    from metavlm_ros.campaign.config import MODEL_KEYS
     from metavlm_ros.commands.search import add_model_arguments
 
     pytest.importorskip('rclpy')
@@ -162,7 +162,7 @@ def test_every_option_is_a_flag_a_node_parameter_and_a_campaign_key():
         spec = parameters[option.parameter_name]
         assert spec.read_only is not option.dynamic
         assert (spec.low, spec.high, spec.choices) == (option.low, option.high, option.choices)
-        assert name not in _MODEL_KEYS  # campaign keys beyond name/backend/model are the options
+        assert name not in MODEL_KEYS  # campaign keys beyond name/backend/model are the options
         assert options_for(name), name
     assert set(parameters) == {'backend', 'model', *(o.parameter_name for o in all_options().values())}
 

@@ -9,7 +9,7 @@ import pytest
 
 from metavlm_ros.common.errors import InputError, ModelError, ParameterError
 from metavlm_ros.method.prediction import CLASSES, Prediction
-from metavlm_ros.models import hf, vlm
+from metavlm_ros.models import model_files, vlm
 from metavlm_ros.models.counts import parse_counts
 from metavlm_ros.models.tiny import build_tiny_model
 from metavlm_ros.models.vlm import (
@@ -220,7 +220,7 @@ def test_weights_hash_reads_unchanged_weights_once_and_changed_ones_again(
 ):
     model = shutil.copytree(tiny_clip_dir, tmp_path / 'model')
     digests, sha256 = [], hashlib.sha256
-    monkeypatch.setattr(hf.hashlib, 'sha256', lambda *a: digests.append(sha256(*a)) or digests[-1])
+    monkeypatch.setattr(model_files.hashlib, 'sha256', lambda *a: digests.append(sha256(*a)) or digests[-1])
     first = weights_hash(model, length=64)
     assert weights_hash(model, length=64) == first and len(digests) == 1  # the same files: not read again
     # Retrained in place: same name and size, other bytes.
@@ -284,14 +284,14 @@ def test_wrong_model_family_is_a_model_error(tiny_clip_dir):
 
 
 def test_demo_model_missing_says_how_to_build(tmp_path, monkeypatch):
-    monkeypatch.setattr(hf, '_DEMO_ROOT', tmp_path)
+    monkeypatch.setattr(model_files, '_DEMO_ROOT', tmp_path)
     with pytest.raises(ModelError, match='demo model for clip is not built; run metavlm train-demo-models'):
         resolve_model('clip', 'demo')
 
 
 def test_demo_model_resolves_inside_the_package(tmp_path, monkeypatch, tiny_clip_dir):
     shutil.copytree(tiny_clip_dir, tmp_path / 'demo-clip')
-    monkeypatch.setattr(hf, '_DEMO_ROOT', tmp_path)
+    monkeypatch.setattr(model_files, '_DEMO_ROOT', tmp_path)
     assert resolve_model('clip', 'demo') == str(tmp_path / 'demo-clip')
     assert create_backend('clip', 'demo', device='cpu').model_id == 'demo'
 

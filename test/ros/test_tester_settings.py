@@ -1,6 +1,6 @@
-"""The tester's settings (ros/tester_settings.py): parameters into settings, the violation status, and the
-identity record (the shape `metavlm search` and the demo write, any change refused, earlier records read
-as today's where they say as much)."""
+"""The tester's settings (ros/tester_settings.py): parameters into settings, the violation status
+(ros/tester_violations.py), and the identity record (ros/tester_identity.py: the shape `metavlm search`
+and the demo write, any change refused, earlier records read as today's where they say as much)."""
 
 import json
 
@@ -19,14 +19,14 @@ from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.method.search import Evaluation
 from metavlm_ros.models.tiny import build_tiny_model
 from metavlm_ros.models.vlm import answered_model_identity
-from metavlm_ros.ros import tester_settings as ts
+from metavlm_ros.ros import tester_identity as ts
+from metavlm_ros.ros.tester_identity import check_identity
 from metavlm_ros.ros.tester_settings import (
     PARAMETERS,
-    check_identity,
     coerce_parameters,
     settings_from_parameters,
-    violation_status,
 )
+from metavlm_ros.ros.tester_violations import violation_status
 from test.conftest import make_frame
 from test.ros.tester_graph import values_of
 

@@ -14,15 +14,9 @@ from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.models.counts import parse_counts
-from metavlm_ros.models.hf import (
-    IMAGE_PROCESSOR_OPTION,
-    hf_config,
-    image_processor_class,
-    resolve_model,
-    torch_device,
-    torch_dtype,
-    weights_hash,
-)
+from metavlm_ros.models.hf import hf_config, torch_device, torch_dtype
+from metavlm_ros.models.image_processors import IMAGE_PROCESSOR_OPTION, image_processor_class
+from metavlm_ros.models.model_files import resolve_model, weights_hash
 from metavlm_ros.models.options import Backend
 from metavlm_ros.models.questions import (
     QUESTION_OPTIONS,

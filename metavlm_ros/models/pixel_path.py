@@ -1,0 +1,122 @@
+"""The image processor's steps for a whole batch at once, on the model's device (PixelPath)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ['PREPROCESS', 'REDUCING_GAP', 'PixelPath']
+
+#: How frames become pixel values: PixelPath ('batched') or the Hugging Face processor ('processor').
+PREPROCESS = ('batched', 'processor')
+
+#: PIL's `reducing_gap` for frames far larger than the model's input: PIL first shrinks them by an
+#: integer factor with a box filter, then resamples as the processor does. Frames less than
+#: 2 * REDUCING_GAP times the input size are resampled exactly as the processor does
+#: (docs/performance.md gives the measured difference for larger ones).
+REDUCING_GAP = 2.0
+
+
+@dataclass(frozen=True)
+class PixelPath:
+    """The image processor's steps (resize, centre crop, rescale, normalise) for a whole batch at once.
+
+    The Hugging Face processor converts every frame to PIL and back several times and normalises it
+    in float64 on the CPU; this path resizes each uint8 frame once with PIL (the same filter, so the
+    same pixels), crops by slicing, stacks the batch and rescales and normalises it in one tensor
+    operation on the model's device. `from_processor` returns None for a processor whose steps it
+    does not reproduce; the backend then calls the processor itself.
+
+    Attributes:
+        shortest_edge: resize so the shorter side is this long (aspect kept); 0 for a fixed size.
+        size: fixed resize size (height, width) when shortest_edge is 0.
+        crop: centre-crop size (height, width), or None.
+        resample: PIL resampling filter.
+        scale: rescale factor (1/255).
+        mean: per-channel mean.
+        std: per-channel standard deviation.
+    """
+
+    shortest_edge: int
+    size: tuple[int, int]
+    crop: tuple[int, int] | None
+    resample: int
+    scale: float
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+    @classmethod
+    def from_processor(cls, processor: Any) -> PixelPath | None:
+        """The path of a CLIP-, BLIP- or SigLIP-style image processor (or a processor holding it), or None."""
+        ip = getattr(processor, 'image_processor', processor)
+        # PixelPath resizes with PIL: it reproduces PIL image processors only.
+        if not type(ip).__name__.endswith('Pil') or type(ip).__name__.removesuffix('Pil') not in (
+            'CLIPImageProcessor',
+            'BlipImageProcessor',
+            'SiglipImageProcessor',
+        ):
+            return None
+        size = dict(getattr(ip, 'size', None) or {})
+        if not (getattr(ip, 'do_resize', False) and ip.do_rescale and ip.do_normalize):
+            return None
+        if getattr(ip, 'do_pad', False) or size.get('longest_edge') or getattr(ip, 'resample', None) is None:
+            return None
+        mean, std = list(ip.image_mean), list(ip.image_std)
+        if len(mean) != 3 or len(std) != 3:
+            return None
+        shortest = int(size.get('shortest_edge') or 0)
+        fixed = (int(size.get('height') or 0), int(size.get('width') or 0))
+        if not shortest and not all(fixed):
+            return None
+        crop = None
+        if getattr(ip, 'do_center_crop', False):
+            crop_size = dict(ip.crop_size or {})
+            crop = (int(crop_size.get('height') or 0), int(crop_size.get('width') or 0))
+            # A crop larger than the resized frame would pad: left to the processor.
+            if not all(crop) or max(crop) > (shortest or min(fixed)):
+                return None
+        return cls(shortest, fixed, crop, int(ip.resample), float(ip.rescale_factor), tuple(mean), tuple(std))
+
+    @property
+    def input_size(self) -> int:
+        """Side of the square the model sees (the crop, else the resize size)."""
+        return max(self.crop) if self.crop else (self.shortest_edge or max(self.size))
+
+    def resized_shape(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) after the resize step, by the processor's own rule."""
+        if not self.shortest_edge:
+            return self.size
+        short, long = min(height, width), max(height, width)
+        new_long = int(self.shortest_edge * long / short)
+        return (self.shortest_edge, new_long) if height <= width else (new_long, self.shortest_edge)
+
+    def resize(self, frame: np.ndarray) -> np.ndarray:
+        """One RGB uint8 frame resized and cropped as the processor would, still uint8 (H, W, 3)."""
+        from PIL import Image
+
+        height, width = self.resized_shape(*frame.shape[:2])
+        if (height, width) != frame.shape[:2]:
+            resized = Image.fromarray(frame).resize(
+                (width, height), resample=self.resample, reducing_gap=REDUCING_GAP
+            )
+            frame = np.asarray(resized)
+        if self.crop:
+            top, left = (height - self.crop[0]) // 2, (width - self.crop[1]) // 2
+            frame = frame[top : top + self.crop[0], left : left + self.crop[1]]
+        return frame
+
+    def pixel_values(self, frames: Sequence[np.ndarray], device: Any, dtype: Any) -> Any:
+        """The batch's pixel_values tensor (N, 3, H, W) on `device` in `dtype`.
+
+        The uint8 batch crosses to the device (a quarter of the float32 bytes) and is normalised there.
+        """
+        import torch
+
+        batch = torch.from_numpy(np.stack([self.resize(f) for f in frames])).to(device)
+        mean = torch.tensor(self.mean, device=device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=device).view(1, 3, 1, 1)
+        pixels = batch.permute(0, 3, 1, 2).float().mul_(self.scale).sub_(mean).div_(std)
+        return pixels.to(dtype).contiguous()
