@@ -33,8 +33,8 @@ _OPTIMISER = r"""
 import json, sys
 import metavlm_ros.method.algorithms as algorithms
 exec(compile(sys.argv[1], 'docs/architecture.md', 'exec'), vars(algorithms))
-algorithms._ALGORITHM_FACTORIES['unsga3'] = algorithms._unsga3
-algorithms.ALGORITHMS = tuple(algorithms._ALGORITHM_FACTORIES)
+algorithms.ALGORITHM_FACTORIES['unsga3'] = algorithms._unsga3
+algorithms.ALGORITHMS = tuple(algorithms.ALGORITHM_FACTORIES)
 
 from metavlm_ros.method.search import ALGORITHMS, SearchConfig, run_search
 from test.conftest import make_frame

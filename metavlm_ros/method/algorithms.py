@@ -22,6 +22,7 @@ from metavlm_ros.method.encoding import N_VAR, SearchSpace
 from metavlm_ros.method.sampling import RandSampling, UniformSampling, rand_genotypes, uniform_genotypes
 
 __all__ = [
+    'ALGORITHM_FACTORIES',
     'ALGORITHMS',
     'ENVELOPE',
     'UniformSampling',
@@ -117,7 +118,7 @@ def _mobo(config: SearchSettings) -> Algorithm:
 
 # One registry of algorithms: every caller reads it, one loop (_drive) runs them all. The paper's
 # two come first; the others are pymoo's, with the same budget, population, operators and seed.
-_ALGORITHM_FACTORIES: dict[str, Callable[[SearchSettings], Algorithm]] = {
+ALGORITHM_FACTORIES: dict[str, Callable[[SearchSettings], Algorithm]] = {
     'nsga2': _nsga2,
     'random': _rand,
     'nsga3': _nsga3,
@@ -132,4 +133,4 @@ _ALGORITHM_FACTORIES: dict[str, Callable[[SearchSettings], Algorithm]] = {
     'uniform': _uniform,
 }
 ENVELOPE = 'envelope'
-ALGORITHMS = (*_ALGORITHM_FACTORIES, ENVELOPE)
+ALGORITHMS = (*ALGORITHM_FACTORIES, ENVELOPE)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 from pymoo.core.algorithm import Algorithm
 from pymoo.core.population import Population
 from pymoo.util.display.multi import MultiObjectiveOutput
-from scipy.linalg import cho_factor, cho_solve, solve_triangular
-from scipy.optimize import minimize
 from scipy.special import ndtr
 from threadpoolctl import threadpool_limits
 
@@ -15,8 +16,9 @@ from metavlm_ros.method.encoding import FLAG_THRESHOLD, SearchSpace
 from metavlm_ros.method.metrics import non_dominated
 from metavlm_ros.method.relations import RELATIONS
 from metavlm_ros.method.sampling import rand_genotypes
+from metavlm_ros.method.surrogate import GaussianProcess
 
-__all__ = ['MOBO', 'ZSpace', 'ehvi', 'GaussianProcess']
+__all__ = ['MOBO', 'MOVES', 'Move', 'Neighbours', 'ZSpace', 'ehvi']
 
 # Points the surrogate is fitted on at most: the front and its neighbours first, then the latest.
 # It bounds the cost of a batch (a Cholesky of this size) however long the search runs.
@@ -26,10 +28,6 @@ N_RANDOM = 1500
 N_MOVES = 2500
 # Candidates the greedy batch selection reconsiders after each pick: the best by their first score.
 SHORTLIST = 400
-# Optimiser steps for the hyperparameters: the first fit, then each batch's refit, warm-started from
-# the last (a batch moves them little).
-FIT_ITERATIONS = 60
-REFIT_ITERATIONS = 15
 # After this many batches (300 evaluations at the default population: every quality figure of
 # docs/performance.md refits every batch), the hyperparameters are refitted every REFIT_EVERY-th
 # batch only; every batch still conditions on its newest points. On the test suite's stand-in model
@@ -141,140 +139,6 @@ class ZSpace:
         return ~np.any(active & ((z != 0.0) | self.flagged), axis=1)
 
 
-class GaussianProcess:
-    """A Gaussian process over the surrogate's features, fitted by maximum marginal likelihood with
-    analytic gradients (numpy and scipy: no second torch, no new package).
-
-    Its kernel is a Matern-5/2 with a lengthscale per feature over all features (joint) plus the
-    mean of one such Matern per group of features (additive; a group is a relation's z, flag and
-    extras, `ZSpace.feature_group`), with the same lengthscales, a signal variance each, a constant
-    mean and noise. The additive part lets the effects of relations add up: a slight zoom-out seen
-    alone and turbidity seen alone predict their union, which the joint kernel alone sees as far
-    from both; the fit weighs the two parts by how the answers behave.
-    """
-
-    def __init__(self, groups: np.ndarray):
-        """`groups`: the group of each feature (0, 1, ...); one group for all makes the additive part
-        a second joint kernel."""
-        self.fits = 0
-        groups = np.asarray(groups, int)
-        n_features = len(groups)
-        self.membership = np.eye(int(groups.max()) + 1)[groups]  # (features, groups), 0/1
-        self.n_groups = self.membership.shape[1]
-        self._pairs: tuple[np.ndarray, np.ndarray] | None = None
-        # log lengthscales, log joint signal, log additive signal, log noise (standardised targets)
-        self.theta = np.concatenate(
-            [np.full(n_features, np.log(0.5)), [np.log(0.5), np.log(0.5), np.log(1e-2)]]
-        )
-        self.bounds = [(np.log(0.03), np.log(20.0))] * n_features + [
-            (np.log(0.01), np.log(20.0)),
-            (np.log(0.01), np.log(20.0)),
-            (np.log(1e-6), np.log(1.0)),
-        ]
-
-    @staticmethod
-    def _matern(r2: np.ndarray, derivative: bool = False):
-        """Matern-5/2 of squared scaled distances; with `derivative`, also c(r) = 5/3 (1 + sqrt5 r)
-        exp(-sqrt5 r), the factor of its derivative in a log lengthscale: dk/dlog(l_d) = c(r)
-        (diff_d / l_d)^2. In place where it can: the fit calls it on every pair of points."""
-        r2 = np.maximum(r2, 0.0)
-        one = np.sqrt(5.0 * r2)
-        e = np.exp(-one)
-        one += 1.0
-        k = (5.0 / 3.0) * r2
-        k += one
-        k *= e
-        if not derivative:
-            return k
-        e *= one
-        e *= 5.0 / 3.0
-        return k, e
-
-    def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        a, b = a / self.lengths, b / self.lengths
-        # Squared distances per relation by matrix products, not an (n, m, d) array of differences.
-        a2, b2 = (a**2) @ self.membership, (b**2) @ self.membership
-        k_joint = self._matern(a2.sum(1)[:, None] + b2.sum(1)[None, :] - 2.0 * a @ b.T)
-        k_add = np.zeros_like(k_joint)
-        for g in range(self.n_groups):
-            cols = self.membership[:, g] > 0
-            cross = a[:, cols] @ b[:, cols].T
-            k_add += self._matern(a2[:, g][:, None] + b2[:, g][None, :] - 2.0 * cross)
-        return self.joint * k_joint + self.additive / self.n_groups * k_add
-
-    def _nll(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        d = x.shape[1]
-        lengths = np.exp(theta[:d])
-        joint, additive, noise = np.exp(theta[d]), np.exp(theta[d + 1]) / self.n_groups, np.exp(theta[d + 2])
-        n = len(y)
-        # Squared differences of every pair, scaled, as (pairs, features): the fit calls this some
-        # twenty times a batch, so what does not depend on theta is computed once per fit.
-        if self._pairs is None or self._pairs[0] is not x:
-            self._pairs = (x, ((x[:, None, :] - x[None, :, :]) ** 2).reshape(n * n, d))
-        diff2 = self._pairs[1] / lengths**2
-        m_joint, c_joint = self._matern(diff2.sum(axis=1), derivative=True)
-        m_group, c_group = self._matern(diff2 @ self.membership, derivative=True)  # (pairs, groups)
-        k_joint, k_add = (joint * m_joint).reshape(n, n), (additive * m_group.sum(axis=1)).reshape(n, n)
-        kn = k_joint + k_add + (noise + 1e-8) * np.eye(n)
-        try:
-            factor = cho_factor(kn, lower=True)
-        except np.linalg.LinAlgError:
-            return 1e10, np.zeros_like(theta)
-        alpha = cho_solve(factor, y)
-        nll = 0.5 * y @ alpha + np.sum(np.log(np.diag(factor[0]))) + 0.5 * n * np.log(2 * np.pi)
-        inner = np.outer(alpha, alpha) - cho_solve(factor, np.eye(n))
-        grad = np.empty_like(theta)
-        # dk/dlog(l_d) = (joint c(r) + additive c(r of d's group)) (diff_d / l_d)^2, summed against
-        # inner over pairs: two matrix products over the pairs, not an (n, n, d) array.
-        flat = inner.reshape(-1)
-        per_group = ((flat[:, None] * c_group).T @ diff2) * self.membership.T  # (groups, d)
-        grad[:d] = -0.5 * (joint * (flat * c_joint) @ diff2 + additive * per_group.sum(axis=0))
-        grad[d] = -0.5 * np.sum(inner * k_joint)
-        grad[d + 1] = -0.5 * np.sum(inner * k_add)
-        grad[d + 2] = -0.5 * np.trace(inner) * noise
-        return float(nll), grad
-
-    def fit(self, x: np.ndarray, y: np.ndarray, optimise: bool = True) -> GaussianProcess:
-        """Condition on features x and targets y (standardised inside); with `optimise`, first fit the
-        hyperparameters, warm-started from the last fit."""
-        self.x = x
-        self.mean, self.scale = float(np.mean(y)), float(np.std(y)) or 1.0
-        target = (y - self.mean) / self.scale
-        if optimise or not self.fits:
-            found = minimize(
-                self._nll,
-                self.theta,
-                args=(x, target),
-                jac=True,
-                method='L-BFGS-B',
-                bounds=self.bounds,
-                options={'maxiter': REFIT_ITERATIONS if self.fits else FIT_ITERATIONS},
-            )
-            self.fits += 1
-            if np.isfinite(found.fun):
-                self.theta = np.clip(found.x, [b[0] for b in self.bounds], [b[1] for b in self.bounds])
-        d = x.shape[1]
-        self.lengths = np.exp(self.theta[:d])
-        self.joint, self.additive = float(np.exp(self.theta[d])), float(np.exp(self.theta[d + 1]))
-        # The prior variance of f_pred at any point (standardised).
-        self.signal = self.joint + self.additive
-        self.noise = float(np.exp(self.theta[d + 2])) + 1e-8
-        k = self._kernel(x, x) + self.noise * np.eye(len(x))
-        self.chol = np.linalg.cholesky(k + 1e-10 * np.eye(len(x)))
-        self.alpha = cho_solve((self.chol, True), target)
-        return self
-
-    def posterior(self, xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, v) at candidates xc, in the standardised scale: v = L^-1 k(X, xc) for covariances."""
-        kc = self._kernel(self.x, xc)
-        return kc.T @ self.alpha, solve_triangular(self.chol, kc, lower=True)
-
-    def cross(self, xc: np.ndarray, v: np.ndarray, j: int) -> np.ndarray:
-        """Posterior covariance (standardised) of every candidate with candidate j."""
-        prior = self._kernel(xc, xc[j : j + 1])[:, 0]
-        return prior - v.T @ v[:, j]
-
-
 def ehvi(t: np.ndarray, mu: np.ndarray, sigma: np.ndarray, front: np.ndarray, t_ref: float) -> np.ndarray:
     """Expected hypervolume improvement of points with exact f_trans t and f_pred ~ N(mu, sigma).
 
@@ -293,6 +157,102 @@ def ehvi(t: np.ndarray, mu: np.ndarray, sigma: np.ndarray, front: np.ndarray, t_
     u = (mu[:, None] - heights[None, :]) / sigma
     improvement = (mu[:, None] - heights[None, :]) * ndtr(u) + sigma * _INV_SQRT_2PI * np.exp(-0.5 * u**2)
     return np.sum(lengths * improvement, axis=1)
+
+
+@dataclass
+class Neighbours:
+    """Copies of front members, one row a candidate, that the moves change in place, and what they read.
+
+    `relation` is the relation each row's move touches (drop, add, shrink one); `judged` holds
+    (active, z, extras) of every judged point and `front_rows` the front's rows among them (a merge's
+    partners). The moves draw from `rng` in table order, so the same seed gives the same candidates.
+    """
+
+    active: np.ndarray
+    z: np.ndarray
+    extras: np.ndarray
+    relation: np.ndarray
+    space: ZSpace
+    rng: np.random.Generator
+    judged: tuple[np.ndarray, np.ndarray, np.ndarray]
+    front_rows: np.ndarray
+
+
+# A move: (moved, rows) changes, in place, the rows of `moved` that the Boolean mask `rows` selects.
+Move = Callable[[Neighbours, np.ndarray], None]
+
+
+def shrink_factors(rng: np.random.Generator, n: int, least: float) -> np.ndarray:
+    """Factors to shrink deviations by: half coarse, half by a hair, where a count model's answer steps
+    and the front's members sit just past the step.
+
+    Args:
+        rng: the search's generator.
+        n: how many factors.
+        least: the smallest coarse factor.
+
+    Returns:
+        n factors, each uniform in [least, 0.97) or within 0.1% to 10% of 1, by a fair coin.
+    """
+    coarse = rng.uniform(least, 0.97, size=n)
+    fine = 1.0 - 10.0 ** rng.uniform(-3.0, -1.0, size=n)
+    return np.where(rng.random(n) < 0.5, coarse, fine)
+
+
+def drop(moved: Neighbours, rows: np.ndarray) -> None:
+    """Turn a relation off."""
+    moved.active[np.flatnonzero(rows), moved.relation[rows]] = False
+
+
+def add(moved: Neighbours, rows: np.ndarray) -> None:
+    """Turn a relation on (or re-draw one) at a random deviation, small ones the likelier."""
+    index, relation = np.flatnonzero(rows), moved.relation[rows]
+    moved.active[index, relation] = True
+    span = moved.space.z_high - moved.space.z_low
+    deviation = moved.space.z_low + span * moved.rng.random((len(rows), moved.space.n))
+    moved.z[index, relation] = deviation[index, relation] * moved.rng.random(int(rows.sum())) ** 2
+
+
+def shrink_all(moved: Neighbours, rows: np.ndarray) -> None:
+    """Shrink every deviation, coarsely or (for a count model's step) by a hair."""
+    moved.z[rows] *= shrink_factors(moved.rng, int(rows.sum()), 0.3)[:, None]
+
+
+def shrink_one(moved: Neighbours, rows: np.ndarray) -> None:
+    """Shrink one deviation, anywhere down to nominal or by a hair."""
+    moved.z[np.flatnonzero(rows), moved.relation[rows]] *= shrink_factors(moved.rng, int(rows.sum()), 0.0)
+
+
+def nudge(moved: Neighbours, rows: np.ndarray) -> None:
+    """Nudge the deviations (normal steps of 2%, 8% or 25% of their ranges) and the extras (10%)."""
+    span = moved.space.z_high - moved.space.z_low
+    scale = moved.rng.choice([0.02, 0.08, 0.25], size=(int(rows.sum()), 1))
+    moved.z[rows] += scale * moved.rng.standard_normal((int(rows.sum()), moved.space.n)) * span
+    if moved.extras.shape[1]:
+        moved.extras[rows] += (
+            0.1
+            * moved.rng.standard_normal(moved.extras[rows].shape)
+            * (moved.space.extra_high - moved.space.extra_low)
+        )
+
+
+def merge(moved: Neighbours, rows: np.ndarray) -> None:
+    """Join another front member's relations, each shared one taken from either.
+
+    Effects that add up (a slight zoom-out's black border and turbidity on the demo CLIP) make a
+    front of unions that no single move reaches from one member.
+    """
+    active, z, extras = moved.judged
+    other = moved.rng.choice(moved.front_rows, size=len(rows))
+    take = active[other] & (~moved.active | (moved.rng.random(moved.active.shape) < 0.5)) & rows[:, None]
+    moved.active |= take
+    moved.z = np.where(take, z[other], moved.z)
+    if moved.extras.shape[1]:
+        moved.extras = np.where(take[:, moved.space.extra_owner], extras[other], moved.extras)
+
+
+# The moves around the front, drawn uniformly per candidate and applied in this order.
+MOVES: tuple[Move, ...] = (drop, add, shrink_all, shrink_one, nudge, merge)
 
 
 class MOBO(Algorithm):
@@ -318,7 +278,7 @@ class MOBO(Algorithm):
         # Evaluations whose answer did not parse (search.py marks them): f_pred 0 there means no
         # answer, not no change, so the surrogate and the front never see them.
         self.failed = np.empty(0, dtype=bool)
-        self.gp: GaussianProcess | None = None
+        self.surrogate: GaussianProcess | None = None
         self.batches = 0  # batches proposed by the surrogate
         # Feature keys of every judged genotype: a candidate among them would be answered from the cache.
         self.seen: set[tuple] = set()
@@ -405,17 +365,8 @@ class MOBO(Algorithm):
             picked.add(i)
         return np.array(sorted(picked))
 
-    def _shrink(self, n: int, least: float) -> np.ndarray:
-        """n factors: half uniform in [least, 0.97), half within 0.1% to 10% of 1, where a count
-        model's answer steps and the front's members sit just past the step."""
-        rng = self.random_state
-        coarse = rng.uniform(least, 0.97, size=n)
-        fine = 1.0 - 10.0 ** rng.uniform(-3.0, -1.0, size=n)
-        return np.where(rng.random(n) < 0.5, coarse, fine)
-
     def _candidates(self, active, z, extras, front_rows: np.ndarray) -> tuple:
-        """Candidate (active, z, extras): Rand samples and moves around the front's members (drop,
-        add, shrink, nudge, or merge two members)."""
+        """Candidate (active, z, extras): Rand samples and the moves (MOVES) around the front's members."""
         rng = self.random_state
         fresh = rand_genotypes(self.space, N_RANDOM, rng)
         ca, cz, ce = self.z.split(fresh)
@@ -425,45 +376,13 @@ class MOBO(Algorithm):
         parts = [(ca, cz, ce), (ca, cz * shrink, ce)]
         if front_rows.size:
             base = rng.choice(front_rows, size=N_MOVES)
-            ba, bz, be = active[base].copy(), z[base].copy(), extras[base].copy()
-            move = rng.integers(0, 6, size=N_MOVES)
-            pick = rng.integers(0, self.z.n, size=N_MOVES)
-            rows = np.arange(N_MOVES)
-            # 0: drop a relation
-            drop = move == 0
-            ba[rows[drop], pick[drop]] = False
-            # 1: add a relation (or re-draw one) at a random deviation
-            add = move == 1
-            ba[rows[add], pick[add]] = True
-            span = self.z.z_high - self.z.z_low
-            bz[rows[add], pick[add]] = (self.z.z_low + span * rng.random((N_MOVES, self.z.n)))[
-                rows[add], pick[add]
-            ] * rng.random(int(add.sum())) ** 2
-            # 2: shrink every deviation, coarsely or (for a count model's step) by a hair
-            shrink_all = move == 2
-            bz[shrink_all] *= self._shrink(int(shrink_all.sum()), 0.3)[:, None]
-            # 3: shrink one deviation
-            one = move == 3
-            bz[rows[one], pick[one]] *= self._shrink(int(one.sum()), 0.0)
-            # 4: nudge the deviations of the active relations
-            nudge = move == 4
-            scale = rng.choice([0.02, 0.08, 0.25], size=(int(nudge.sum()), 1))
-            bz[nudge] += scale * rng.standard_normal((int(nudge.sum()), self.z.n)) * span
-            if be.shape[1]:
-                be[nudge] += (
-                    0.1 * rng.standard_normal(be[nudge].shape) * (self.z.extra_high - self.z.extra_low)
-                )
-            # 5: merge with another member: its relations join, each shared one taken from either.
-            # Effects that add up (a slight zoom-out's black border and turbidity on the demo CLIP)
-            # make a front of unions that no single move reaches from one member.
-            merge = move == 5
-            other = rng.choice(front_rows, size=N_MOVES)
-            take = active[other] & (~ba | (rng.random(ba.shape) < 0.5)) & merge[:, None]
-            ba |= take
-            bz = np.where(take, z[other], bz)
-            if be.shape[1]:
-                be = np.where(take[:, self.z.extra_owner], extras[other], be)
-            parts.append((ba, bz, be))
+            copies = active[base].copy(), z[base].copy(), extras[base].copy()
+            move = rng.integers(0, len(MOVES), size=N_MOVES)
+            relation = rng.integers(0, self.z.n, size=N_MOVES)
+            moved = Neighbours(*copies, relation, self.z, rng, (active, z, extras), front_rows)
+            for k, apply in enumerate(MOVES):
+                apply(moved, move == k)
+            parts.append((moved.active, moved.z, moved.extras))
         ca = np.vstack([p[0] for p in parts])
         cz = np.clip(np.vstack([p[1] for p in parts]), self.z.z_low, self.z.z_high)
         ce = np.clip(np.vstack([p[2] for p in parts]), self.z.extra_low, self.z.extra_high)
@@ -489,11 +408,11 @@ class MOBO(Algorithm):
         t = self.z.f_trans(active, z)
         features = self.z.features(active, z, extras)
         rows = self._training(active, z, extras, f_pred)
-        if self.gp is None:
-            self.gp = GaussianProcess(self.z.feature_group)
+        if self.surrogate is None:
+            self.surrogate = GaussianProcess(self.z.feature_group)
         self.batches += 1
         optimise = self.batches <= FULL_REFITS or self.batches % REFIT_EVERY == 0
-        gp = self.gp.fit(features[rows], f_pred[rows], optimise)
+        self.surrogate.fit(features[rows], f_pred[rows], optimise=optimise)
 
         front_rows = non_dominated(t, f_pred)
         front_rows = front_rows[f_pred[front_rows] > 0]
@@ -508,15 +427,15 @@ class MOBO(Algorithm):
         fresh = np.array(fresh, dtype=int)
         ca, cz, ce, xc = ca[fresh], cz[fresh], ce[fresh], xc[fresh]
         tc = self.z.f_trans(ca, cz)
-        mean, v = gp.posterior(xc)
-        var = np.maximum(gp.signal - np.sum(v**2, axis=0), 1e-12)
-        mu = gp.mean + gp.scale * mean
+        # f_pred as the surrogate believes it, with the noise of an answer: a count model's steps
+        # look like noise to it.
+        belief = self.surrogate.posterior(xc)
 
         front = np.column_stack([t[front_rows], f_pred[front_rows]])
         t_ref = float(self.z.n)
         # The batch comes from the candidates that score best alone: later picks only lower scores.
-        first = ehvi(tc, mu, gp.scale * np.sqrt(var + gp.noise), front, t_ref)
-        bold = ehvi(tc, mu, EXPLORE_SCALE * gp.scale * np.sqrt(var + gp.noise), front, t_ref)
+        first = ehvi(tc, belief.mean, belief.std(), front, t_ref)
+        bold = ehvi(tc, belief.mean, belief.std(EXPLORE_SCALE), front, t_ref)
         short = np.unique(
             np.concatenate(
                 [
@@ -525,26 +444,21 @@ class MOBO(Algorithm):
                 ]
             )
         )
-        ca, cz, ce, xc, tc = ca[short], cz[short], ce[short], xc[short], tc[short]
-        mu, var, v = mu[short], var[short], v[:, short]
+        ca, cz, ce, tc = ca[short], cz[short], ce[short], tc[short]
+        belief = belief.take(short)
         picks: list[int] = []
-        reductions: list[np.ndarray] = []
         n_explore = int(round(EXPLORE * q))
-        for pick in range(min(q, len(xc))):
-            inflate = EXPLORE_SCALE if pick >= q - n_explore else 1.0
-            sigma = inflate * gp.scale * np.sqrt(var + gp.noise)
-            score = ehvi(tc, mu, sigma, front, t_ref)
+        for pick in range(min(q, len(belief))):
+            widen = EXPLORE_SCALE if pick >= q - n_explore else 1.0
+            score = ehvi(tc, belief.mean, belief.std(widen), front, t_ref)
             score[picks] = -np.inf
             j = int(np.argmax(score))
             picks.append(j)
             # Believe the pick at its predicted f_pred: it joins the front, and the candidates that
             # covary with it lose the uncertainty its answer would remove.
-            front = np.vstack([front, [tc[j], mu[j]]])
+            front = np.vstack([front, [tc[j], belief.mean[j]]])
             front = front[non_dominated(front[:, 0], front[:, 1])]
-            cov = gp.cross(xc, v, j) - sum((u * u[j] for u in reductions), start=np.zeros(len(xc)))
-            u = cov / np.sqrt(var[j] + gp.noise)
-            reductions.append(u)
-            var = np.maximum(var - u**2, 1e-12)
+            belief.believe(j)
         chosen = self.z.join(ca[picks], cz[picks], ce[picks])
         if len(chosen) < q:
             # Too few fresh candidates (a tiny space): fill the batch with Rand.

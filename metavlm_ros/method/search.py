@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from metavlm_ros.common.results import ResultsStore
     from metavlm_ros.method.prediction import Prediction, VLMBackend
 from metavlm_ros.method.algorithms import (
-    _ALGORITHM_FACTORIES,
+    ALGORITHM_FACTORIES,
     ALGORITHMS,
     ENVELOPE,
     RandSampling,
@@ -349,7 +349,7 @@ def run_search(
 def _drive(judge, config, xl, xu, record, should_stop, result) -> None:
     """Run any pymoo algorithm by ask/tell on the composition problem, with an exact budget."""
     problem = _CompositionProblem(xl, xu)
-    algorithm = _ALGORITHM_FACTORIES[config.algorithm](config)
+    algorithm = ALGORITHM_FACTORIES[config.algorithm](config)
     algorithm.setup(problem, termination=('n_eval', config.evaluations), seed=config.seed, verbose=False)
     done, generation = 0, 0
     while done < config.evaluations:

@@ -1,4 +1,4 @@
-"""The sample-efficient search (method/mobo.py): z-space, expected improvement, budget, seed, quality."""
+"""The sample-efficient search (method/mobo.py): z-space, improvement, moves, budget, seed, quality."""
 
 import numpy as np
 import pytest
@@ -10,6 +10,7 @@ from metavlm_ros.method.metrics import hypervolume, non_dominated
 from metavlm_ros.method.mobo import ZSpace, ehvi
 from metavlm_ros.method.objectives import f_trans
 from metavlm_ros.method.search import SearchConfig, run_search
+from metavlm_ros.method.surrogate import GaussianProcess
 from test.conftest import make_frame
 from test.fakes import BlackCountBackend, ImageStatsBackend, UnreadableEvery
 
@@ -165,17 +166,17 @@ def _fits(monkeypatch, optimised: list[bool] | None = None) -> list[tuple[np.nda
     """Every (features, f_pred) the surrogate is fitted on, in order (and in `optimised`, whether
     each fit optimised the hyperparameters)."""
     fits = []
-    fit = mobo.GaussianProcess.fit
+    fit = GaussianProcess.fit
 
-    def recording(self, x, y, optimise=True):
-        before = self.fits
-        fits.append((x.copy(), y.copy()))
-        found = fit(self, x, y, optimise)
+    def recording(self, X, y, optimise=True):
+        before = self.n_optimised_
+        fits.append((X.copy(), y.copy()))
+        found = fit(self, X, y, optimise=optimise)
         if optimised is not None:
-            optimised.append(self.fits > before)
+            optimised.append(self.n_optimised_ > before)
         return found
 
-    monkeypatch.setattr(mobo.GaussianProcess, 'fit', recording)
+    monkeypatch.setattr(GaussianProcess, 'fit', recording)
     return fits
 
 
@@ -237,51 +238,6 @@ def test_initial_design_holds_every_relation_alone_at_each_end_then_inside(relat
     assert np.all(np.abs(inside) < 1.0)
 
 
-def test_gaussian_process_gradient_is_the_derivative_of_its_likelihood():
-    # The analytic gradient the fit follows, against central differences, joint and additive parts.
-    rng = np.random.default_rng(0)
-    groups = np.array([0, 1, 2, 2, 3])
-    x = rng.uniform(-1.0, 1.0, (40, 5))
-    y = np.sin(3.0 * x[:, 0]) + x[:, 1] ** 2 + 0.1 * rng.standard_normal(40)
-    y = (y - y.mean()) / y.std()
-    gp = mobo.GaussianProcess(groups)
-    theta = gp.theta + rng.normal(0.0, 0.3, gp.theta.shape)
-    _, grad = gp._nll(theta, x, y)
-    step = 1e-6
-    numeric = [
-        (gp._nll(theta + step * e, x, y)[0] - gp._nll(theta - step * e, x, y)[0]) / (2 * step)
-        for e in np.eye(len(theta))
-    ]
-    assert np.allclose(grad, numeric, rtol=1e-5, atol=1e-6)
-
-
-def test_gaussian_process_adds_the_effects_of_relations():
-    # f is a sum of one steep step per relation. Seen on relations alone and a few unions (what a
-    # search's first batches hold), the fit weighs the additive part and predicts fresh unions
-    # (root mean square error under 0.05, the answers spread 0.79); the joint kernel alone (every
-    # feature one group) cannot add them (error over 0.3).
-    rng = np.random.default_rng(0)
-
-    def f(x):
-        return np.sum(1.0 / (1.0 + np.exp(-20.0 * (x - 0.5))) - 1.0 / (1.0 + np.exp(10.0)), axis=1)
-
-    alone = np.zeros((60, 4))
-    alone[np.arange(60), np.arange(60) % 4] = rng.uniform(0.0, 1.0, 60)
-    unions = rng.uniform(0.0, 1.0, (20, 4)) * (rng.random((20, 4)) < 0.5)
-    x = np.vstack([alone, unions])
-    fresh = rng.uniform(0.0, 1.0, (200, 4)) * (rng.random((200, 4)) < 0.6)
-
-    def error(groups):
-        gp = mobo.GaussianProcess(groups).fit(x, f(x))
-        mean, _ = gp.posterior(fresh)
-        return float(np.sqrt(np.mean((gp.mean + gp.scale * mean - f(fresh)) ** 2))), gp
-
-    additive_error, gp = error(np.arange(4))
-    joint_error, _ = error(np.zeros(4, int))
-    assert additive_error < 0.05 and gp.additive > gp.joint
-    assert joint_error > 0.3
-
-
 def test_candidates_merge_two_members_of_the_front():
     # A slight zoom-out alone and rotation alone on the front: their union, each at its own
     # deviation, is a candidate (effects that add up are reached in one move).
@@ -294,3 +250,22 @@ def test_candidates_merge_two_members_of_the_front():
     ca, cz, _ = algorithm._candidates(active, z, np.empty((2, 0)), np.array([0, 1]))
     union = np.all(ca == [True, True, False, False, False, False], axis=1)
     assert np.any(union & np.all(np.isclose(cz, [0.3, -0.05, 0, 0, 0, 0]), axis=1))
+
+
+@pytest.mark.parametrize('move', mobo.MOVES, ids=lambda move: move.__name__)
+def test_each_move_changes_the_rows_it_is_given_only(move):
+    space = SearchSpace.from_options(['paper', 'underwater'])
+    zs = ZSpace(space)
+    rng = np.random.default_rng(0)
+    low, high = space.bounds()
+    judged = zs.split(low + (high - low) * rng.random((20, space.n_var)))
+    front_rows = np.array([0, 3, 7])
+    base = rng.choice(front_rows, size=60)
+    copies = (part[base].copy() for part in judged)
+    moved = mobo.Neighbours(*copies, rng.integers(0, zs.n, 60), zs, rng, judged, front_rows)
+    rows = rng.random(60) < 0.5
+    before = moved.active.copy(), moved.z.copy(), moved.extras.copy()
+    move(moved, rows)
+    after = moved.active, moved.z, moved.extras
+    assert all(np.array_equal(a[~rows], b[~rows]) for a, b in zip(after, before, strict=True))
+    assert any(not np.array_equal(a[rows], b[rows]) for a, b in zip(after, before, strict=True))
