@@ -15,9 +15,9 @@ from metavlm_ros.campaign.cells import (
     verify_cell,
 )
 from metavlm_ros.campaign.config import sha256_text
-from metavlm_ros.common.directories import sha256_file
+from metavlm_ros.common.directories import build_aside, sha256_file
 from metavlm_ros.common.errors import InputError
-from metavlm_ros.common.upgrade import Upgrade, build_aside, legacy_files, write_upgraded
+from metavlm_ros.common.upgrade import Upgrade, legacy_files, write_upgraded
 
 __all__ = ['upgrade_campaign']
 

@@ -1,4 +1,4 @@
-"""Results directories: checks before writing, the identity record, atomic files, replacement."""
+"""Results directories: checks before writing, the identity record, atomic files, directories built aside."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from metavlm_ros import __version__
-from metavlm_ros.common.errors import ParameterError, ResultsError, StorageError
+from metavlm_ros.common.errors import InputError, ParameterError, ResultsError, StorageError
 from metavlm_ros.common.record_format import (
     FRAMES,
     IDENTITY,
@@ -28,16 +28,20 @@ from metavlm_ros.common.record_format import (
 from metavlm_ros.common.scratch import is_stale, remove_stale, scratch_path
 
 __all__ = [
+    'build_aside',
     'check_output_dir',
     'check_results_dir',
     'holds_results',
     'identity_differences',
     'read_identity',
     'replace_directory',
+    'sha256_file',
     'storage_error',
     'write_file_atomic',
     'write_identity',
 ]
+
+T = TypeVar('T')
 
 
 def storage_error(
@@ -315,6 +319,42 @@ def _staged_directory(directory: Path) -> Path:
     staged = scratch_path(directory)
     staged.mkdir()
     return staged
+
+
+def build_aside(new: str | Path, fill: Callable[[Path], T], *, outside: str | Path | None = None) -> T:
+    """Build the directory `new` under a scratch name with `fill`, then rename it in: it appears whole or
+    not at all (a killed build leaves a scratch sibling, which the next build removes).
+
+    Args:
+        new: The directory to create (it must not exist; its parents are made).
+        fill: Called with the new directory, still under its scratch name, to put files in it; what it
+            returns is returned.
+        outside: A directory `new` must not lie in (the one it is built from).
+
+    Raises:
+        InputError: `new` exists, or lies inside `outside`.
+        StorageError: `new` could not be written (full disk, no permission).
+    """
+    new = Path(new)
+    if new.exists():
+        raise InputError(f'{new}: exists; name a new directory')
+    if outside is not None and new.resolve().is_relative_to(Path(outside).resolve()):
+        raise InputError(f'{new}: inside {outside}; name a directory outside it')
+    try:
+        new.parent.mkdir(parents=True, exist_ok=True)
+        staged = _staged_directory(new)
+    except OSError as exc:
+        raise storage_error(new, exc) from None
+    try:
+        done = fill(staged)
+        os.rename(staged, new)
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise storage_error(new, exc) from None
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return done
 
 
 def replace_directory(

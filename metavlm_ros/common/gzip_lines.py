@@ -21,6 +21,7 @@ from metavlm_ros.common.errors import ResultsError
 __all__ = [
     'GZIP_SUFFIX',
     'Member',
+    'TailRepair',
     'encode_member',
     'is_gzip',
     'iter_gzip_records',
@@ -139,8 +140,47 @@ def iter_gzip_records(path: str | Path, *, strict: bool = False) -> Iterator[dic
             yield record
 
 
-def repair_torn_member(path: str | Path) -> str | None:
-    """Cut a torn (or damaged) last member off `path`, keeping every whole member; what was done, or None.
+@dataclass(frozen=True)
+class TailRepair:
+    """What a repair did to the end of a records file: the facts, and the message built from them.
+
+    `cut` bytes were removed: a torn (or damaged) last gzip member (`member`) after `whole_members`
+    whole members holding `records` records, or a torn last line. `cut` 0: nothing was removed, the
+    last record only lacked its newline, which was added.
+    """
+
+    path: Path
+    cut: int
+    problem: str = 'torn'
+    member: bool = False
+    whole_members: int = 0
+    records: int = 0
+
+    @property
+    def done(self) -> str:
+        """What was done to the file, without its name or the cause."""
+        if not self.cut:
+            return 'its last record lacked its newline; added'
+        if self.member:
+            return (
+                f'removed a {self.problem} last gzip member ({self.cut} bytes after {self.whole_members} '
+                f'whole members, {self.records} records)'
+            )
+        return f'removed a {self.problem} last line ({self.cut} bytes)'
+
+    @property
+    def cause(self) -> str:
+        """What left the end to cut ('' when nothing was cut)."""
+        return 'left by an interrupted write' if self.cut else ''
+
+    @property
+    def message(self) -> str:
+        """The one-line report: the file, what was done and, for a cut, its cause."""
+        return f'{self.path}: {self.done} {self.cause}'.rstrip()
+
+
+def repair_torn_member(path: str | Path) -> TailRepair | None:
+    """Cut a torn (or damaged) last member off `path`, keeping every whole member; what was cut, or None.
 
     A damaged member that whole members follow is left as it is: nothing after it is ever cut.
     """
@@ -160,9 +200,8 @@ def repair_torn_member(path: str | Path) -> str | None:
         handle.truncate(last.start)
         handle.flush()
         os.fsync(handle.fileno())
-    return (
-        f'{path}: removed a {last.problem} last gzip member ({last.end - last.start} bytes after '
-        f'{whole} whole members, {records} records) left by an interrupted write'
+    return TailRepair(
+        path, last.end - last.start, last.problem, member=True, whole_members=whole, records=records
     )
 
 

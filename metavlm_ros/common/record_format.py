@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 
 from metavlm_ros.common.errors import ResultsError
-from metavlm_ros.common.gzip_lines import GZIP_SUFFIX, is_gzip, iter_gzip_records, repair_torn_member
+from metavlm_ros.common.gzip_lines import (
+    GZIP_SUFFIX,
+    TailRepair,
+    is_gzip,
+    iter_gzip_records,
+    repair_torn_member,
+)
 from metavlm_ros.common.record_lines import (
     DEFAULTS,
     FORMAT,
@@ -46,10 +52,12 @@ __all__ = [
     'VIOLATIONS',
     'encode_record',
     'iter_jsonl',
+    'pareto_key',
     'read_jsonl',
     'record_digest',
     'records_file',
     'record_key',
+    'repair_torn_tail',
     'search_key',
     'to_jsonable',
 ]
@@ -86,7 +94,7 @@ IDENTITY_FORMAT = 2
 #: The source part of an identity record (how the searched frames reach the model) for a process that
 #: reads its frames itself and judges them in process, as they are (`metavlm search`, the demo's Rand
 #: searches): no ROS endpoint, no transport reduction, no camera transport, nothing published. The
-#: tester names its own (ros/tester_settings.py tester_source).
+#: tester names its own (ros/tester_identity.py tester_source).
 SEARCH_SOURCE = MappingProxyType(
     {'endpoint': 'inprocess', 'transport_size': 0, 'image_transport': None, 'report_threshold': None}
 )
@@ -141,14 +149,9 @@ def record_key(record: dict) -> tuple:
     return (*search_key(record), record.get('index'))
 
 
-def _pareto_key(record: dict) -> tuple:
+def pareto_key(record: dict) -> tuple:
+    """What identifies one non-dominated solution record: its evaluation and its rank."""
     return (*record_key(record), record.get('rank'))
-
-
-def _evaluation_hash(record: dict) -> int:
-    # What a resumed search must reproduce exactly: the genotype and both objectives.
-    values = to_jsonable([record.get('genotype') or [], record.get('f_trans'), record.get('f_pred')])
-    return hash(json.dumps(values))
 
 
 def records_file(path: str | Path) -> Path:
@@ -165,7 +168,7 @@ def records_file(path: str | Path) -> Path:
     return plain
 
 
-def _repair_torn_tail(path: Path) -> str | None:
+def repair_torn_tail(path: str | Path) -> TailRepair | None:
     """Make the records file named `path` end with its last whole record; what was repaired, or None.
 
     A gzip member or a line cut short by a kill or a full disk is removed; a whole record that only
@@ -203,9 +206,9 @@ def _repair_torn_tail(path: Path) -> str | None:
         if whole:
             handle.seek(0, os.SEEK_END)
             handle.write(b'\n')
-            return f'{path}: its last record lacked its newline; added'
+            return TailRepair(path, 0)
         handle.truncate(start)
-    return f'{path}: removed a torn last line ({len(tail)} bytes) left by an interrupted write'
+    return TailRepair(path, len(tail))
 
 
 def iter_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict]:

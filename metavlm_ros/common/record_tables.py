@@ -7,9 +7,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from metavlm_ros.common.directories import build_aside
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.record_format import RECORD_FILES, VIOLATIONS, iter_jsonl, records_file
-from metavlm_ros.common.upgrade import Upgrade, build_aside
+from metavlm_ros.common.upgrade import Upgrade
 
 __all__ = ['TABLE_FORMATS', 'export_tables', 'flatten']
 

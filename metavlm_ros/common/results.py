@@ -11,13 +11,11 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
 from metavlm_ros.common.directories import (
-    _identity_bytes,
-    _staged_directory,
+    build_aside,
     check_output_dir,
     check_results_dir,
     holds_results,
@@ -29,7 +27,6 @@ from metavlm_ros.common.directories import (
     write_identity,
 )
 from metavlm_ros.common.errors import InputError, ResultsError, StorageError
-from metavlm_ros.common.gzip_lines import encode_member
 from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.record_format import (
     EVALUATIONS,
@@ -37,24 +34,20 @@ from metavlm_ros.common.record_format import (
     GZIP_SUFFIX,
     IDENTITY,
     PARETO,
-    PER_EVALUATION,
-    PER_PARETO,
     RECORD_FILES,
     SOURCES,
     SUMMARY,
     VIOLATIONS,
-    _evaluation_hash,
-    _pareto_key,
-    _repair_torn_tail,
-    encode_record,
     iter_jsonl,
+    pareto_key,
     read_jsonl,
-    record_digest,
     record_key,
     records_file,
+    repair_torn_tail,
     search_key,
     to_jsonable,
 )
+from metavlm_ros.common.record_writers import FLUSH_ORDER, WRITERS, AppendFiles
 from metavlm_ros.common.scratch import LEGACY_FRAME_SCRATCH, remove_stale
 
 # The store's neighbours' public names too: `metavlm_ros.common.results` stays the one import of the
@@ -90,11 +83,6 @@ __all__ = [
 ]
 
 
-#: A gzip member is written once this many records wait, or once the first of them waited FLUSH_S.
-FLUSH_RECORDS = 64
-FLUSH_S = 1.0
-
-
 class ResultsStore:
     """Append-only record files under one directory (results format 3, docs/results.md).
 
@@ -107,7 +95,8 @@ class ResultsStore:
     written is ever truncated, except a torn last member (or line) that an interrupted write left,
     which is removed (and reported through `log`) before anything is appended. A directory an earlier
     version wrote (formats 1 and 2: NAME, JSON Lines with header lines) is appended to in its own
-    format, one line a record, written before the call returns.
+    format, one line a record, written before the call returns. The writer of the format is chosen
+    once, when the store opens (`WRITERS`, common/record_writers.py).
 
     `overwrite` replaces the whole directory (old frames included), once this store opens: the new
     directory is built under a temporary name and renamed in. It replaces results only: a directory
@@ -150,7 +139,6 @@ class ResultsStore:
         self.directory = Path(directory)
         self.frames_dir = self.directory / FRAMES
         self.sources_dir = self.directory / SOURCES
-        self.durable = durable
         self.reserve_bytes = reserve_bytes
         self.max_bytes = max_bytes
         self.frames_skipped = 0
@@ -158,21 +146,9 @@ class ResultsStore:
         #: Bytes this store wrote (records and PNGs); with `initial_bytes`, the directory's size.
         self.bytes_written = 0
         self.log = log or (lambda message: None)
-        self._files: dict[str, IO[bytes]] = {}
-        # Per record file: the header line in effect at its end (this session).
-        self._headers: dict[str, dict] = {}
-        # The evaluations this store wrote under the header line of evaluations.jsonl at byte
-        # `_section_at`: index -> digest of the whole record (None: the index came twice). A Pareto
-        # or violation record equal to one of them refers to it instead of repeating it.
-        self._section_at: int | None = None
-        self._section: dict[int, bytes | None] = {}
-        # Format 3: the records that wait for the next member, by file, and since when.
-        self._pending: dict[str, list[dict]] = {}
-        self._pending_since: float | None = None
         check_results_dir(self.directory, overwrite=overwrite, resume=resume, identity=identity)
         existing = self.directory.is_dir()
-        #: An earlier version's directory (formats 1, 2): appended to in its own layout.
-        self.legacy = (
+        earlier = (
             existing
             and not overwrite
             and any(
@@ -180,6 +156,11 @@ class ResultsStore:
                 for name in (*RECORD_FILES, VIOLATIONS)
             )
         )
+        #: The results format appended: 3, or 2 in a directory an earlier version wrote (formats 1, 2).
+        self.format = 2 if earlier else 3
+        # Chosen once: every append goes to the writer of that format.
+        self._files = AppendFiles(self.directory, durable=durable, count=self.count_written)
+        self._writer = WRITERS[self.format](self._files)
         # On resume, a search that was cut short is run again from its seed; what it had already
         # written is recognised by its key and not written twice.
         self._written: dict[tuple, int] = {}
@@ -191,7 +172,7 @@ class ResultsStore:
                 self._written[record_key(record)] = _evaluation_hash(record)
                 if record.get('frame_sha256'):
                     self._frame_digests.setdefault(record.get('image'), set()).add(record['frame_sha256'])
-            self._pareto = {_pareto_key(r) for r in iter_jsonl(self.directory / PARETO, strict=True)}
+            self._pareto = {pareto_key(r) for r in iter_jsonl(self.directory / PARETO, strict=True)}
             self._summaries = {
                 search_key(r)
                 for r in iter_jsonl(self.directory / SUMMARY, strict=True)
@@ -206,11 +187,11 @@ class ResultsStore:
                 # PNGs a killed run was writing: never evidence (they were not renamed into place yet).
                 remove_stale(self.frames_dir, legacy=LEGACY_FRAME_SCRATCH)
                 for name in (*RECORD_FILES, VIOLATIONS):  # the tester's too: it reopens its directory
-                    message = _repair_torn_tail(self.directory / name)
-                    if message:
-                        self.log(message)
+                    repair = repair_torn_tail(self.directory / name)
+                    if repair:
+                        self.log(repair.message)
                 if identity is not None and not holds_results(self.directory):
-                    write_file_atomic(self.directory / IDENTITY, _identity_bytes(identity))
+                    write_identity(self.directory, identity)
         except OSError as exc:
             raise storage_error(self.directory, exc) from None
         # Measured once: from here on every byte this store writes is counted as it goes.
@@ -230,24 +211,15 @@ class ResultsStore:
         return self.max_bytes > 0 and self.size_bytes >= self.max_bytes
 
     def _create(self, identity: dict | None) -> None:
-        self.directory.parent.mkdir(parents=True, exist_ok=True)
         if identity is None:
+            self.directory.parent.mkdir(parents=True, exist_ok=True)
             self.directory.mkdir()
             return
         # Built aside and renamed in: the directory appears with its identity record.
-        staged = _staged_directory(self.directory)
-        try:
-            write_file_atomic(staged / IDENTITY, _identity_bytes(identity))
-            os.rename(staged, self.directory)
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
+        build_aside(self.directory, lambda staged: write_identity(staged, identity))
 
     def _replace(self, identity: dict | None) -> None:
-        def fill(staged: Path) -> None:
-            if identity is not None:
-                write_file_atomic(staged / IDENTITY, _identity_bytes(identity))
-
+        fill = None if identity is None else (lambda staged: write_identity(staged, identity))
         replace_directory(self.directory, fill=fill, log=self.log)
 
     def has_results(self) -> bool:
@@ -261,37 +233,6 @@ class ResultsStore:
     def completed_searches(self) -> set[tuple]:
         """Keys (image, algorithm, seed, model, run) of the searches whose summary was written."""
         return {search_key(r) for r in iter_jsonl(self.directory / SUMMARY) if not r.get('stopped')}
-
-    def _append(self, name: str, record: dict) -> int:
-        """Write one line (formats 1, 2); returns the byte offset it starts at."""
-        return self._write(name, (json.dumps(to_jsonable(record), separators=(',', ':')) + '\n').encode())
-
-    def _write(self, name: str, data: bytes) -> int:
-        """Append `data` to the file `name` with one write; returns the byte offset it starts at."""
-        path = self.directory / name
-        handle = self._files.get(name)
-        try:
-            if handle is None:
-                handle = self._files[name] = open(path, 'ab', buffering=0)  # noqa: SIM115
-            status = os.fstat(handle.fileno())
-        except OSError as exc:
-            raise storage_error(path, exc) from None
-        if status.st_nlink == 0:
-            raise StorageError(f'{path}: removed while results were written to it; nothing more is written')
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[handle.write(view) :]
-            if self.durable:
-                os.fsync(handle.fileno())
-            self.bytes_written += len(data)
-        except OSError as exc:
-            # Take the partial member (line) back: the file ends with the last whole one, as before.
-            with contextlib.suppress(OSError):
-                os.ftruncate(handle.fileno(), status.st_size)
-            raise storage_error(path, exc) from None
-        # One writer appends (O_APPEND): the line went where the file ended.
-        return status.st_size
 
     def append_evaluation(self, record: dict) -> None:
         """Append one evaluation record to evaluations.jsonl (once: a resumed search skips its own).
@@ -311,24 +252,13 @@ class ResultsStore:
                         'count?); nothing more is written: use another --out'
                     )
                 return
-        record = to_jsonable(record)
-        if not self.legacy:
-            self._add(EVALUATIONS, record)
-            return
-        self._append_shared(EVALUATIONS, record, PER_EVALUATION)
-        index = record.get('index')
-        if type(index) is int:
-            self._section[index] = None if index in self._section else record_digest(record)
+        self._writer.evaluation(to_jsonable(record))
 
     def append_pareto(self, record: dict) -> None:
         """Append one non-dominated solution to pareto.jsonl (once: a resumed search skips its own)."""
-        key = _pareto_key(record)
-        if key in self._pareto:
+        if pareto_key(record) in self._pareto:
             return
-        if not self.legacy:
-            self._add(PARETO, to_jsonable(record))
-            return
-        self._append_referring(PARETO, record, frozenset({'rank', 'frame'}))
+        self._writer.pareto(to_jsonable(record))
 
     def append_violation(self, record: dict) -> None:
         """Append one published violation (its evaluation record and `frame`) to violations.jsonl;
@@ -343,89 +273,29 @@ class ResultsStore:
         is published is on disk whatever evaluations still wait (a search flushes a generation's
         evaluations before it hands them over: `run_search`'s on_generation).
         """
-        if not records:
-            return
-        if not self.legacy:
-            self._pending.setdefault(VIOLATIONS, []).extend(to_jsonable(r) for r in records)
-            self.flush((VIOLATIONS,))
-            return
-        for record in records:
-            self._append_referring(VIOLATIONS, record, frozenset({'frame'}))
-
-    def _append_referring(self, name: str, record: dict, added: frozenset) -> None:
-        """Append an evaluation record plus `added` fields: as a reference to the evaluation (its
-        index and `added`) when this store wrote that evaluation, equal, in the current section of
-        evaluations.jsonl; whole otherwise (a resumed search's evaluations written before)."""
-        record = to_jsonable(record)
-        index = record.get('index')
-        digest = self._section.get(index) if type(index) is int else None
-        evaluation = {k: v for k, v in record.items() if k not in added}
-        if digest is not None and digest == record_digest(evaluation):
-            self._append_shared(
-                name, record, PER_PARETO, line_fields=added | {'index'}, evaluations_at=self._section_at
-            )
-        else:
-            self._append_shared(name, record, PER_PARETO)
-
-    def _append_shared(self, name: str, record: dict, own: frozenset, **encoding: object) -> None:
-        """Append a record as its own line, after a header line when the one in effect differs.
-
-        Every line of a search repeated the same image, model, source prediction and stamps; they
-        are written once per search (and again by a store that reopens the file), with the fields'
-        usual values (`DEFAULTS`), so `iter_jsonl` returns each record whole (`encode_record`).
-        """
-        current = self._headers.get(name)
-        header, line = encode_record(record, own, current=current, **encoding)
-        if header is not current:
-            at = self._append(name, header)
-            self._headers[name] = header
-            if name == EVALUATIONS:
-                # A new section: the evaluations a later line may refer to are those after this header.
-                self._section_at, self._section = at, {}
-        self._append(name, line)
+        if records:
+            self._writer.violations([to_jsonable(r) for r in records])
 
     def append_summary(self, record: dict) -> None:
         """Append one search summary to summary.jsonl (once: a resumed search skips its own)."""
         if not record.get('stopped') and search_key(record) in self._summaries:
             return
-        if not self.legacy:
-            self._add(SUMMARY, to_jsonable(record))
-            self.flush()  # a search's records are on disk with its summary
-            return
-        self._append(SUMMARY, record)
+        self._writer.summary(to_jsonable(record))
 
     def create(self, name: str) -> None:
         """Create the record file `name` with no record in it, unless it exists (an empty gzip member
         in format 3: a valid, empty file for zcat, pandas and DuckDB)."""
-        if self.legacy:
-            self._write(name, b'')
-        elif not records_file(self.directory / name).exists():
-            self._write(name + GZIP_SUFFIX, encode_member([]))
+        self._writer.create(name)
 
-    def _add(self, name: str, record: dict) -> None:
-        """Keep a record for the next member of `name`; flush when enough waited, or long enough."""
-        now = time.monotonic()
-        waiting = self._pending.setdefault(name, [])
-        waiting.append(record)
-        if self._pending_since is None:
-            self._pending_since = now
-        if len(waiting) >= FLUSH_RECORDS or now - self._pending_since >= FLUSH_S:
-            self.flush()
-
-    def flush(self, names: tuple[str, ...] = (EVALUATIONS, PARETO, VIOLATIONS, SUMMARY)) -> None:
+    def flush(self, names: tuple[str, ...] = FLUSH_ORDER) -> None:
         """Write the records waiting for the files `names` (all by default): one gzip member each, in
-        that order (evaluations first), one write each.
+        that order (evaluations first), one write each (nothing waits in format 2).
 
         Raises:
             StorageError: A member could not be written (full disk): it is taken back whole, and the
                 records it held are not written (a resumed search writes them again).
         """
-        members = [(name, self._pending.pop(name, None)) for name in names]
-        if not any(records for records in self._pending.values()):
-            self._pending_since = None
-        for name, records in members:
-            if records:
-                self._write(name + GZIP_SUFFIX, encode_member(records))
+        self._writer.flush(names)
 
     def low_on_space(self) -> bool:
         """Whether the results file system has less free space than `reserve_bytes` (never when 0)."""
@@ -480,10 +350,7 @@ class ResultsStore:
         try:
             self.flush()
         finally:
-            for handle in self._files.values():
-                with contextlib.suppress(OSError):
-                    handle.close()
-            self._files.clear()
+            self._files.close()
 
     def __enter__(self) -> ResultsStore:
         return self
@@ -496,6 +363,12 @@ class ResultsStore:
         # write it (the disk that failed first) does not hide the error that got us here.
         with contextlib.suppress(StorageError):
             self.close()
+
+
+def _evaluation_hash(record: dict) -> int:
+    # What a resumed search must reproduce exactly: the genotype and both objectives.
+    values = to_jsonable([record.get('genotype') or [], record.get('f_trans'), record.get('f_pred')])
+    return hash(json.dumps(values))
 
 
 class WriteRate:

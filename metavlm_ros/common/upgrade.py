@@ -13,25 +13,24 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
-from metavlm_ros.common.directories import _staged_directory, storage_error
+from metavlm_ros.common.directories import build_aside
 from metavlm_ros.common.errors import InputError, ResultsError
 from metavlm_ros.common.gzip_lines import GZIP_SUFFIX, encode_member
 from metavlm_ros.common.record_format import (
     RECORD_FILES,
     VIOLATIONS,
-    _repair_torn_tail,
     iter_jsonl,
     records_file,
+    repair_torn_tail,
 )
+from metavlm_ros.common.record_writers import FLUSH_RECORDS
 
-__all__ = ['MEMBER_RECORDS', 'Upgrade', 'build_aside', 'legacy_files', 'upgrade_results', 'write_upgraded']
+__all__ = ['MEMBER_RECORDS', 'Upgrade', 'legacy_files', 'upgrade_results', 'write_upgraded']
 
 #: Records per gzip member in an upgraded file: what a live store writes at most per flush.
-MEMBER_RECORDS = 64
+MEMBER_RECORDS = FLUSH_RECORDS
 _NAMES = (*RECORD_FILES, VIOLATIONS)
-T = TypeVar('T')
 
 
 @dataclass
@@ -93,10 +92,11 @@ def write_upgraded(old: Path, staged: Path, *, log: Callable[[str], None] | None
         path = records_file(old / name)
         if path.is_file():
             shutil.copy2(path, copies / path.name)
-            message = _repair_torn_tail(copies / name)
-            if message:
-                said = message.replace(str(copies), str(old))
-                done.notes.append(said.replace(' left by', ', not carried over; left by'))
+            repair = repair_torn_tail(copies / name)
+            if repair:
+                # Said of the old file: its copy is what was cut, the old one is only read.
+                cut = f', not carried over; {repair.cause}' if repair.cut else ''
+                done.notes.append(f'{old / repair.path.name}: {repair.done}{cut}')
     for name in _NAMES:
         source = records_file(copies / name)
         if not source.is_file():
@@ -150,35 +150,6 @@ def _same_records(old: Path, new: Path) -> int:
     if next(theirs, None) is not None:
         raise ResultsError(f'{new}: holds {count} records, fewer than {old.name}; nothing written')
     return count
-
-
-def build_aside(new: Path, fill: Callable[[Path], T], *, outside: Path | None = None) -> T:
-    """Build the directory `new` under a scratch name with `fill`, then rename it in: it appears whole or
-    not at all (a killed build leaves a scratch sibling, which the next build removes).
-
-    Raises:
-        InputError: `new` exists, or lies inside `outside`.
-        StorageError: `new` could not be written (full disk, no permission).
-    """
-    if new.exists():
-        raise InputError(f'{new}: exists; name a new directory')
-    if outside is not None and new.resolve().is_relative_to(outside.resolve()):
-        raise InputError(f'{new}: inside {outside}; name a directory outside it')
-    try:
-        new.parent.mkdir(parents=True, exist_ok=True)
-        staged = _staged_directory(new)
-    except OSError as exc:
-        raise storage_error(new, exc) from None
-    try:
-        done = fill(staged)
-        os.rename(staged, new)
-    except OSError as exc:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise storage_error(new, exc) from None
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    return done
 
 
 def upgrade_results(old: str | Path, new: str | Path, *, log: Callable[[str], None] | None = None) -> Upgrade:

@@ -76,9 +76,13 @@ def test_a_torn_last_member_hides_no_earlier_record_and_is_cut_off(tmp_path, cut
     with open(path, 'rb+') as handle:
         handle.truncate(keep)
     assert list(iter_gzip_records(path, strict=True)) == written[:30]
-    message = repair_torn_member(path)
-    assert message is not None and 'torn last gzip member' in message
-    assert 'after 1 whole members, 30 records' in message
+    repair = repair_torn_member(path)
+    assert repair is not None and repair.member and repair.problem == 'torn'
+    assert (repair.cut, repair.whole_members, repair.records) == (keep - whole, 1, 30)
+    assert repair.message == (
+        f'{path}: removed a torn last gzip member ({keep - whole} bytes after 1 whole members, 30 records) '
+        'left by an interrupted write'
+    )
     assert path.stat().st_size == whole
     assert repair_torn_member(path) is None
     assert list(iter_gzip_records(path, strict=True)) == written[:30]
@@ -109,7 +113,14 @@ def test_a_damaged_last_member_is_cut_off(tmp_path):
     written = write_members(path, [10, 10])
     last = list(iter_members(path))[1]
     _damage(path, last)
-    assert 'removed a damaged last gzip member' in repair_torn_member(path)
+    repair = repair_torn_member(path)
+    assert (repair.problem, repair.cut, repair.whole_members, repair.records) == (
+        'damaged',
+        last.end - last.start,
+        1,
+        10,
+    )
+    assert 'removed a damaged last gzip member' in repair.message
     assert path.stat().st_size == last.start
     assert list(iter_gzip_records(path, strict=True)) == written[:10]
 

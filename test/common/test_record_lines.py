@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from metavlm_ros.common.errors import ResultsError
+from metavlm_ros.common.record_writers import WRITERS
 from metavlm_ros.common.results import (
     EVALUATIONS,
     PARETO,
@@ -192,6 +193,21 @@ def test_a_store_appends_in_its_format_to_results_of_an_older_one(tmp_path):
     handed = _tester_like(directory, ImageStatsBackend())
     for name in FILES:
         assert read_jsonl(directory / name) == old[name] + handed[name], name
+
+
+def test_a_store_picks_the_writer_of_its_format_once_by_the_directory_it_opens(tmp_path):
+    # A new or replaced directory gets format 3 (NAME.gz); an earlier version's, format 2 lines (NAME).
+    record = {'image': 'a', 'seed': 1, 'index': 0}
+    for directory, overwrite, expected in (
+        (tmp_path / 'new', False, 3),
+        (_legacy(tmp_path / 'older'), False, 2),
+        (_legacy(tmp_path / 'replaced'), True, 3),
+    ):
+        with ResultsStore(directory, overwrite=overwrite) as store:
+            assert store.format == expected and WRITERS[expected].FORMAT == expected
+            store.append_evaluation(record)
+        assert records_file(directory / EVALUATIONS).name == EVALUATIONS + ('.gz' if expected == 3 else '')
+        assert read_jsonl(directory / EVALUATIONS) == [record], directory.name
 
 
 def test_a_pareto_or_violation_record_unlike_its_evaluation_is_written_whole(tmp_path):
