@@ -3,9 +3,7 @@ as JSON, Markdown, HTML and JUnit XML."""
 
 from __future__ import annotations
 
-import html
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +13,28 @@ from metavlm_ros.assurance.judge import Evidence, envelope_table, merged_boundar
 from metavlm_ros.assurance.junit import write_junit
 from metavlm_ros.assurance.verdict import Verdict, overall
 from metavlm_ros.common.directories import write_file_atomic
+from metavlm_ros.common.document import (
+    Block,
+    Bullets,
+    Code,
+    Document,
+    Figure,
+    Inline,
+    Paragraph,
+    Preformatted,
+    Section,
+    Strong,
+    Table,
+    write_document,
+)
 from metavlm_ros.common.record_format import to_jsonable
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import directions
 
 __all__ = [
-    'compare_markdown',
+    'compare_document',
     'configuration',
-    'markdown',
+    'verdict_document',
     'write_compare_report',
     'write_report',
 ]
@@ -76,86 +88,98 @@ def _figure(value: Any) -> str:
     return 'none' if value is None else str(value)
 
 
-def markdown(
+def _codes(names: list[str]) -> list[Inline]:
+    """Names as code, separated by commas; 'none' for no name."""
+    parts: list[Inline] = []
+    for name in names:
+        parts += [', '] * bool(parts) + [Code(name)]
+    return parts or ['none']
+
+
+def verdict_document(
     criteria: Criteria, verdicts: list[Verdict], config: dict, table: list[dict], by_class: dict | None = None
-) -> str:
-    """The verdict as Markdown: outcome, one row per criterion, reasons, envelope table, configuration."""
-    lines = [
-        f'# Verdict: {overall(verdicts)}',
-        '',
-        f'Criteria: **{criteria.name}** (`{criteria.path}`, sha256 `{criteria.sha256}`); evidence: '
-        f'`{config["evidence"]["root"]}` ({config["evidence"]["manifest"]}); model(s): '
-        f'{", ".join(f"`{m}`" for m in config["models"]) or "none"}; '
-        f'metavlm_ros {config["tool"]["version"]}.',
-        '',
-        '| criterion | kind | status | claim |',
-        '|---|---|---|---|',
-        *(f'| {v.criterion} | {v.kind} | **{v.status}** | {v.claim} |' for v in verdicts),
-        '',
-    ]
+) -> Document:
+    """The verdict as a document: outcome, one row per criterion, reasons, envelope table, configuration."""
+    blocks: list[Block] = [
+        Paragraph(
+            'Criteria: ', Strong(criteria.name), ' (', Code(str(criteria.path)), ', sha256 ',
+            Code(criteria.sha256), '); evidence: ', Code(config['evidence']['root']),
+            f' ({config["evidence"]["manifest"]}); model(s): ', *_codes(config['models']),
+            f'; metavlm_ros {config["tool"]["version"]}.',
+        ),
+        Table(
+            columns=['criterion', 'kind', 'status', 'claim'],
+            rows=[[v.criterion, v.kind, Strong(v.status), v.claim] for v in verdicts],
+        ),
+    ]  # fmt: skip
     for v in verdicts:
-        lines += [f'## {v.criterion}: {v.status}', '', f'Claim: {v.claim}.', '', v.reason + '.', '']
+        said: list[Block] = [Paragraph(f'Claim: {v.claim}.'), Paragraph(v.reason + '.')]
         if v.figures:
-            lines += ['Figures: ' + ', '.join(f'{k} {_figure(x)}' for k, x in v.figures.items()) + '.', '']
+            figures = ', '.join(f'{k} {_figure(x)}' for k, x in v.figures.items())
+            said.append(Paragraph(f'Figures: {figures}.'))
         if v.counterexample:
             example = v.counterexample
-            lines += [
-                f'Counterexample: `{example["composition"]}` {example["parameters"]} on `{example["image"]}` '
-                f'(evaluation {example["index"]}, f_trans {_figure(example["f_trans"])}, f_pred '
-                f'{_figure(example["f_pred"])}); render it: `{example["render"]}`',
-                '',
-            ]
+            said.append(
+                Paragraph(
+                    'Counterexample: ', Code(example['composition']), f' {example["parameters"]} on ',
+                    Code(example['image']), f' (evaluation {example["index"]}, f_trans '
+                    f'{_figure(example["f_trans"])}, f_pred {_figure(example["f_pred"])}); render it: ',
+                    Code(example['render']),
+                )
+            )  # fmt: skip
+        blocks.append(Section(f'{v.criterion}: {v.status}', said))
     if table:
-        lines += [
-            '## Robustness envelope',
-            '',
+        blocks.append(Section('Robustness envelope', _envelope_blocks(criteria, table, by_class)))
+    blocks.append(
+        Section(
+            'Configuration',
+            [
+                Paragraph(
+                    "The verdict holds for exactly this: the frames by sha256, each results directory's "
+                    'identity (model weights, options, settings) and the criteria file by sha256.'
+                ),
+                Preformatted(json.dumps(to_jsonable(config), indent=1, sort_keys=True), 'json'),
+            ],
+        )
+    )
+    return Document(f'Verdict: {overall(verdicts)}', blocks, page_title=f'Verdict: {criteria.name}')
+
+
+def _envelope_blocks(criteria: Criteria, table: list[dict], by_class: dict | None) -> list[Block]:
+    """The envelope's section: what the bounds mean, the plot, the table, each class's median lower bound."""
+    bounds = ['median_lower', 'median_upper', 'q05_lower', 'q05_upper', 'min_violating']
+    blocks: list[Block] = [
+        Paragraph(
             'Per relation and direction, over frames: the boundary (the smallest change that breaks the '
             "answer, in the relation's unit) lies above the lower and below the upper bound shown, with "
             f'{criteria.confidence:.0%} confidence each (order statistics; frames that held to the searched '
-            'end are censored, never dropped).',
-            '',
-            '![The boundary per frame, per relation and direction](envelope.png)',
-            '',
-            '| direction | frames | censored | median: lower | median: upper | 5 %: lower | 5 %: upper '
-            '| smallest break |',
-            '|---|---|---|---|---|---|---|---|',
-            *(
-                f'| {r["direction"]} | {r["frames"]} | {r["censored"]} | {_figure(r["median_lower"])} | '
-                f'{_figure(r["median_upper"])} | {_figure(r["q05_lower"])} | {_figure(r["q05_upper"])} | '
-                f'{_figure(r["min_violating"])} |'
-                for r in table
-            ),
-            '',
-        ]
-    if table and by_class:
+            'end are censored, never dropped).'
+        ),
+        Figure('envelope.png', 'The boundary per frame, per relation and direction'),
+        Table(
+            columns=['direction', 'frames', 'censored', 'median: lower', 'median: upper', '5 %: lower',
+                     '5 %: upper', 'smallest break'],
+            rows=[[r['direction'], r['frames'], r['censored'], *(_figure(r[b]) for b in bounds)]
+                  for r in table],
+        ),
+    ]  # fmt: skip
+    if by_class:
         classes = list(by_class)
         medians = {c: {r['direction']: r['median_lower'] for r in rows} for c, rows in by_class.items()}
-        lines += [
-            "Per class: the lower bound of the median boundary of that class's answer alone (verdict.json "
-            'holds every column per class, and per threshold):',
-            '',
-            '| direction | ' + ' | '.join(classes) + ' |',
-            '|---|' + '---|' * len(classes),
-            *(
-                f'| {r["direction"]} | '
-                + ' | '.join(_figure(medians[c].get(r['direction'])) for c in classes)
-                + ' |'
-                for r in table
+        blocks += [
+            Paragraph(
+                "Per class: the lower bound of the median boundary of that class's answer alone "
+                '(verdict.json holds every column per class, and per threshold):'
             ),
-            '',
+            Table(
+                columns=['direction', *classes],
+                rows=[
+                    [r['direction'], *(_figure(medians[c].get(r['direction'])) for c in classes)]
+                    for r in table
+                ],
+            ),
         ]
-    lines += [
-        '## Configuration',
-        '',
-        "The verdict holds for exactly this: the frames by sha256, each results directory's identity "
-        '(model weights, options, settings) and the criteria file by sha256.',
-        '',
-        '```json',
-        json.dumps(to_jsonable(config), indent=1, sort_keys=True),
-        '```',
-        '',
-    ]
-    return '\n'.join(lines)
+    return blocks
 
 
 def envelope_plot(evidence: Evidence, key: str, path: Path) -> Path | None:
@@ -192,57 +216,10 @@ def envelope_plot(evidence: Evidence, key: str, path: Path) -> Path | None:
     return path
 
 
-def _html(text: str, title: str) -> str:
-    """The Markdown shown as a page: tables as tables, the rest as preformatted text, all escaped."""
-    body, rows, code = [], [], None
-    for line in text.splitlines():
-        if code is not None:  # inside a fenced block: kept as it is
-            if line.startswith('```'):
-                body.append('<pre>' + html.escape('\n'.join(code)) + '</pre>')
-                code = None
-            else:
-                code.append(line)
-            continue
-        if line.startswith('|'):
-            if not set(line) <= set('|-'):
-                cells = [html.escape(c.strip()).replace('**', '') for c in line.strip('|').split('|')]
-                tag = 'th' if not rows else 'td'
-                rows.append('<tr>' + ''.join(f'<{tag}>{c}</{tag}>' for c in cells) + '</tr>')
-            continue
-        if rows:
-            body.append('<table>' + ''.join(rows) + '</table>')
-            rows = []
-        image = re.fullmatch(r'!\[(.*)\]\((.*)\)', line)
-        if line.startswith('```'):
-            code = []
-        elif image:
-            alt, src = (html.escape(part, quote=True) for part in image.groups())
-            body.append(f'<p><img src="{src}" alt="{alt}"></p>')
-        elif line.startswith('#'):
-            level = len(line) - len(line.lstrip('#'))
-            body.append(f'<h{level}>{html.escape(line.lstrip("#").strip())}</h{level}>')
-        elif line.strip():
-            body.append(f'<p>{html.escape(line)}</p>')
-    if rows:
-        body.append('<table>' + ''.join(rows) + '</table>')
-    style = 'body{font-family:sans-serif;max-width:70em}td,th{border:1px solid #999;padding:2px 6px}'
-    return (
-        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f'<style>{style}table{{border-collapse:collapse}}</style></head><body>{"".join(body)}</body></html>\n'
-    )
-
-
-def _write_three(out: Path, stem: str, record: dict, text: str, title: str) -> list[Path]:
-    """STEM.json (the record), STEM.md (the text) and STEM.html (the text as a page), each atomically."""
-    written = []
-    for suffix, data in (
-        ('json', json.dumps(record, indent=1, sort_keys=True) + '\n'),
-        ('md', text),
-        ('html', _html(text, title)),
-    ):
-        write_file_atomic(out / f'{stem}.{suffix}', data.encode())
-        written.append(out / f'{stem}.{suffix}')
-    return written
+def _write_three(out: Path, stem: str, record: dict, document: Document) -> list[Path]:
+    """STEM.json (the record), STEM.md and STEM.html (the document), each atomically."""
+    write_file_atomic(out / f'{stem}.json', (json.dumps(record, indent=1, sort_keys=True) + '\n').encode())
+    return [out / f'{stem}.json', *(write_document(document, out / f'{stem}.{s}') for s in ('md', 'html'))]
 
 
 def write_report(
@@ -270,44 +247,42 @@ def write_report(
         'envelope_by_threshold': to_jsonable(by_key),
         'configuration': to_jsonable(config),
     }
-    text = markdown(criteria, verdicts, config, table, by_class)
+    document = verdict_document(criteria, verdicts, config, table, by_class)
     plot = envelope_plot(evidence, key, out / 'envelope.png') if table else None
     written = [] if plot is None else [plot]
-    written += _write_three(out, 'verdict', record, text, f'Verdict: {criteria.name}')
+    written += _write_three(out, 'verdict', record, document)
     if junit is not None:
         write_junit(junit, verdicts, suite=f'metavlm verify: {criteria.name}', properties=_properties(config))
         written.append(Path(junit))
     return written
 
 
-def compare_markdown(base: Path, candidate: Path, changes: list, notes: list[str], configs: dict) -> str:
-    """The comparison as Markdown: the gate's outcome, a row per item, what differed, both configurations."""
+def compare_document(base: Path, candidate: Path, changes: list, notes: list[str], configs: dict) -> Document:
+    """The comparison as a document: the gate's outcome, a row per item, what differed, the configurations."""
     regressed = [c for c in changes if c.verdict == 'regressed']
-    lines = [
-        f'# Model comparison: {"REGRESSED" if regressed else "no regression"}',
-        '',
-        f'Base `{base}`, candidate `{candidate}`: the same frames (by sha256) and search settings'
-        + (' (notes below)' if notes else '')
-        + ". Each item is a two-sided test; p-values are adjusted with Holm's method over all items, and a "
-        'change is called only when the adjusted p is below 0.05 and the effect is at least the minimum '
-        '(docs/assurance.md).',
-        '',
-        '| item | test | effect | p | p (Holm) | verdict |',
-        '|---|---|---|---|---|---|',
-        *(
-            f'| {c.item} | {c.test} | {c.effect_text} | {c.p:.3g} | {c.p_adjusted:.3g} | **{c.verdict}** |'
-            for c in changes
+    blocks: list[Block] = [
+        Paragraph(
+            'Base ', Code(str(base)), ', candidate ', Code(str(candidate)),
+            ': the same frames (by sha256) and search settings' + (' (notes below)' if notes else '')
+            + ". Each item is a two-sided test; p-values are adjusted with Holm's method over all items, and "
+            'a change is called only when the adjusted p is below 0.05 and the effect is at least the '
+            'minimum (docs/assurance.md).',
         ),
-        '',
-        *(['## Notes', '', *(f'- {note}' for note in notes), ''] if notes else []),
-        '## Configurations',
-        '',
-        '```json',
-        json.dumps(to_jsonable(configs), indent=1, sort_keys=True),
-        '```',
-        '',
-    ]
-    return '\n'.join(lines)
+        Table(
+            columns=['item', 'test', 'effect', 'p', 'p (Holm)', 'verdict'],
+            rows=[[c.item, c.test, c.effect_text, c.p, c.p_adjusted, Strong(c.verdict)] for c in changes],
+            formats=['', '', '', '.3g', '.3g', ''],
+        ),
+    ]  # fmt: skip
+    if notes:
+        blocks.append(Section('Notes', [Bullets(notes)]))
+    configurations = json.dumps(to_jsonable(configs), indent=1, sort_keys=True)
+    blocks.append(Section('Configurations', [Preformatted(configurations, 'json')]))
+    return Document(
+        f'Model comparison: {"REGRESSED" if regressed else "no regression"}',
+        blocks,
+        page_title=f'Comparison: {candidate} against {base}',
+    )
 
 
 def write_compare_report(
@@ -331,8 +306,7 @@ def write_compare_report(
         'notes': notes,
         'configurations': to_jsonable(configs),
     }
-    text = compare_markdown(base, candidate, changes, notes, configs)
-    written = _write_three(out, 'compare', record, text, f'Comparison: {candidate} against {base}')
+    written = _write_three(out, 'compare', record, compare_document(base, candidate, changes, notes, configs))
     if junit is not None:
         cases = [
             Verdict(

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from metavlm_ros.campaign.loading import CampaignResults, CellResult
-from metavlm_ros.campaign.tables import APPROACH, Table, _slug
+from metavlm_ros.campaign.tables import APPROACH
+from metavlm_ros.common.document import Table, slug
 
 __all__ = [
     'ANYTIME_TARGETS',
@@ -75,7 +76,7 @@ def anytime_table(results: CampaignResults, model: str) -> Table | None:
     columns.append('budget')
     formats.append('.0f')
     return Table(
-        key=f'anytime-{_slug(model)}',
+        key=f'anytime-{slug(model)}',
         title=f"Anytime: evaluations to reach NSGA-II's final hypervolume, {model}",
         columns=columns,
         rows=rows,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,9 @@ __all__ = [
     'CampaignResults',
     'CellResult',
     'SOLUTION_SETS',
+    'hypervolumes',
     'load_results',
+    'non_identity',
 ]
 
 
@@ -50,6 +53,16 @@ class CellResult:
     @property
     def image(self) -> str:
         return self.info['image']
+
+
+def hypervolumes(cells: Iterable[CellResult]) -> list[float]:
+    """The final hypervolume of each search among `cells` that has one."""
+    return [float(c.summary['hypervolume']) for c in cells if c.summary.get('hypervolume') is not None]
+
+
+def non_identity(cells: Iterable[CellResult]) -> list[dict]:
+    """The solutions of `cells` of order 1 and above (the identity is never a violation)."""
+    return [r for c in cells for r in c.solutions if r.get('order', 0) >= 1]
 
 
 @dataclass

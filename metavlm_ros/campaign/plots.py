@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from metavlm_ros.campaign.anytime import anytime_band, references
-from metavlm_ros.campaign.loading import SOLUTION_SETS, CampaignResults
-from metavlm_ros.campaign.tables import APPROACH, _criterion_label, _hypervolumes, _non_identity, _slug
+from metavlm_ros.campaign.loading import SOLUTION_SETS, CampaignResults, hypervolumes, non_identity
+from metavlm_ros.campaign.tables import APPROACH, criterion_label
+from metavlm_ros.common.document import slug
 from metavlm_ros.method.metrics import non_dominated
 
 __all__ = [
@@ -62,7 +63,7 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
             ax.set_ylabel('f_pred (maximise)')
             ax.set_title(f'{model} / {image}: non-dominated sets')
             ax.legend(fontsize=7)
-            save(fig, f'front-{_slug(model)}-{_slug(image)}', f'Non-dominated sets, {model}, {image}')
+            save(fig, f'front-{slug(model)}-{slug(image)}', f'Non-dominated sets, {model}, {image}')
             _anytime_plot(plt, cells, results, model, image, colours, save)
 
         criteria = results.criteria(model)
@@ -70,7 +71,7 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
         width = 0.8 / max(1, len(results.algorithms))
         for ax, criterion in zip(axes[0], criteria, strict=True):
             for i, algorithm in enumerate(results.algorithms):
-                records = _non_identity(results.of(model, algorithm))
+                records = non_identity(results.of(model, algorithm))
                 rates = []
                 for order in results.orders:
                     flags = [bool(r['violation'].get(criterion)) for r in records if r['order'] == order]
@@ -83,16 +84,16 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
             ax.set_ylim(0, 1.15)  # headroom for the legend above the bars
             ax.set_xticks(results.orders)
             ax.set_xlim(0.5, len(results.orders) + 0.5)
-            ax.set_title(_criterion_label(criterion))
+            ax.set_title(criterion_label(criterion))
             ax.legend(fontsize=7, loc='upper left', ncol=2)
         fig.suptitle(f'{model}: violation rate by order ({SOLUTION_SETS[results.solutions].split(" (")[0]})')
         fig.tight_layout()
-        save(fig, f'vr-{_slug(model)}', f'Violation rate by order, {model}')
+        save(fig, f'vr-{slug(model)}', f'Violation rate by order, {model}')
 
         data, labels, colour_list = [], [], []
         for image in results.images:
             for algorithm in results.algorithms:
-                values = _hypervolumes(results.of(model, algorithm, image))
+                values = hypervolumes(results.of(model, algorithm, image))
                 if values:
                     data.append(values)
                     labels.append(f'{image}\n{APPROACH.get(algorithm, algorithm)}')
@@ -106,7 +107,7 @@ def make_plots(results: CampaignResults, out: Path) -> list[tuple[str, Path]]:
                 patch.set_alpha(0.5)
             ax.set_ylabel('hypervolume')
             ax.set_title(f'{model}: hypervolume across runs')
-            save(fig, f'hv-{_slug(model)}', f'Hypervolume distributions, {model}')
+            save(fig, f'hv-{slug(model)}', f'Hypervolume distributions, {model}')
     return written
 
 
@@ -132,4 +133,4 @@ def _anytime_plot(plt, cells, results: CampaignResults, model: str, image: str, 
     ax.set_ylabel('hypervolume')
     ax.set_title(f'{model} / {image}: anytime hypervolume (median, min-max over runs)')
     ax.legend(fontsize=7)
-    save(fig, f'anytime-{_slug(model)}-{_slug(image)}', f'Anytime hypervolume, {model}, {image}')
+    save(fig, f'anytime-{slug(model)}-{slug(image)}', f'Anytime hypervolume, {model}, {image}')

@@ -16,12 +16,12 @@ from metavlm_ros.campaign.tables import (
     RQ3_SAMPLES,
     Report,
     Table,
-    _name,
-    _rq1,
-    _rq3,
-    _rq21,
-    _rq22,
+    approach_name,
     comparisons,
+    rq1_tables,
+    rq3_table,
+    rq21_table,
+    rq22_table,
 )
 from metavlm_ros.common.errors import ParameterError
 
@@ -97,7 +97,7 @@ def build_report(
         notes.insert(1, f'{results.unverified} cells carry no checksums (written before cells had them): '
                         'read unverified.')  # fmt: skip
     if pairs != [PAPER_PAIR]:
-        compared = '; '.join(f'{_name(a)} vs {_name(b)}' for a, b in pairs) or 'none'
+        compared = '; '.join(f'{approach_name(a)} vs {approach_name(b)}' for a, b in pairs) or 'none'
         notes.append(f'Comparisons (RQ1, RQ3): {compared}; A12 is the first of each pair over the second.')
     tables: list[Table] = []
     if not pairs:
@@ -106,7 +106,7 @@ def build_report(
             'not reported.'
         )
     for pair in pairs:
-        rq1 = _rq1(results, alpha, pair)
+        rq1 = rq1_tables(results, alpha, pair)
         if rq1:
             tables.extend(rq1)
         else:
@@ -117,12 +117,12 @@ def build_report(
         if results.kind(model) is None:
             notes.append(f'{model}: no finished cells yet.')
             continue
-        tables.append(_rq21(results, model))
+        tables.append(rq21_table(results, model))
         for criterion in results.criteria(model):
             for algorithm in results.algorithms:
-                tables.append(_rq22(results, model, algorithm, criterion))
+                tables.append(rq22_table(results, model, algorithm, criterion))
         for criterion in results.criteria(model):
-            tables.append(_rq3(results, model, criterion, alpha, rq3, pairs))
+            tables.append(rq3_table(results, model, criterion, alpha, rq3, pairs))
         anytime = anytime_table(results, model)
         if anytime is not None:
             tables.append(anytime)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from metavlm_ros.campaign.loading import SOLUTION_SETS, CampaignResults, CellResult
+from metavlm_ros.campaign.loading import SOLUTION_SETS, CampaignResults, hypervolumes, non_identity
+from metavlm_ros.common.document import Table, slug
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.stats import compare, significant_a12
 
@@ -25,7 +25,13 @@ __all__ = [
     'TOP_COMPOSITIONS',
     'Table',
     'WARP_NOTES',
+    'approach_name',
     'comparisons',
+    'criterion_label',
+    'rq1_tables',
+    'rq21_table',
+    'rq22_table',
+    'rq3_table',
 ]
 
 
@@ -59,52 +65,6 @@ TOP_COMPOSITIONS = 10
 
 
 @dataclass
-class Table:
-    """One report table: raw values in rows (None for 'not applicable'), formats per column."""
-
-    key: str
-    title: str
-    columns: list[str]
-    rows: list[list[Any]]
-    formats: list[str] = field(default_factory=list)
-    note: str = ''
-
-    def column(self, name: str) -> list[Any]:
-        """The values of one column."""
-        index = self.columns.index(name)
-        return [row[index] for row in self.rows]
-
-    def row(self, **match: Any) -> list[Any]:
-        """The first row whose named columns equal the given values (KeyError when none)."""
-        indices = {self.columns.index(name): value for name, value in match.items()}
-        for row in self.rows:
-            if all(row[i] == v for i, v in indices.items()):
-                return row
-        raise KeyError(f'{self.key}: no row with {match}')
-
-    def cell(self, column: str, **match: Any) -> Any:
-        """One value: the named column of the first row matching `match`."""
-        return self.row(**match)[self.columns.index(column)]
-
-    def formatted(self) -> list[list[str]]:
-        """Rows as display strings."""
-        formats = self.formats or [''] * len(self.columns)
-        return [[_format(value, fmt) for value, fmt in zip(row, formats, strict=True)] for row in self.rows]
-
-
-def _format(value: Any, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return '-'
-    if fmt == 'p':
-        return '<0.0001' if value < 1e-4 else f'{value:.4f}'
-    if fmt == '%':
-        return f'{100.0 * value:.1f}'
-    if fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format(value, fmt)
-    return str(value)
-
-
-@dataclass
 class Report:
     """The whole report: a header, the tables and the notes that explain them."""
 
@@ -120,15 +80,13 @@ class Report:
         raise KeyError(key)
 
 
-def _criterion_label(key: str) -> str:
+def criterion_label(key: str) -> str:
+    """A violation criterion's name in a table: 'count', or the confidence threshold as 'Th=5%'."""
     return 'count' if key == 'count' else f'Th={100 * float(key):g}%'
 
 
-def _slug(text: str) -> str:
-    return ''.join(c if c.isalnum() else '_' for c in text).strip('_').lower()
-
-
-def _name(algorithm: str) -> str:
+def approach_name(algorithm: str) -> str:
+    """An algorithm's name in the tables: the paper's for its two approaches."""
     return APPROACH.get(algorithm, algorithm)
 
 
@@ -163,19 +121,15 @@ def _pair_key(pair: tuple[str, str]) -> str:
     return '' if pair == PAPER_PAIR else f'-{pair[0]}-vs-{pair[1]}'
 
 
-def _hypervolumes(cells: Iterable[CellResult]) -> list[float]:
-    return [float(c.summary['hypervolume']) for c in cells if c.summary.get('hypervolume') is not None]
-
-
 def _effect(outcome: Any) -> str:
     """The paper's effect column: the A12 magnitude when significant, else the equivalence sign."""
     return outcome.magnitude if outcome.significant else NOT_SIGNIFICANT
 
 
-def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[Table]:
+def rq1_tables(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[Table]:
     """Table 4: per image and model, two algorithms' hypervolumes across runs compared."""
     first, second = pair
-    a, b = _name(first), _name(second)
+    a, b = approach_name(first), approach_name(second)
     rows = []
     outcomes: dict[tuple[str, str], Any] = {}
     totals: dict[str, Counter] = {}
@@ -183,8 +137,8 @@ def _rq1(results: CampaignResults, alpha: float, pair: tuple[str, str]) -> list[
     for model in results.models:
         tally = totals.setdefault(model, Counter())
         for image in results.images:
-            ours = _hypervolumes(results.of(model, first, image))
-            theirs = _hypervolumes(results.of(model, second, image))
+            ours = hypervolumes(results.of(model, first, image))
+            theirs = hypervolumes(results.of(model, second, image))
             if not ours or not theirs:
                 continue
             outcome = outcomes[model, image] = compare(ours, theirs, alpha=alpha)
@@ -254,7 +208,7 @@ def _table4(
     results: CampaignResults, outcomes: dict[tuple[str, str], Any], alpha: float, pair: tuple[str, str]
 ) -> Table:
     """RQ1 laid out as the paper's Table 4: one row per image, the models side by side."""
-    a, b = _name(pair[0]), _name(pair[1])
+    a, b = approach_name(pair[0]), approach_name(pair[1])
     models = [m for m in results.models if any(key[0] == m for key in outcomes)]
     columns, formats = ['image'], ['']
     for model in models:
@@ -285,11 +239,7 @@ def _table4(
     )
 
 
-def _non_identity(cells: Iterable[CellResult]) -> list[dict]:
-    return [r for c in cells for r in c.solutions if r.get('order', 0) >= 1]
-
-
-def _rq21(results: CampaignResults, model: str) -> Table:
+def rq21_table(results: CampaignResults, model: str) -> Table:
     """Table 5: by order and algorithm, the occurrence of each order and its violation rate(s)."""
     criteria = results.criteria(model)
     columns = ['order']
@@ -298,9 +248,9 @@ def _rq21(results: CampaignResults, model: str) -> Table:
     for algorithm in results.algorithms:
         name = APPROACH.get(algorithm, algorithm)
         columns.append(f'{name} occurrence %')
-        columns += [f'{name} VR (Eq. 6) % ({_criterion_label(k)})' for k in criteria]
+        columns += [f'{name} VR (Eq. 6) % ({criterion_label(k)})' for k in criteria]
         formats += ['%'] + ['%'] * len(criteria)
-        per_algorithm[algorithm] = _non_identity(results.of(model, algorithm))
+        per_algorithm[algorithm] = non_identity(results.of(model, algorithm))
     rows = []
     for order in results.orders:
         row: list[Any] = [order]
@@ -314,7 +264,7 @@ def _rq21(results: CampaignResults, model: str) -> Table:
         rows.append(row)
     counts = ', '.join(f'{APPROACH.get(a, a)} {len(r)}' for a, r in per_algorithm.items())
     return Table(
-        key=f'rq2_1-{_slug(model)}',
+        key=f'rq2_1-{slug(model)}',
         title=f'RQ2.1 (Table 5): violation rate by composition order, {model} ({results.kind(model)} type)',
         columns=columns,
         rows=rows,
@@ -326,9 +276,9 @@ def _rq21(results: CampaignResults, model: str) -> Table:
     )
 
 
-def _rq22(results: CampaignResults, model: str, algorithm: str, criterion: str) -> Table:
+def rq22_table(results: CampaignResults, model: str, algorithm: str, criterion: str) -> Table:
     """Table 6: the compositions that account for most violations of one algorithm (and threshold)."""
-    records = _non_identity(results.of(model, algorithm))
+    records = non_identity(results.of(model, algorithm))
     judged: Counter = Counter()
     violating: Counter = Counter()
     orders: dict[str, int] = {}
@@ -348,9 +298,9 @@ def _rq22(results: CampaignResults, model: str, algorithm: str, criterion: str) 
     ]  # fmt: skip
     name = APPROACH.get(algorithm, algorithm)
     return Table(
-        key=f'rq2_2-{_slug(model)}-{algorithm}-{_slug(criterion)}',
+        key=f'rq2_2-{slug(model)}-{algorithm}-{slug(criterion)}',
         title=f'RQ2.2 (Table 6): top compositions by share of violations, {model}, {name}, '
-        f'{_criterion_label(criterion)}',
+        f'{criterion_label(criterion)}',
         columns=['rank', 'composition', 'order', 'violations', 'share of violations %', 'solutions',
                  'VR (Eq. 6) %'],
         rows=rows,
@@ -374,7 +324,7 @@ def _strengths(records: Iterable[dict], order: int, criterion: str) -> list[floa
     return values
 
 
-def _rq3(
+def rq3_table(
     results: CampaignResults,
     model: str,
     criterion: str,
@@ -388,12 +338,12 @@ def _rq3(
     columns = ['order']
     formats = ['d']
     for algorithm in algorithms:
-        name = _name(algorithm)
+        name = approach_name(algorithm)
         columns += [f'{name} VS', f'{name} violations', f'{name} samples']
         formats += ['.4f', 'd', 'd']
     for first, second in pairs:
         # One pair keeps the paper's column names; several say which pair each test compares.
-        which = '' if len(pairs) == 1 else f' {_name(first)} vs {_name(second)}'
+        which = '' if len(pairs) == 1 else f' {approach_name(first)} vs {approach_name(second)}'
         columns += [f'p{which}', f'A12{which}', f'magnitude{which}']
         formats += ['p', '.3f', '']
     rows = []
@@ -422,13 +372,13 @@ def _rq3(
         if samples == 'run'
         else 'Samples: every violating pair, pooled over images and runs (POOLED, not one value per run)'
     )
-    title = f'RQ3 (Table 7): violation strength by order, {model}, {_criterion_label(criterion)}'
+    title = f'RQ3 (Table 7): violation strength by order, {model}, {criterion_label(criterion)}'
     if len(pairs) == 1:
-        over = f'{_name(pairs[0][0])} over {_name(pairs[0][1])}'
+        over = f'{approach_name(pairs[0][0])} over {approach_name(pairs[0][1])}'
     else:
         over = 'the first of each pair over the second' if pairs else 'no pair (no baseline in the campaign)'
     return Table(
-        key=f'rq3-{_slug(model)}-{_slug(criterion)}',
+        key=f'rq3-{slug(model)}-{slug(criterion)}',
         title=title if samples == 'run' else f'{title} (pooled pairs)',
         columns=columns,
         rows=rows,

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method import defaults
 from metavlm_ros.ros.launcher import require_rclpy
 from metavlm_ros.ros.transport import add_transport_argument
+
+if TYPE_CHECKING:
+    from metavlm_ros.common.document import Block
 
 __all__ = ['add_parser', 'run', 'run_demo']
 
@@ -226,14 +229,15 @@ UPDATES = {
 
 def _assurance(
     out: Path, bag: Path, evaluations: int, seed: int, log: Any
-) -> tuple[list[str], dict[str, Any]]:
+) -> tuple[list[Block], dict[str, Any]]:
     """The example criteria judged on the demo CLIP, and the regression gate against its two updates.
 
     Returns:
-        Markdown lines for the report, and the outcomes (verdict, regressions per update).
+        The report's section (its blocks), and the outcomes (verdict, regressions per update).
     """
     from metavlm_ros.assurance.criteria import example_criteria, load_criteria
     from metavlm_ros.assurance.workflow import compare_results, verify_frames
+    from metavlm_ros.common.document import Code, Link, Paragraph, Strong, Table
     from metavlm_ros.demo.variants import quantised_copy
     from metavlm_ros.footage.frames import iter_frames
     from metavlm_ros.models.vlm import create_backend, model_identity, resolve_model
@@ -255,30 +259,38 @@ def _assurance(
             envelope_rounds=2, log=lambda line: log(f'    {line}'),
         )  # fmt: skip
     base = verified['clip']
-    lines = [
-        f'`metavlm verify` with `{criteria.path.name}` ({criteria.name}) on the demo CLIP: '
-        f'**{base.outcome}** ([verdict](assurance/verify-clip/verdict.md)).',
-        '',
-        '| criterion | status | why |',
-        '|---|---|---|',
-        *(f'| {v.criterion} | {v.status} | {v.reason} |' for v in base.verdicts),
-        '',
-        '`metavlm compare` of the demo CLIP (base) against two updates of it, the same plan on the same '
-        'frames:',
-        '',
-        '| update | verdict | items regressed |',
-        '|---|---|---|',
-    ]
     outcomes: dict[str, Any] = {'verdict': base.outcome, 'regressions': {}}
+    gate = []
     for name, what in UPDATES.items():
         done = compare_results(out / 'verify-clip', out / f'verify-{name}', out / f'compare-{name}')
         regressed = [c.item for c in done.regressions]
         outcomes['regressions'][name] = regressed
         verdict = 'REGRESSED' if regressed else 'no regression'
         log(f'  compare {name} ({what}): {verdict}' + (f': {", ".join(regressed)}' if regressed else ''))
-        link = f'[{verdict}](assurance/compare-{name}/compare.md)'
-        lines.append(f'| {name}: {what} | {link} | {", ".join(regressed) or "none"} |')
-    return lines, outcomes
+        link = Link(verdict, f'assurance/compare-{name}/compare.md')
+        gate.append([f'{name}: {what}', link, ', '.join(regressed) or 'none'])
+    blocks: list[Block] = [
+        Paragraph(
+            Code('metavlm verify'),
+            ' with ',
+            Code(criteria.path.name),
+            f' ({criteria.name}) on the demo CLIP: ',
+            Strong(base.outcome),
+            ' (',
+            Link('verdict', 'assurance/verify-clip/verdict.md'),
+            ').',
+        ),
+        Table(
+            columns=['criterion', 'status', 'why'],
+            rows=[[v.criterion, v.status, v.reason] for v in base.verdicts],
+        ),
+        Paragraph(
+            Code('metavlm compare'),
+            ' of the demo CLIP (base) against two updates of it, the same plan on the same frames:',
+        ),
+        Table(columns=['update', 'verdict', 'items regressed'], rows=gate),
+    ]
+    return blocks, outcomes
 
 
 def run_demo(

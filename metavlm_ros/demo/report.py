@@ -10,6 +10,18 @@ from typing import Any
 
 import numpy as np
 
+from metavlm_ros.common.directories import write_file_atomic
+from metavlm_ros.common.document import (
+    Block,
+    Code,
+    Document,
+    Figure,
+    Paragraph,
+    Section,
+    Table,
+    markdown_text,
+    write_document,
+)
 from metavlm_ros.common.errors import InputError
 
 __all__ = [
@@ -287,12 +299,12 @@ def write_demo_report(
     montage_path: Path | None,
     top_compositions: int = 8,
     trade_off: Mapping[str, Any] | None = None,
-    assurance: Sequence[str] = (),
+    assurance: Sequence[Block] = (),
 ) -> tuple[Path, Path]:
-    """Write report.md (human) and report.json (the same tables) under `out`.
+    """Write report.md (human) and report.json (the same tables) under `out`, each atomically.
 
-    `assurance` (optional): Markdown lines of the acceptance criteria's verdict and the regression
-    gate, shown as their own section.
+    `assurance` (optional): the acceptance criteria's verdict and the regression gate, shown as their
+    own section (report.json keeps them as Markdown lines).
 
     `trade_off` (optional): {'plot': path of pareto_plot's PNG, 'hypervolume': {model: {algorithm:
     {image: hypervolume}}}}, shown as the NSGA-II vs Rand section.
@@ -301,62 +313,80 @@ def write_demo_report(
         The paths of report.md and report.json.
     """
     out = Path(out)
-    lines = ['# metavlm demo report', '']
-    lines.append(
-        'Violations: a count model violates when some class count changes (Eq. 4); CLIP when some class '
-        f'confidence changes by at least {DEFAULT_CONFIDENCE_KEY} (Eq. 5). The identity is never a violation.'
-    )
+    blocks: list[Block] = [
+        Paragraph(
+            'Violations: a count model violates when some class count changes (Eq. 4); CLIP when some class '
+            f'confidence changes by at least {DEFAULT_CONFIDENCE_KEY} (Eq. 5). The identity is never a '
+            'violation.'
+        )
+    ]
     data: dict[str, Any] = {'sections': []}
     for section in sections:
         table = tabulate(section.records)
-        judged = sum(cell[1] for cell in table['by_order'].values())
-        hits = sum(cell[0] for cell in table['by_order'].values())
-        lines += ['', f'## {section.title}', '', f'Results: `{section.results_dir}`']
-        lines += [f'{note}' for note in section.notes]
-        lines += ['', f'{hits} violation(s) in {judged} evaluation(s).', '']
-        lines += ['| order | violations / evaluations |', '|---|---|']
-        lines += [f'| {order} | {_rate(cell)} |' for order, cell in table['by_order'].items()]
-        lines += ['', '| composition | violations / evaluations |', '|---|---|']
-        shown = list(table['by_composition'].items())[:top_compositions]
-        lines += [f'| `{label}` | {_rate(cell)} |' for label, cell in shown]
-        if len(table['by_composition']) > len(shown):
-            lines.append(f'| ... {len(table["by_composition"]) - len(shown)} more in report.json | |')
+        blocks.append(_section(section, table, top_compositions))
         data['sections'].append(
             {'title': section.title, 'results_dir': str(section.results_dir), 'kind': section.kind, **table}
         )
     if trade_off:
-        # NSGA-II and Rand, then any algorithm the demo was asked to run `--also`, in that order.
-        shown = ['nsga2', 'random']
-        for algorithms in trade_off['hypervolume'].values():
-            shown += [a for a in algorithms if a not in shown]
-        names = [_ALGORITHM_STYLE.get(a, (a, ''))[0] for a in shown]
-        others = f' (and {", ".join(names[2:])}, asked with --also)' if len(names) > 2 else ''
-        lines += [
-            '',
-            f'## Trade-off: NSGA-II against Rand{" and " + ", ".join(names[2:]) if others else ""}',
-            '',
-        ]
-        lines.append(
-            'The same frames searched with the same budget by NSGA-II (through the ROS nodes) and by '
-            f"Rand (the random baseline, in process){others}; hypervolume of each search's non-dominated set "
-            '(higher is better, docs/method.md §5).'
-        )
-        lines += ['', '| model | frame | ' + ' | '.join(names) + ' |', '|---|---|' + '---|' * len(shown)]
-        for model, algorithms in trade_off['hypervolume'].items():
-            tables = [algorithms.get(a, {}) for a in shown]
-            for image in sorted(set().union(*tables)):
-                cells = [f'{table[image]:.4f}' if image in table else '-' for table in tables]
-                lines.append(f'| {model} | `{image}` | ' + ' | '.join(cells) + ' |')
-        lines += ['', f'![f_trans against f_pred]({Path(trade_off["plot"]).name})']
+        blocks.append(_trade_off(trade_off))
         data['trade_off'] = {'plot': str(trade_off['plot']), 'hypervolume': trade_off['hypervolume']}
     if montage_path is not None:
-        lines += ['', '## Strongest violations', '', f'![strongest violations]({montage_path.name})']
+        blocks.append(Section('Strongest violations', [Figure(montage_path.name, 'strongest violations')]))
         data['montage'] = str(montage_path)
     if assurance:
-        lines += ['', '## Acceptance criteria and the regression gate (demo CLIP)', '', *assurance]
-        data['assurance'] = list(assurance)
-    md = out / 'report.md'
-    md.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+        blocks.append(Section('Acceptance criteria and the regression gate (demo CLIP)', assurance))
+        data['assurance'] = markdown_text(assurance).split('\n')
+    md = write_document(Document('metavlm demo report', blocks), out / 'report.md')
     js = out / 'report.json'
-    js.write_text(json.dumps(data, indent=1), encoding='utf-8')
+    write_file_atomic(js, json.dumps(data, indent=1).encode('utf-8'))
     return md, js
+
+
+def _section(section: DemoSection, table: dict[str, dict[str, list[int]]], top_compositions: int) -> Section:
+    """One model's section: where its results are, its violations by order and by composition."""
+    judged = sum(cell[1] for cell in table['by_order'].values())
+    hits = sum(cell[0] for cell in table['by_order'].values())
+    shown = list(table['by_composition'].items())[:top_compositions]
+    compositions = [[Code(label), _rate(cell)] for label, cell in shown]
+    if len(table['by_composition']) > len(shown):
+        compositions.append([f'... {len(table["by_composition"]) - len(shown)} more in report.json', ''])
+    return Section(
+        section.title,
+        [
+            # The notes go on lines of their own under the results directory.
+            Paragraph('Results: ', Code(str(section.results_dir)), *(f'\n{note}' for note in section.notes)),
+            Paragraph(f'{hits} violation(s) in {judged} evaluation(s).'),
+            Table(
+                columns=['order', 'violations / evaluations'],
+                rows=[[order, _rate(cell)] for order, cell in table['by_order'].items()],
+            ),
+            Table(columns=['composition', 'violations / evaluations'], rows=compositions),
+        ],
+    )
+
+
+def _trade_off(trade_off: Mapping[str, Any]) -> Section:
+    """The trade-off section: each search's hypervolume per algorithm, and the plot of f_trans and f_pred."""
+    # NSGA-II and Rand, then any algorithm the demo was asked to run `--also`, in that order.
+    shown = ['nsga2', 'random']
+    for algorithms in trade_off['hypervolume'].values():
+        shown += [a for a in algorithms if a not in shown]
+    names = [_ALGORITHM_STYLE.get(a, (a, ''))[0] for a in shown]
+    others = f' (and {", ".join(names[2:])}, asked with --also)' if len(names) > 2 else ''
+    rows = []
+    for model, algorithms in trade_off['hypervolume'].items():
+        tables = [algorithms.get(a, {}) for a in shown]
+        for image in sorted(set().union(*tables)):
+            rows.append([model, Code(image), *(table.get(image) for table in tables)])
+    return Section(
+        f'Trade-off: NSGA-II against Rand{" and " + ", ".join(names[2:]) if others else ""}',
+        [
+            Paragraph(
+                'The same frames searched with the same budget by NSGA-II (through the ROS nodes) and by '
+                f"Rand (the random baseline, in process){others}; hypervolume of each search's non-dominated "
+                'set (higher is better, docs/method.md §5).'
+            ),
+            Table(columns=['model', 'frame', *names], rows=rows, formats=['', ''] + ['.4f'] * len(names)),
+            Figure(Path(trade_off['plot']).name, 'f_trans against f_pred'),
+        ],
+    )
