@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from metavlm_ros.assurance.judge import Evidence, Run, merged_boundaries
+from metavlm_ros.assurance.evidence import Evidence, Run, merged_boundaries
 from metavlm_ros.assurance.stats import holm, mcnemar_exact, wilcoxon_paired
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.method.algorithms import ENVELOPE
@@ -149,13 +149,9 @@ def _envelope_changes(base: Evidence, candidate: Evidence, key: str) -> list[Cha
         images = sorted(image for image, d in ours if d == direction and (image, direction) in theirs)
         if not images:
             continue
-
-        def value(bracket: tuple[float, float | None]) -> float:
-            clean, bad = bracket
-            return clean if bad is None else bad  # held to the range's end: its end
-
-        a = [value(ours[(image, direction)]) for image in images]
-        b = [value(theirs[(image, direction)]) for image in images]
+        # Each frame's boundary as one number (`Bracket.point`): one held to the range's end counts as it.
+        a = [ours[(image, direction)].point for image in images]
+        b = [theirs[(image, direction)].point for image in images]
         _, p = wilcoxon_paired(a, b)
         shift = float(np.median(np.subtract(b, a)))
         changes.append(

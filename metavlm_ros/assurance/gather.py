@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metavlm_ros.assurance.criteria import Criteria
+from metavlm_ros.assurance.kinds import KINDS
 from metavlm_ros.common.images import Frame
 from metavlm_ros.common.results import ResultsStore
 from metavlm_ros.footage.frames import frame_digest
-from metavlm_ros.method.algorithms import ENVELOPE
 from metavlm_ros.method.encoding import SearchSpace
-from metavlm_ros.method.envelope import ENVELOPE_POINTS, ENVELOPE_ROUNDS, directions
-from metavlm_ros.method.relations import DEFAULT_RELATIONS
+from metavlm_ros.method.envelope import ENVELOPE_ROUNDS
 from metavlm_ros.method.search import SearchConfig, run_search
 from metavlm_ros.models.identity import identity_record
 
@@ -49,7 +48,8 @@ def plan(
     working_size: int | str | None,
     envelope_rounds: int = ENVELOPE_ROUNDS,
 ) -> list[PlannedSearch]:
-    """The searches the criteria need, in the order they run. `evaluations` is the NSGA-II budget a frame."""
+    """The searches the criteria need, in the order they run (by kind: existence, rate, envelope, as
+    `KINDS` lists them). `evaluations` is the NSGA-II budget a frame."""
 
     def config(algorithm: str, space: SearchSpace, budget: int) -> SearchConfig:
         return SearchConfig(
@@ -63,31 +63,13 @@ def plan(
         ).validate()
 
     planned = []
-    plain = [c for c in criteria.criteria if c.kind == 'existence' and c.within is None]
-    if plain:
-        planned.append(
-            PlannedSearch(
-                'search', config('nsga2', SearchSpace.default(), evaluations), ', '.join(c.id for c in plain)
-            )
-        )
-    for c in criteria.criteria:
-        if c.kind == 'existence' and c.within is not None:
-            planned.append(
-                PlannedSearch(f'existence-{c.id}', config('nsga2', c.within.space(), evaluations), c.id)
-            )
-        elif c.kind == 'rate':
-            planned.append(
-                PlannedSearch(f'rate-{c.id}', config('uniform', c.within.space(), c.samples), c.id)
-            )
-    envelopes = [c for c in criteria.criteria if c.kind == 'envelope']
-    if envelopes:
-        order = list(DEFAULT_RELATIONS) + [c.relation for c in envelopes]
-        relations = sorted({c.relation for c in envelopes}, key=order.index)
-        space = SearchSpace.from_options(relations)
-        budget = ENVELOPE_POINTS * len(directions(space)) * envelope_rounds
-        planned.append(
-            PlannedSearch('envelope', config(ENVELOPE, space, budget), ', '.join(c.id for c in envelopes))
-        )
+    for kind in KINDS.values():
+        mine = [c for c in criteria.criteria if isinstance(c, kind)]
+        if mine:
+            for need in kind.searches(mine, evaluations=evaluations, envelope_rounds=envelope_rounds):
+                planned.append(
+                    PlannedSearch(need.name, config(need.algorithm, need.space, need.budget), need.why)
+                )
     return planned
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from metavlm_ros import __version__
 from metavlm_ros.assurance.criteria import Criteria
-from metavlm_ros.assurance.judge import Evidence, envelope_table, merged_boundaries
+from metavlm_ros.assurance.evidence import Evidence, merged_boundaries
+from metavlm_ros.assurance.judge import envelope_table
 from metavlm_ros.assurance.junit import write_junit
 from metavlm_ros.assurance.verdict import Verdict, overall
 from metavlm_ros.common.directories import write_file_atomic
@@ -198,14 +199,21 @@ def envelope_plot(evidence: Evidence, key: str, path: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
     for y, direction in enumerate(rows):
-        brackets = sorted(b for (_, d), b in merged.items() if d == direction)
+        brackets = sorted(
+            (b for (_, d), b in merged.items() if d == direction), key=lambda b: (b.clean, b.point)
+        )
         end = ends[direction]
-        for k, (clean, bad) in enumerate(brackets):
+        for k, bracket in enumerate(brackets):
             offset = y + (k - (len(brackets) - 1) / 2) * min(0.6 / max(len(brackets), 1), 0.08)
-            if bad is None:
-                ax.plot([clean / end], [offset], marker='>', color='tab:green', markersize=4)
+            if bracket.censored:
+                ax.plot([bracket.clean / end], [offset], marker='>', color='tab:green', markersize=4)
             else:
-                ax.plot([clean / end, bad / end], [offset, offset], color='tab:red', linewidth=2)
+                ax.plot(
+                    [bracket.clean / end, bracket.violating / end],
+                    [offset, offset],
+                    color='tab:red',
+                    linewidth=2,
+                )
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlim(0, 1.02)
     ax.set_xlabel("magnitude, as a share of the direction's range (red: breaks inside; green: held to there)")

@@ -6,14 +6,19 @@ import functools
 import math
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as _scipy_stats
 
 from metavlm_ros.assurance.verdict import FAIL, INCONCLUSIVE, PASS
+from metavlm_ros.method.envelope import Bracket
 
 __all__ = [
     'MAX_SAMPLES',
+    'EnvelopeBounds',
+    'EnvelopeJudgement',
+    'envelope_bounds',
     'holm',
     'judge_envelope',
     'judge_rate',
@@ -225,37 +230,93 @@ def _quantile_bounds(
     return lower, upper, {'lower_rank': r, 'upper_rank': s, 'n': int(x.size), 'censored': int(cut.sum())}
 
 
+@dataclass(frozen=True)
+class EnvelopeBounds:
+    """Confidence bounds on a quantile of the boundary over frames, from the frames' brackets.
+
+    `lower` / `upper`: the bounds (None where no order statistic gives one); `lower_rank`: r, among all
+    frames' clean ends; `upper_rank`: s, among the uncensored frames' violating ends; `n`: frames;
+    `censored`: how many of them held to where they were searched.
+    """
+
+    lower: float | None
+    upper: float | None
+    lower_rank: int | None
+    upper_rank: int | None
+    n: int
+    censored: int
+
+
+@dataclass(frozen=True)
+class EnvelopeJudgement:
+    """The status of an envelope claim and the bounds it rests on (`judge_envelope`)."""
+
+    status: str
+    bounds: EnvelopeBounds
+
+
+def envelope_bounds(brackets: Sequence[Bracket], q: float, confidence: float) -> EnvelopeBounds:
+    """Bounds on the q-quantile of a boundary over frames, each frame's boundary known by its bracket.
+
+    Frame i's boundary T_i lies in (clean_i, violating_i], violating_i infinite where censored. As
+    clean_i < T_i for every i, the r-th smallest clean end is <= T_(r): the lower bound of
+    `quantile_bounds` on the clean ends (censored frames kept) is a lower bound of xi_q. As
+    violating_i >= T_i, the s-th smallest violating end is >= T_(s): its upper bound on the violating
+    ends (a censored frame never gives one) is an upper bound of xi_q. docs/assurance.md derives it.
+
+    Args:
+        brackets: One bracket per frame (a frame without evidence: Bracket(0.0, None)).
+        q: The quantile, in [0, 1); 0 is a statement about these frames only, no population: the
+            smallest clean end and the smallest violating end.
+        confidence: The level of each bound, in (0, 1) (unused at q == 0).
+
+    Raises:
+        ValueError: A bracket's end is not finite, or q or confidence is out of range.
+    """
+    cleans = [b.clean for b in brackets]
+    censored = [b.violating is None for b in brackets]
+    violating = [b.point for b in brackets]
+    if float(q) == 0.0:  # about these frames only: their smallest ends, no population to bound
+        _sample(cleans, censored), _sample(violating, censored)  # the same checks as below
+        lower = min(cleans, default=None)
+        upper = min((v for v, c in zip(violating, censored, strict=True) if not c), default=None)
+        ranks = (None if lower is None else 1, None if upper is None else 1)
+        return EnvelopeBounds(lower, upper, *ranks, len(cleans), sum(censored))
+    lower, _, counts = _quantile_bounds(cleans, censored, q, confidence)
+    _, upper, _ = _quantile_bounds(violating, censored, q, confidence)
+    return EnvelopeBounds(
+        lower, upper, counts['lower_rank'], counts['upper_rank'], counts['n'], counts['censored']
+    )
+
+
 def judge_envelope(
-    values: Sequence[float], censored: Sequence[bool], q: float, at_least: float, confidence: float
-) -> tuple[str, dict]:
+    brackets: Sequence[Bracket], q: float, at_least: float, confidence: float
+) -> EnvelopeJudgement:
     """Judge the claim "the boundary is >= at_least on >= (1 - q) of frames", i.e. xi_q >= at_least.
 
     Args:
-        values: Each frame's boundary (how far it goes before the first violation).
-        censored: True for a frame with no violation up to the range's end (its value is that end).
-        q: The share of frames the claim may miss, in (0, 1).
+        brackets: Each frame's bracket of its boundary (how far it goes before the first violation).
+        q: The share of frames the claim may miss, in [0, 1) (0: every one of these frames).
         at_least: The boundary the claim promises.
         confidence: The level of each bound, in (0, 1).
 
     Returns:
-        ('PASS' when the lower bound of `quantile_bounds` is >= at_least, 'FAIL' when its upper bound
-        is < at_least, else 'INCONCLUSIVE'; a missing bound decides nothing), and the figures:
-        'lower' and 'upper' (the bounds or None), 'lower_rank' (r among all values) and 'upper_rank'
-        (s among the uncensored ones), 'n' (frames), 'censored' (how many of them are).
+        'PASS' when the lower bound of `envelope_bounds` is >= at_least, 'FAIL' when its upper bound
+        is < at_least, else 'INCONCLUSIVE' (a missing bound decides nothing), with the bounds.
 
     Raises:
-        ValueError: as `quantile_bounds`, or when at_least is not finite.
+        ValueError: as `envelope_bounds`, or when at_least is not finite.
     """
     if not math.isfinite(float(at_least)):
         raise ValueError(f'at_least must be a finite number, got {at_least!r}')
-    lower, upper, counts = _quantile_bounds(values, censored, q, confidence)
-    if lower is not None and lower >= at_least:
+    bounds = envelope_bounds(brackets, q, confidence)
+    if bounds.lower is not None and bounds.lower >= at_least:
         status = PASS
-    elif upper is not None and upper < at_least:
+    elif bounds.upper is not None and bounds.upper < at_least:
         status = FAIL
     else:
         status = INCONCLUSIVE
-    return status, {'lower': lower, 'upper': upper, **counts}
+    return EnvelopeJudgement(status, bounds)
 
 
 def _paired(base: Sequence[float], candidate: Sequence[float]) -> np.ndarray:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from metavlm_ros.assurance.compare import REGRESSED, Change, compare
 from metavlm_ros.assurance.criteria import Criteria
+from metavlm_ros.assurance.evidence import load_evidence
 from metavlm_ros.assurance.gather import gather, plan
-from metavlm_ros.assurance.judge import judge, load_evidence
+from metavlm_ros.assurance.judge import judge
 from metavlm_ros.assurance.manifest import MANIFEST, check_manifest, write_manifest
 from metavlm_ros.assurance.report import write_compare_report, write_report
 from metavlm_ros.assurance.verdict import Verdict, overall
@@ -19,6 +20,7 @@ from metavlm_ros.common.images import Frame
 
 __all__ = [
     'Comparison',
+    'EvidenceCheck',
     'Verification',
     'checked_evidence',
     'compare_results',
@@ -54,16 +56,30 @@ class Comparison:
         return [c for c in self.changes if c.verdict == REGRESSED]
 
 
-def checked_evidence(root: Path) -> str:
+@dataclass(frozen=True)
+class EvidenceCheck:
+    """What `checked_evidence` checked: the directory's SHA256SUMS (False: it has none), and how many
+    campaign cells matched the checksums they were committed with."""
+
+    manifest: bool
+    cells: int = 0
+
+    @property
+    def message(self) -> str:
+        said = f'{MANIFEST} verified' if self.manifest else f'no {MANIFEST}: not verified'
+        return said + (f'; {self.cells} campaign cell(s) match their checksums' if self.cells else '')
+
+
+def checked_evidence(root: Path) -> EvidenceCheck:
     """Check the evidence under `root` before it is judged: its SHA256SUMS where it has one, and each
-    campaign cell against the checksums it was committed with; what was checked, in words.
+    campaign cell against the checksums it was committed with.
 
     Raises:
         ResultsError: A file does not match (named).
     """
     from metavlm_ros.campaign.cells import CELLS_DIR, UNVERIFIED, verify_cell
 
-    said = f'{MANIFEST} verified' if check_manifest(root) else f'no {MANIFEST}: not verified'
+    manifest = check_manifest(root)
     cells = [c for c in sorted(root.rglob(CELLS_DIR)) if c.is_dir()]
     checked = 0
     for cell in (c for folder in cells for c in sorted(folder.iterdir()) if c.is_dir() and c.name[0] != '.'):
@@ -71,9 +87,7 @@ def checked_evidence(root: Path) -> str:
         if problem and problem != UNVERIFIED:
             raise ResultsError(f'{cell}: {problem}')
         checked += problem is None
-    if checked:
-        said += f'; {checked} campaign cell(s) match their checksums'
-    return said
+    return EvidenceCheck(manifest, checked)
 
 
 def _outside(out: Path, evidence: Path) -> None:
@@ -87,7 +101,7 @@ def verify_results(
     """Judge the evidence under `results` as it is (checked against its SHA256SUMS where it has one);
     the verdict goes into `out`, never inside the evidence."""
     _outside(out, results)
-    manifest = checked_evidence(results)
+    manifest = checked_evidence(results).message
     evidence = load_evidence(results)
     verdicts = judge(criteria, evidence)
     written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=junit)
@@ -144,8 +158,12 @@ def compare_results(
     ours, theirs = load_evidence(base), load_evidence(candidate)
     changes, notes = compare(ours, theirs, threshold=threshold)
     configs = {
-        'base': {'root': str(base), 'models': ours.models, 'manifest': checked[str(base)]},
-        'candidate': {'root': str(candidate), 'models': theirs.models, 'manifest': checked[str(candidate)]},
+        'base': {'root': str(base), 'models': ours.models, 'manifest': checked[str(base)].message},
+        'candidate': {
+            'root': str(candidate),
+            'models': theirs.models,
+            'manifest': checked[str(candidate)].message,
+        },
         'runs': {
             side: {run.label(evidence.root): run.identity for run in evidence.runs}
             for side, evidence in (('base', ours), ('candidate', theirs))
@@ -153,4 +171,4 @@ def compare_results(
         'frames': ours.frames,
     }
     written = write_compare_report(out, base, candidate, changes, notes, configs, junit=junit)
-    return Comparison(changes, notes, written, [d for d, said in checked.items() if said.startswith('no ')])
+    return Comparison(changes, notes, written, [d for d, check in checked.items() if not check.manifest])

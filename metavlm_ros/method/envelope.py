@@ -21,7 +21,7 @@ random: the seed changes nothing, the same model and frame give the same records
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +34,7 @@ __all__ = [
     'ENVELOPE_POINTS',
     'ENVELOPE_ROUNDS',
     'Boundary',
+    'Bracket',
     'Direction',
     'EnvelopeSearch',
     'boundaries',
@@ -89,11 +90,63 @@ def _genotype(space: SearchSpace, direction: Direction, magnitude: float) -> np.
     return encode(Composition(tuple(active), tuple(values)), space)
 
 
+@dataclass(frozen=True)
+class Bracket:
+    """Where a frame's boundary in one direction lies: in (clean, violating].
+
+    `clean` is the largest magnitude known violation-free below `violating` (0: the nominal value);
+    `violating` the smallest magnitude known to violate, None when none was found (censored: the model
+    held up to `clean`). The one shape of a boundary's evidence, from the boundary search to the
+    verdict and the comparison.
+    """
+
+    clean: float
+    violating: float | None
+
+    @property
+    def censored(self) -> bool:
+        """Whether no violation was found (the boundary is above `clean`, by how much unknown)."""
+        return self.violating is None
+
+    @property
+    def point(self) -> float:
+        """The boundary as one number: the smallest violating magnitude, or `clean` where censored."""
+        return self.clean if self.violating is None else self.violating
+
+    @classmethod
+    def of(cls, tried: Mapping[float, bool]) -> Bracket:
+        """The bracket magnitudes tried give (magnitude -> violated): the smallest violating one, and
+        the largest violation-free one below it (0 when none)."""
+        violating = min((m for m, v in tried.items() if v), default=None)
+        clean = max(
+            (m for m, v in tried.items() if not v and (violating is None or m < violating)), default=0.0
+        )
+        return cls(clean, violating)
+
+    @classmethod
+    def merge(cls, brackets: Iterable[Bracket]) -> Bracket:
+        """One boundary's brackets from several batches of evidence, together: the smallest violating
+        magnitude any found, and the largest violation-free one below it (0 when none)."""
+        brackets = list(brackets)
+        violating = min((b.violating for b in brackets if b.violating is not None), default=None)
+        clean = max((b.clean for b in brackets if violating is None or b.clean < violating), default=0.0)
+        return cls(clean, violating)
+
+    @classmethod
+    def smaller(cls, brackets: Iterable[Bracket]) -> Bracket:
+        """The bracket of the smaller of several boundaries (a frame's two sides of a relation): it
+        holds to m in all only if it does in each."""
+        brackets = list(brackets)
+        violating = [b.violating for b in brackets if b.violating is not None]
+        return cls(min(b.clean for b in brackets), min(violating) if violating else None)
+
+
 @dataclass
 class _Open:
+    """A direction of the boundary search: its bracket so far and the magnitudes tried."""
+
     direction: Direction
-    clean: float  # the bracket's low end: violation-free (0: the nominal value)
-    violating: float | None  # its high end: None until a violation was found
+    bracket: Bracket
     tried: dict[float, bool]
 
 
@@ -110,7 +163,7 @@ class EnvelopeSearch:
         self.space = space
         self.resolution = resolution
         self.points = max(1, int(points))
-        self._open = [_Open(d, 0.0, None, {}) for d in directions(space)]
+        self._open = [_Open(d, Bracket(0.0, None), {}) for d in directions(space)]
         self._asked: list[tuple[_Open, float]] = []
         #: The directions closed so far, with their brackets.
         self.closed: list[_Open] = []
@@ -124,13 +177,14 @@ class EnvelopeSearch:
         """The next round's genotypes (at most `budget`), directions in order, magnitudes ascending."""
         asked = []
         for state in self._open:
-            if state.violating is None:  # the first round: (0, end], the end included
+            bracket = state.bracket
+            if bracket.censored:  # the first round: (0, end], the end included
                 magnitudes = [state.direction.end * k / self.points for k in range(1, self.points + 1)]
             else:  # inside the bracket, both ends excluded
-                width = (state.violating - state.clean) / (self.points + 1)
-                magnitudes = [state.clean + width * k for k in range(1, self.points + 1)]
+                width = (bracket.violating - bracket.clean) / (self.points + 1)
+                magnitudes = [bracket.clean + width * k for k in range(1, self.points + 1)]
             for magnitude in magnitudes:
-                if magnitude not in state.tried and (state.violating is None or magnitude < state.violating):
+                if magnitude not in state.tried and (bracket.censored or magnitude < bracket.violating):
                     asked.append((state, magnitude))
         self._asked = asked[:budget]
         return np.array([_genotype(self.space, s.direction, m) for s, m in self._asked]).reshape(
@@ -145,19 +199,13 @@ class EnvelopeSearch:
                 state.tried[magnitude] = bool(violated)
         still = []
         for state in self._open:
-            bad = [m for m, v in state.tried.items() if v]
-            if not bad:
+            state.bracket = Bracket.of(state.tried)
+            if state.bracket.censored:
                 if state.direction.end in state.tried:
-                    state.clean = state.direction.end
                     self.closed.append(state)  # holds up to the range's end: closed, censored
-                    continue
-                still.append(state)
-                continue
-            state.violating = min(bad)
-            state.clean = max(
-                [m for m, v in state.tried.items() if not v and m < state.violating], default=0.0
-            )
-            if state.violating - state.clean > self.resolution * state.direction.end:
+                else:
+                    still.append(state)
+            elif state.bracket.violating - state.bracket.clean > self.resolution * state.direction.end:
                 still.append(state)
             else:
                 self.closed.append(state)
@@ -166,24 +214,17 @@ class EnvelopeSearch:
 
 
 @dataclass(frozen=True)
-class Boundary:
-    """One frame's boundary in one direction at one violation criterion, from the records.
+class Boundary(Bracket):
+    """One frame's bracket in one direction at one violation criterion, read from the records.
 
-    `clean`: the largest magnitude evaluated with no violation below `violating` (0 when none: the
-    nominal value); `violating`: the smallest magnitude with a violation, None when none was found
-    (censored: the model held up to `clean`, and `reached_end` says whether that is the range's end).
+    `reached_end`: censored at the range's end (the model held up to it); `evaluations`: the
+    magnitudes the records tried in that direction.
     """
 
     image: str
     direction: str
-    clean: float
-    violating: float | None
     reached_end: bool
     evaluations: int
-
-    @property
-    def censored(self) -> bool:
-        return self.violating is None
 
 
 def violated(record: dict, key: str, cls: str | None = None) -> bool:
@@ -224,11 +265,8 @@ def boundaries(
         seen[magnitude] = seen.get(magnitude, False) or broken
     found = []
     for (image, direction), seen in sorted(tried.items()):
-        bad = [m for m, v in seen.items() if v]
-        violating = min(bad) if bad else None
-        below = [m for m, v in seen.items() if not v and (violating is None or m < violating)]
-        clean = max(below, default=0.0)
+        bracket = Bracket.of(seen)
         end = ends.get(direction)
-        reached = violating is None and end is not None and clean >= round(end, 12)
-        found.append(Boundary(image, direction, clean, violating, reached, len(seen)))
+        reached = bracket.censored and end is not None and bracket.clean >= round(end, 12)
+        found.append(Boundary(bracket.clean, bracket.violating, image, direction, reached, len(seen)))
     return found

@@ -8,7 +8,8 @@ from pathlib import Path
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
 from metavlm_ros.assurance.criteria import Criteria
-from metavlm_ros.assurance.judge import Tally, load_evidence
+from metavlm_ros.assurance.evidence import load_evidence
+from metavlm_ros.assurance.judge import Tally
 from metavlm_ros.assurance.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
 from metavlm_ros.common.errors import MetaVLMError
 from metavlm_ros.common.results import holds_results

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from metavlm_ros.assurance.compare import IMPROVED, NO_CHANGE, REGRESSED, compare
-from metavlm_ros.assurance.judge import load_evidence
+from metavlm_ros.assurance.evidence import load_evidence
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.prediction import Prediction

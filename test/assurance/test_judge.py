@@ -8,7 +8,8 @@ import yaml
 from scipy import stats
 
 from metavlm_ros.assurance.criteria import load_criteria
-from metavlm_ros.assurance.judge import judge, load_evidence
+from metavlm_ros.assurance.evidence import load_evidence
+from metavlm_ros.assurance.judge import judge
 from metavlm_ros.cli import main
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.method.encoding import SearchSpace

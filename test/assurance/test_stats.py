@@ -8,6 +8,8 @@ from scipy import stats as scipy_stats
 
 from metavlm_ros.assurance.stats import (
     MAX_SAMPLES,
+    EnvelopeBounds,
+    envelope_bounds,
     holm,
     judge_envelope,
     judge_rate,
@@ -18,6 +20,7 @@ from metavlm_ros.assurance.stats import (
     wilcoxon_paired,
 )
 from metavlm_ros.assurance.verdict import FAIL, INCONCLUSIVE, PASS
+from metavlm_ros.method.envelope import Bracket
 
 # --- rate_bounds, judge_rate --------------------------------------------------------------------------
 
@@ -130,7 +133,7 @@ def test_samples_to_decide_when_decided_or_undecidable():
     assert MAX_SAMPLES == 10**9
 
 
-# --- quantile_bounds, judge_envelope --------------------------------------------------------------
+# --- quantile_bounds, envelope_bounds, judge_envelope ---------------------------------------------
 
 
 def test_median_bounds_of_thirty_are_the_textbook_order_statistics():
@@ -208,44 +211,82 @@ def test_quantile_arguments_are_checked():
     with pytest.raises(ValueError, match='q must'):
         quantile_bounds([1.0], [False], 1.0, 0.9)
     with pytest.raises(ValueError, match='at_least'):
-        judge_envelope([1.0], [False], 0.5, math.inf, 0.9)
+        judge_envelope([Bracket(1.0, None)], 0.5, math.inf, 0.9)
+    with pytest.raises(ValueError, match='finite'):
+        envelope_bounds([Bracket(math.nan, 1.0)], 0.5, 0.9)
+
+
+def _points(values, censored):
+    """Frames whose boundaries are known exactly (a degenerate bracket), or censored at the value."""
+    return [Bracket(v, None if c else v) for v, c in zip(values, censored, strict=True)]
 
 
 def test_judge_envelope_pass_fail_inconclusive():
     # 100 frames, q = 5 %, 95 %: r = 2 (P(Bin(100, .05) >= 2) = 0.963), s = 10 (P(Bin <= 9) = 0.972).
     values = np.linspace(0.1, 1.0, 100)
-    flags = np.zeros(100, bool)
-    status, figures = judge_envelope(values, flags, 0.05, 0.1, 0.95)
-    assert status == PASS
-    assert figures == {
-        'lower': pytest.approx(values[1]),
-        'upper': pytest.approx(values[9]),
-        'lower_rank': 2,
-        'upper_rank': 10,
-        'n': 100,
-        'censored': 0,
-    }
-    assert judge_envelope(values, flags, 0.05, values[1], 0.95)[0] == PASS
-    assert judge_envelope(values, flags, 0.05, values[2], 0.95)[0] == INCONCLUSIVE
-    assert judge_envelope(values, flags, 0.05, values[9], 0.95)[0] == INCONCLUSIVE
-    assert judge_envelope(values, flags, 0.05, values[10], 0.95)[0] == FAIL
+    frames = _points(values, [False] * 100)
+    judged = judge_envelope(frames, 0.05, 0.1, 0.95)
+    assert judged.status == PASS
+    assert judged.bounds == EnvelopeBounds(
+        lower=pytest.approx(values[1]), upper=pytest.approx(values[9]), lower_rank=2, upper_rank=10, n=100,
+        censored=0,
+    )  # fmt: skip
+    assert judge_envelope(frames, 0.05, values[1], 0.95).status == PASS
+    assert judge_envelope(frames, 0.05, values[2], 0.95).status == INCONCLUSIVE
+    assert judge_envelope(frames, 0.05, values[9], 0.95).status == INCONCLUSIVE
+    assert judge_envelope(frames, 0.05, values[10], 0.95).status == FAIL
 
 
 def test_judge_envelope_of_six_frames_is_never_pass():
     # Six frames with no violation up to the range's end: too few for a 5 % quantile at 95 %.
-    status, figures = judge_envelope([1.0] * 6, [True] * 6, 0.05, 0.1, 0.95)
-    assert status == INCONCLUSIVE
-    assert figures['lower'] is None and figures['upper'] is None
-    assert (figures['n'], figures['censored']) == (6, 6)
-    assert judge_envelope([1.0] * 6, [False] * 6, 0.05, 0.1, 0.95)[0] == INCONCLUSIVE
+    judged = judge_envelope([Bracket(1.0, None)] * 6, 0.05, 0.1, 0.95)
+    assert judged.status == INCONCLUSIVE
+    assert judged.bounds.lower is None and judged.bounds.upper is None
+    assert (judged.bounds.n, judged.bounds.censored) == (6, 6)
+    assert judge_envelope([Bracket(1.0, 1.0)] * 6, 0.05, 0.1, 0.95).status == INCONCLUSIVE
 
 
 def test_judge_envelope_never_fails_on_censored_values():
     # Every frame censored at 0.1: the truth may be anywhere above, so the claim "0.5" is open.
-    status, figures = judge_envelope([0.1] * 100, [True] * 100, 0.05, 0.5, 0.95)
-    assert status == INCONCLUSIVE
-    assert figures['upper'] is None and figures['censored'] == 100
-    assert judge_envelope([0.1] * 100, [False] * 100, 0.05, 0.5, 0.95)[0] == FAIL
+    judged = judge_envelope([Bracket(0.1, None)] * 100, 0.05, 0.5, 0.95)
+    assert judged.status == INCONCLUSIVE
+    assert judged.bounds.upper is None and judged.bounds.censored == 100
+    assert judge_envelope([Bracket(0.1, 0.1)] * 100, 0.05, 0.5, 0.95).status == FAIL
+
+
+def test_envelope_bounds_take_the_lower_from_clean_ends_and_the_upper_from_violating_ends():
+    # n = 10, median, 90 %: r = 3, s = 8. Each frame's boundary lies in (clean, violating]: the 3rd
+    # smallest clean end and the 8th smallest violating end, whichever frames they come from.
+    cleans = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    violating = [1.5, 1.4, 1.3, 1.2, 1.1, 1.05, 0.95, 0.85, 0.92, None]  # the last frame held
+    frames = [Bracket(c, v) for c, v in zip(cleans, violating, strict=True)]
+    bounds = envelope_bounds(frames, 0.5, 0.9)
+    assert (bounds.lower, bounds.upper) == (0.3, 1.4)  # the 8th of 0.85 ... 1.5 (9 uncensored)
+    assert (bounds.lower_rank, bounds.upper_rank, bounds.n, bounds.censored) == (3, 8, 10, 1)
+    assert judge_envelope(frames, 0.5, 0.3, 0.9).status == PASS
+    assert judge_envelope(frames, 0.5, 1.41, 0.9).status == FAIL
+    assert judge_envelope(frames, 0.5, 1.0, 0.9).status == INCONCLUSIVE
+    # q = 0, "on every one of these frames": the smallest ends, no confidence involved.
+    every = envelope_bounds(frames, 0.0, 0.9)
+    assert (every.lower, every.upper, every.lower_rank, every.upper_rank) == (0.1, 0.85, 1, 1)
+    assert envelope_bounds([], 0.0, 0.9) == EnvelopeBounds(None, None, None, None, 0, 0)
+
+
+def test_envelope_bounds_cover_interval_censored_boundaries_monte_carlo(rng):
+    # True boundaries normal, seen only through brackets of a grid of step 0.25 (clean the grid point
+    # below, violating the one above) and censored above 0.5: both bounds still cover at confidence.
+    n, q, confidence, reps, end = 30, 0.5, 0.9, 5_000, 0.5
+    truth = rng.standard_normal((reps, n))
+    below = np.floor(truth / 0.25) * 0.25
+    lower_cover = upper_cover = 0
+    for row, low in zip(truth, below, strict=True):
+        frames = [Bracket(min(c, end), None if t > end else c + 0.25) for t, c in zip(row, low, strict=True)]
+        bounds = envelope_bounds(frames, q, confidence)
+        lower_cover += bounds.lower is not None and bounds.lower <= 0.0
+        upper_cover += bounds.upper is None or bounds.upper >= 0.0
+    tolerance = 4 * math.sqrt(confidence * (1 - confidence) / reps)
+    assert lower_cover / reps >= confidence - tolerance
+    assert upper_cover / reps >= confidence - tolerance
 
 
 # --- wilcoxon_paired, mcnemar_exact, holm --------------------------------------------------------

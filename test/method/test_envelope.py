@@ -8,7 +8,7 @@ import pytest
 
 from metavlm_ros.method.algorithms import uniform_genotypes
 from metavlm_ros.method.encoding import SearchSpace, decode
-from metavlm_ros.method.envelope import EnvelopeSearch, boundaries, directions
+from metavlm_ros.method.envelope import Bracket, EnvelopeSearch, boundaries, directions
 from metavlm_ros.method.records import evaluation_record
 from metavlm_ros.method.relations import RELATION_BY_ID
 from metavlm_ros.method.search import SearchConfig, run_search
@@ -63,10 +63,11 @@ def test_k_section_brackets_each_boundary_to_its_stated_width_and_closes_censore
     for name, end in ends.items():
         state = states[name]
         if truth[name] > end:
-            assert state.violating is None and state.clean == end  # holds up to the range's end
+            assert state.bracket == Bracket(end, None)  # holds up to the range's end
         else:
-            assert state.clean < truth[name] <= state.violating
-            assert state.violating - state.clean <= end / points / (points + 1) ** (rounds - 1) * (1 + 1e-9)
+            assert state.bracket.clean < truth[name] <= state.bracket.violating
+            width = state.bracket.violating - state.bracket.clean
+            assert width <= end / points / (points + 1) ** (rounds - 1) * (1 + 1e-9)
 
 
 def test_the_search_ends_once_every_boundary_is_bracketed_to_its_resolution_within_the_budget():
@@ -100,7 +101,7 @@ def test_a_non_monotone_model_gets_the_smallest_violating_magnitude_found():
         search.tell([1 <= abs(v) <= 2 for v in values])
         spent += len(genotypes)
     for state in search.closed:
-        assert state.violating is not None and state.clean < 1 <= state.violating <= 2
+        assert not state.bracket.censored and state.bracket.clean < 1 <= state.bracket.violating <= 2
 
 
 @pytest.mark.parametrize('backend', [ImageStatsBackend(), BlackCountBackend()], ids=['confidence', 'count'])

@@ -7,7 +7,8 @@ import yaml
 from diagnostic_msgs.msg import DiagnosticStatus
 
 from metavlm_ros.assurance.criteria import load_criteria
-from metavlm_ros.assurance.judge import judge, load_evidence
+from metavlm_ros.assurance.evidence import load_evidence
+from metavlm_ros.assurance.judge import judge
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.ros.tester_node import TesterNode as MetaVLMTester  # not 'Test*': pytest would collect it
 from test.conftest import make_frame

@@ -1,0 +1,373 @@
+"""The kinds of acceptance criteria, each declared once: its keys, claim, searches and evidence.
+
+A fourth kind is one more `Criterion` subclass here, with its `ClaimEvidence`, and a row in `KINDS`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from metavlm_ros.assurance.criterion import ClaimEvidence, Criterion, Reader, Region, SearchNeed
+from metavlm_ros.assurance.stats import judge_envelope, judge_rate, rate_bounds, samples_to_decide
+from metavlm_ros.assurance.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
+from metavlm_ros.method.algorithms import ENVELOPE
+from metavlm_ros.method.encoding import SearchSpace
+from metavlm_ros.method.envelope import ENVELOPE_POINTS, Bracket, directions
+from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
+
+__all__ = ['KINDS', 'EnvelopeCriterion', 'ExistenceCriterion', 'RateCriterion']
+
+_BASE_KEYS = frozenset({'id', 'kind', 'claim'})
+_DIRECTIONS = ('-', '+', 'both')
+
+
+# --- existence: "no violation with f_trans <= x (within a region)" -------------------------------
+
+
+@dataclass(frozen=True)
+class ExistenceCriterion(Criterion):
+    """No violation inside a region and / or below an f_trans; searched by NSGA-II, a counterexample FAILs."""
+
+    within: Region | None
+    f_trans_max: float | None
+    kind: ClassVar[str] = 'existence'
+    keys: ClassVar[frozenset[str]] = _BASE_KEYS | {'within', 'f_trans_max'}
+
+    @classmethod
+    def read(cls, reader: Reader, where: str, item: Mapping, cid: str, confidence: float) -> Criterion:
+        region = reader.region(f'{where}.within', item['within']) if 'within' in item else None
+        f_trans_max = None
+        if 'f_trans_max' in item:
+            f_trans_max = reader.number(f'{where}.f_trans_max', item['f_trans_max'], 0, 6)
+        if region is None and f_trans_max is None:
+            raise reader.fail(where, 'an existence claim needs within, f_trans_max or both')
+        return cls(cid, '', region, f_trans_max)
+
+    def default_claim(self) -> str:
+        parts = [f'f_trans <= {self.f_trans_max:g}'] if self.f_trans_max is not None else []
+        if self.within is not None:
+            parts.append(self.within.describe())
+        return 'no violation' + (' with ' + ' and '.join(parts) if parts else '')
+
+    @classmethod
+    def searches(
+        cls, criteria: Sequence[Criterion], *, evaluations: int, envelope_rounds: int
+    ) -> list[SearchNeed]:
+        # The claims on f_trans alone share one search of the whole space; a region gets its own (a
+        # search over the whole space rarely lands inside a narrow one).
+        plain = [c.id for c in criteria if c.within is None]
+        needs = (
+            [SearchNeed('search', 'nsga2', SearchSpace.default(), evaluations, ', '.join(plain))]
+            if plain
+            else []
+        )
+        for c in criteria:
+            if c.within is not None:
+                needs.append(SearchNeed(f'existence-{c.id}', 'nsga2', c.within.space(), evaluations, c.id))
+        return needs
+
+    def evidence(self) -> ClaimEvidence:
+        return _Inside(self)
+
+    def holds_record(self, record: dict) -> bool:
+        """Whether an evaluation record lies inside the claim (f_trans and region)."""
+        if self.f_trans_max is not None and record['f_trans'] > self.f_trans_max + 1e-12:
+            return False
+        if self.within is None:
+            return True
+        # A record written before records carried `parameters` cannot be placed in a region.
+        return record.get('parameters') is not None and self.within.holds(record['parameters'])
+
+
+def _render_command(directory: Path, record: dict) -> str:
+    return (
+        f'metavlm render {directory} {record["index"]} --image {record["image"]} '
+        f'--algorithm {record["algorithm"]} --seed {record["seed"]}'
+    )
+
+
+def _order(record: dict) -> tuple:
+    return (record['f_trans'], record['image'], record['index'])
+
+
+@dataclass
+class _Inside(ClaimEvidence):
+    """An existence claim's evidence: the evaluations in its region, and the smallest violation."""
+
+    criterion: ExistenceCriterion
+    evaluations: int = 0
+    violations: int = 0
+    frames: set[str] = field(default_factory=set)
+    algorithms: set[str] = field(default_factory=set)
+    smallest: tuple[Path, dict] | None = None
+
+    def take(self, directory: Path, settings: dict, record: dict, violated: bool) -> None:
+        if not record.get('order') or not self.criterion.holds_record(record):
+            return
+        self.evaluations += 1
+        self.frames.add(record['image'])
+        self.algorithms.add(record['algorithm'])
+        if violated:
+            self.violations += 1
+            if self.smallest is None or _order(record) < _order(self.smallest[1]):
+                self.smallest = (directory, record)
+
+    def verdict(self, tally: Any) -> Verdict:
+        c, key = self.criterion, tally.key or '?'
+        figures = {
+            'evaluations_in_region': self.evaluations,
+            'frames': len(self.frames),
+            'violations': self.violations,
+        }
+        if self.smallest is not None:
+            # The smallest change that breaks the claim: the one an engineer looks at first.
+            directory, record = self.smallest
+            example = {
+                'directory': str(directory),
+                **{
+                    k: record.get(k)
+                    for k in ('image', 'index', 'algorithm', 'seed', 'composition', 'parameters')
+                },
+                **{k: record.get(k) for k in ('f_trans', 'f_pred', 'source', 'followup', 'frame_sha256')},
+                'render': _render_command(directory, record),
+            }
+            reason = (
+                f'{self.violations} of {self.evaluations} evaluations in the region violate (threshold '
+                f'{key}); the smallest, {record["composition"]} at f_trans {record["f_trans"]:.4g} on '
+                f'{record["image"]}, is a counterexample'
+            )
+            return c.verdict(FAIL, reason, figures, example)
+        if not self.evaluations:
+            reason = (
+                'no evaluation lies in the region: nothing was searched there (metavlm verify searches it)'
+            )
+            return c.verdict(INCONCLUSIVE, reason, figures)
+        reason = (
+            f'none found: no violation among {self.evaluations} evaluations in the region on '
+            f'{len(self.frames)} frames ({", ".join(sorted(self.algorithms))}); a search finds violations, '
+            'it cannot prove there are none'
+        )
+        return c.verdict(PASS, reason, figures)
+
+
+# --- rate: "violation rate <= limit within a region" ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateCriterion(Criterion):
+    """The violation rate of uniform samples of a region is <= limit, bounded exactly (Clopper-Pearson)."""
+
+    within: Region
+    limit: float
+    samples: int
+    confidence: float
+    kind: ClassVar[str] = 'rate'
+    keys: ClassVar[frozenset[str]] = _BASE_KEYS | {'within', 'limit', 'confidence', 'samples'}
+
+    @classmethod
+    def read(cls, reader: Reader, where: str, item: Mapping, cid: str, confidence: float) -> Criterion:
+        region = reader.region(f'{where}.within', reader.required(where, item, 'within'))
+        limit = reader.number(f'{where}.limit', reader.required(where, item, 'limit'), 0, 1)
+        samples = item.get('samples', 300)
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise reader.fail(f'{where}.samples', f'must be a whole number of samples >= 1, got {samples!r}')
+        return cls(cid, '', region, limit, samples, reader.confidence(where, item, confidence))
+
+    def default_claim(self) -> str:
+        return (
+            f'violation rate <= {self.limit:.3g} within {self.within.describe()}, '
+            f'{self.confidence:.0%} confidence'
+        )
+
+    @classmethod
+    def searches(
+        cls, criteria: Sequence[Criterion], *, evaluations: int, envelope_rounds: int
+    ) -> list[SearchNeed]:
+        return [SearchNeed(f'rate-{c.id}', 'uniform', c.within.space(), c.samples, c.id) for c in criteria]
+
+    def evidence(self) -> ClaimEvidence:
+        return _Samples(self, self.within.space().as_record())
+
+
+@dataclass
+class _Samples(ClaimEvidence):
+    """A rate claim's evidence: uniform samples of exactly its region."""
+
+    criterion: RateCriterion
+    region: dict
+    n: int = 0
+    k: int = 0
+    frames: set[str] = field(default_factory=set)
+
+    def take(self, directory: Path, settings: dict, record: dict, violated: bool) -> None:
+        # A search's records are not a random sample; another region's samples are not of this one.
+        if settings.get('algorithm') == 'uniform' and settings.get('relations') == self.region:
+            self.n += 1
+            self.k += violated
+            self.frames.add(record['image'])
+
+    def verdict(self, tally: Any) -> Verdict:
+        c, n, k = self.criterion, self.n, self.k
+        figures: dict = {'samples': n, 'violations': k, 'frames': len(self.frames), 'limit': c.limit}
+        if not n:
+            reason = (
+                f"no uniform samples of the region ({c.within.describe()}): a search's records are "
+                'not a random sample; metavlm verify draws them'
+            )
+            return c.verdict(INCONCLUSIVE, reason, figures)
+        lower, upper = rate_bounds(k, n, c.confidence)
+        status = judge_rate(k, n, c.limit, c.confidence)
+        figures.update(rate=k / n, lower=lower, upper=upper, confidence=c.confidence)
+        bounds = (
+            f'{k}/{n} = {k / n:.2%} on {len(self.frames)} frames, {c.confidence:.0%} bounds '
+            f'[{lower:.2%}, {upper:.2%}]'
+        )
+        if status == PASS:
+            reason = f'{bounds}: the upper bound meets the limit {c.limit:.2%}'
+        elif status == FAIL:
+            reason = f'{bounds}: the lower bound is above the limit {c.limit:.2%}'
+        else:
+            more = samples_to_decide(k, n, c.limit, c.confidence)
+            figures['samples_to_decide'] = more
+            if more is None:
+                tail = 'the observed rate equals the limit: no number of samples decides'
+            else:
+                tail = f'about {more} more samples would decide if the observed rate held'
+            reason = f'{bounds}: the limit {c.limit:.2%} lies between them; {tail}'
+        return c.verdict(status, reason, figures)
+
+
+# --- envelope: "rotation holds to +-1 deg on >= 80 % of frames" ---------------------------------
+
+
+@dataclass(frozen=True)
+class EnvelopeCriterion(Criterion):
+    """A relation's boundary is >= at_least on >= `frames` of frames (order statistics of brackets)."""
+
+    relation: str
+    direction: str
+    at_least: float
+    frames: float
+    confidence: float
+    kind: ClassVar[str] = 'envelope'
+    keys: ClassVar[frozenset[str]] = _BASE_KEYS | {
+        'relation',
+        'direction',
+        'at_least',
+        'frames',
+        'confidence',
+    }
+
+    @classmethod
+    def read(cls, reader: Reader, where: str, item: Mapping, cid: str, confidence: float) -> Criterion:
+        relation = reader.required(where, item, 'relation')
+        if relation not in RELATION_BY_ID:
+            raise reader.fail(f'{where}.relation', f'unknown relation (known: {", ".join(RELATION_BY_ID)})')
+        direction = str(item.get('direction', 'both'))
+        sides = {d.name[-1]: d.end for d in directions(SearchSpace.from_options([relation]))}
+        if direction not in _DIRECTIONS or (direction != 'both' and direction not in sides):
+            raise reader.fail(
+                f'{where}.direction', f'{relation} has the directions {", ".join(sides)}; got {direction!r}'
+            )
+        ends = [end for side, end in sides.items() if direction in ('both', side)]
+        at_least = reader.number(f'{where}.at_least', reader.required(where, item, 'at_least'), 0, min(ends))
+        frames = reader.number(f'{where}.frames', reader.required(where, item, 'frames'), 0, 1)
+        return cls(cid, '', relation, direction, at_least, frames, reader.confidence(where, item, confidence))
+
+    def default_claim(self) -> str:
+        side = {'both': '+-', '+': '+', '-': '-'}[self.direction]
+        return (
+            f'{self.relation} holds to {side}{self.at_least:g} on >= {self.frames:.0%} of frames, '
+            f'{self.confidence:.0%} confidence'
+        )
+
+    @property
+    def direction_names(self) -> list[str]:
+        """The directions the claim is about: 'rotation-', 'rotation+', ..."""
+        sides = ('-', '+') if self.direction == 'both' else (self.direction,)
+        return [f'{self.relation}{side}' for side in sides]
+
+    @classmethod
+    def searches(
+        cls, criteria: Sequence[Criterion], *, evaluations: int, envelope_rounds: int
+    ) -> list[SearchNeed]:
+        # One boundary search over every relation the claims name.
+        order = list(DEFAULT_RELATIONS) + [c.relation for c in criteria]
+        relations = sorted({c.relation for c in criteria}, key=order.index)
+        space = SearchSpace.from_options(relations)
+        budget = ENVELOPE_POINTS * len(directions(space)) * envelope_rounds
+        return [SearchNeed('envelope', ENVELOPE, space, budget, ', '.join(c.id for c in criteria))]
+
+    def evidence(self) -> ClaimEvidence:
+        return _Boundaries(self)
+
+
+def _frames_for_a_bound(q: float, confidence: float) -> int:
+    """The fewest frames whose smallest value bounds the q-quantile from below at `confidence`."""
+    return math.ceil(math.log(1 - confidence) / math.log(1 - q))
+
+
+@dataclass
+class _Boundaries(ClaimEvidence):
+    """An envelope claim's evidence: each frame's bracket in its direction(s), from the tally."""
+
+    criterion: EnvelopeCriterion
+
+    def frame_brackets(self, tally: Any) -> tuple[list[Bracket], int]:
+        """One bracket per frame the tally saw (the smaller of the claim's directions), and how many
+        frames have evidence; a frame without any counts as holding to 0 with no upper end."""
+        names, merged = self.criterion.direction_names, tally.brackets.merged()
+        brackets, with_evidence = [], 0
+        for image in sorted(tally.frames):
+            per = [merged[(image, name)] for name in names if (image, name) in merged]
+            if len(per) != len(names):
+                brackets.append(Bracket(0.0, None))
+                continue
+            brackets.append(Bracket.smaller(per))
+            with_evidence += 1
+        return brackets, with_evidence
+
+    def verdict(self, tally: Any) -> Verdict:
+        c = self.criterion
+        brackets, with_evidence = self.frame_brackets(tally)
+        censored = sum(b.censored for b in brackets)
+        figures: dict = {
+            'frames': len(brackets),
+            'frames_with_evidence': with_evidence,
+            'censored': censored,
+            'at_least': c.at_least,
+            'share': c.frames,
+        }
+        if not with_evidence:
+            reason = f'no evaluation of {c.relation} alone on any frame (metavlm verify searches them)'
+            return c.verdict(INCONCLUSIVE, reason, figures)
+        # "On every frame" (frames 1.0, q 0) is about these frames only, no population to bound.
+        judged = judge_envelope(brackets, 1 - c.frames, c.at_least, c.confidence)
+        lower, upper = judged.bounds.lower, judged.bounds.upper
+        figures.update(lower=lower, upper=upper, confidence=c.confidence)
+        share = f'{c.frames:.0%}'
+        if judged.status == PASS:
+            reason = f'on {share} of frames it holds to at least {lower:.4g} ({c.confidence:.0%} lower bound)'
+        elif judged.status == FAIL:
+            reason = f'on more than {1 - c.frames:.0%} of frames it breaks by {upper:.4g} (upper bound)'
+        else:
+            shown = lambda v: 'none' if v is None else f'{v:.4g}'  # noqa: E731
+            reason = (
+                f'bounds [{shown(lower)}, {shown(upper)}] on the boundary {share} of frames clear, from '
+                f'{with_evidence} of {len(brackets)} frames ({censored} hold to the searched end)'
+            )
+            if lower is None and c.frames < 1:
+                needed = _frames_for_a_bound(1 - c.frames, c.confidence)
+                reason += f'; a lower bound needs at least {needed} frames'
+                figures['frames_for_a_lower_bound'] = needed
+        return c.verdict(judged.status, reason, figures)
+
+
+#: Every kind of criterion, by the name a criteria file gives it, in the order their searches run.
+KINDS: dict[str, type[Criterion]] = {
+    k.kind: k for k in (ExistenceCriterion, RateCriterion, EnvelopeCriterion)
+}
