@@ -99,3 +99,55 @@ class UnreadableEvery(VLMBackend):
                 )
             out.append(prediction)
         return out
+
+
+class ThresholdDetector(VLMBackend):
+    """A detection-type 'model': each bright blob (grey level above `threshold`, at least `min_area`
+    pixels) is an object, its class by its dominant channel (red trash, green animal, blue object,
+    else vegetation), its score its mean brightness. Equivariant under moves of the pixels, as a good
+    detector is; a contrast change (CLAHE, turbid water) can split, merge or lose blobs."""
+
+    kind = 'detection'
+    name = 'fake-detector'
+    model_id = 'fake-threshold-detector'
+    classes = CLASSES
+
+    def __init__(self, threshold: int = 150, min_area: int = 12):
+        self.threshold = threshold
+        self.min_area = min_area
+        self.calls: list[int] = []
+
+    def predict(self, frames):
+        import cv2
+
+        from metavlm_ros.method.boxes import Detection
+
+        self.calls.append(len(frames))
+        out = []
+        for frame in frames:
+            grey = frame.max(axis=2)
+            count, labels, stats, _ = cv2.connectedComponentsWithStats(
+                (grey > self.threshold).astype(np.uint8)
+            )
+            found = []
+            for k in range(1, count):
+                x, y, w, h, area = (int(v) for v in stats[k])
+                if area < self.min_area:
+                    continue
+                mean = frame[labels == k].mean(axis=0)
+                channel = int(np.argmax(mean))
+                cls = (
+                    ('trash', 'animal', 'object')[channel]
+                    if mean[channel] > 1.3 * np.median(mean)
+                    else 'vegetation'
+                )
+                found.append(
+                    Detection(
+                        cls,
+                        round(float(mean.max()) / 255, 4),
+                        (float(x), float(y), float(x + w), float(y + h)),
+                    )
+                )
+            values = {c: float(sum(d.cls == c for d in found)) for c in self.classes}
+            out.append(Prediction(kind='detection', values=values, detections=tuple(found)))
+        return out

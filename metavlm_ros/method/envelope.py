@@ -228,11 +228,19 @@ class Boundary(Bracket):
 
 
 def violated(record: dict, key: str, cls: str | None = None) -> bool:
-    """Whether an evaluation record violates at criterion `key` ('0.05', 'count'): any class (the
-    record's own flag), or only class `cls` (its change alone: a count that changed, a confidence that
-    moved by the threshold or more, Eqs. 4, 5)."""
+    """Whether an evaluation record violates at criterion `key` ('0.05', 'count', 'iou0.5'): any class
+    (the record's own flag), or only class `cls` (its change alone: a count that changed, a confidence
+    that moved by the threshold or more, Eqs. 4, 5; an object of that class lost, new or displaced,
+    docs/method.md §13)."""
     if cls is None:
         return bool((record.get('violation') or {}).get(key))
+    if record.get('kind') == 'detection':
+        boxes, found = record.get('boxes') or {}, record.get('followup_detections') or []
+        expected = boxes.get('expected') or []
+        classes = [expected[i]['class'] for i in boxes.get('lost', [])]
+        classes += [found[j]['class'] for j in boxes.get('new', [])]
+        classes += [expected[i]['class'] for i, _, _ in boxes.get('displaced', [])]
+        return cls in classes
     source, followup = record.get('source') or {}, record.get('followup') or {}
     if cls not in source or cls not in followup:
         return False

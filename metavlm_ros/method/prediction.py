@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from metavlm_ros.method.boxes import Detection
+
 __all__ = ['CLASSES', 'Prediction', 'VLMBackend']
 
 #: The paper's final labels (Table 1), in the order reports list them.
@@ -18,8 +20,13 @@ class Prediction:
     """What a VLM reports about one frame.
 
     Attributes:
-        kind: 'count' (BLIP family, Eqs. 2, 4, 7) or 'confidence' (CLIP family, Eqs. 3, 5, 8).
-        values: per class, a count (a float holding an int) or a confidence.
+        kind: 'count' (BLIP family, Eqs. 2, 4, 7), 'confidence' (CLIP family, Eqs. 3, 5, 8) or
+            'detection' (detectors and grounding VLMs: objects with boxes, docs/method.md §13);
+            method/answers.py declares each.
+        values: per class, a count (a float holding an int) or a confidence; for detections, how
+            many objects of the class were found.
+        detections: for detections, the objects found (class, score, box in the pixels of the frame
+            given); empty for the other kinds.
         text: the generated answer of a generative model; '' for a contrastive one.
         error: why the answer could not be read (a parse failure: an evaluation that failed, with
             no values), '' when it was read.
@@ -30,6 +37,7 @@ class Prediction:
     kind: str
     values: dict[str, float] = field(default_factory=dict)
     text: str = ''
+    detections: tuple[Detection, ...] = ()
     error: str = ''
     evidence: dict = field(default_factory=dict, compare=False)  # how, not what: not part of the answer
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     'Evaluation',
     'SearchResult',
+    'detections_record',
     'evaluation_record',
     'followup_name',
     'pareto_png_members',
@@ -47,6 +48,9 @@ class Evaluation:
     #: no more than a batch.
     #: A caller that publishes or saves a follow-up takes it here instead of rendering it again.
     followup_frame: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: Detections: the follow-up's boxes matched to the source's moved by the warp (method/answers.py),
+    #: in the searched frame's pixels; None for the other kinds of answer.
+    boxes: dict | None = None
 
 
 @dataclass
@@ -67,6 +71,8 @@ class SearchResult:
     warp: str = 'fused'
     working_size: int = 0
     source_size: tuple[int, int] = (0, 0)
+    #: Width of the frame as searched (at the working size), in pixels; 0 when not known.
+    working_width: int = 0
     relations: tuple[str, ...] = ()
     #: Why the source frame's answer could not be read (then nothing was searched); '' otherwise.
     source_error: str = ''
@@ -171,7 +177,42 @@ def evaluation_record(ev: Evaluation, result: SearchResult, extra: dict | None =
         # Only a parse failure has it: records of searches without one stay as they were.
         **({'parse_error': ev.followup.error} if ev.followup is not None and ev.followup.error else {}),
         **({'request': ev.followup.evidence} if ev.followup is not None and ev.followup.evidence else {}),
+        **_detection_fields(ev, result),
     }
+
+
+def _to_source_pixels(result: SearchResult) -> float:
+    """How many source-frame pixels one pixel of the searched (working size) frame is."""
+    width = result.source_size[0]
+    return width / result.working_width if width and result.working_width else 1.0
+
+
+def _scaled(box: Sequence[float], scale: float) -> list[float]:
+    return [round(float(v) * scale, 3) for v in box]
+
+
+def detections_record(prediction: Prediction | None, scale: float = 1.0) -> list[dict] | None:
+    """A prediction's detections as records (class, score, box in source-frame pixels at `scale`)."""
+    if prediction is None or prediction.error:
+        return None
+    return [{**d.as_record(), 'box': _scaled(d.box, scale)} for d in prediction.detections]
+
+
+def _detection_fields(ev: Evaluation, result: SearchResult) -> dict:
+    """Detections only (docs/results.md): the follow-up's objects, and how they matched the source's
+    moved by the warp (`boxes`: expected boxes, and lost, new, reclassed, displaced and matched objects
+    by their indices in the source's and the follow-up's lists); boxes in source-frame pixels."""
+    if result.source.kind != 'detection':
+        return {}
+    scale = _to_source_pixels(result)
+    boxes = None
+    if ev.boxes is not None:
+        expected = [
+            {**e, 'box': _scaled(e['box'], scale), 'inner': _scaled(e['inner'], scale)}
+            for e in ev.boxes['expected']
+        ]
+        boxes = {**ev.boxes, 'expected': expected}
+    return {'followup_detections': detections_record(ev.followup, scale), 'boxes': boxes}
 
 
 def _relations_field(result: SearchResult) -> dict:
@@ -201,6 +242,11 @@ def summary_record(result: SearchResult, backend: Any = None, extra: dict | None
         'kind': result.source.kind,
         'source': result.source.values,
         'source_text': result.source.text,
+        **(
+            {'source_detections': detections_record(result.source, _to_source_pixels(result))}
+            if result.source.kind == 'detection'
+            else {}
+        ),
         'warp': result.warp,
         **_relations_field(result),
         'evaluations': len(result.evaluations),

@@ -16,16 +16,15 @@ from pymoo.problems.static import StaticProblem
 from metavlm_ros.common.errors import ModelError, ParameterError, SearchInterrupted
 from metavlm_ros.common.images import check_frame, parse_working_size, resize_longer_side, working_size_for
 from metavlm_ros.method import defaults
+from metavlm_ros.method.answers import Criteria, answer_for
+from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.method.encoding import Composition, SearchSpace, decode
 from metavlm_ros.method.metrics import (
     DEFAULT_THRESHOLDS,
     hypervolume,
     non_dominated,
-    threshold_key,
-    violation_flags,
-    violation_strength_of,
 )
-from metavlm_ros.method.objectives import f_pred, f_trans
+from metavlm_ros.method.objectives import f_trans
 from metavlm_ros.method.relations import WARPS, apply_composition
 
 if TYPE_CHECKING:
@@ -88,6 +87,13 @@ class SearchConfig:
     #: Follow-up PNGs written for the non-dominated set: K members spread along the front, None: all.
     #: Not part of the identity: it changes which PNGs exist, never a record.
     pareto_pngs: int | None = defaults.PARETO_PNGS
+    #: Detections: a matched box below this IoU is displaced, a violation (docs/method.md §13).
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD
+
+    @property
+    def criteria(self) -> Criteria:
+        """What a follow-up is judged by (method/answers.py)."""
+        return Criteria(tuple(self.thresholds), float(self.iou_threshold))
 
     def validate(self) -> SearchConfig:
         if self.algorithm not in ALGORITHMS:
@@ -100,6 +106,8 @@ class SearchConfig:
             raise ParameterError(f'evaluations must be a positive budget, got {self.evaluations}')
         if not self.thresholds or any(not 0 < t < 1 for t in self.thresholds):
             raise ParameterError(f'thresholds must lie in (0, 1), got {list(self.thresholds)}')
+        if not 0 < self.iou_threshold <= 1:
+            raise ParameterError(f'the IoU threshold must lie in (0, 1], got {self.iou_threshold}')
         if self.warp not in WARPS:
             raise ParameterError(f'unknown warp {self.warp!r} (choose from {", ".join(WARPS)})')
         self.working_size = parse_working_size(self.working_size)
@@ -117,6 +125,8 @@ class SearchConfig:
             'relations': space.as_record(),
             'thresholds': list(self.thresholds),
             'working_size': self.working_size,
+            # Only where it is not the default: the identity of every other search stays as it was.
+            **({'iou_threshold': self.iou_threshold} if self.iou_threshold != DEFAULT_IOU_THRESHOLD else {}),
         }
 
 
@@ -155,6 +165,9 @@ class _Judge:
         self.backend = backend
         self.source = source
         self.config = config
+        self.answer = answer_for(source.kind)
+        self.criteria = config.criteria
+        self.size = (int(frame.shape[1]), int(frame.shape[0]))
         self.cache: dict[tuple, Prediction] = {}
         self.model_calls = 0
         self.frames_judged = 0
@@ -188,13 +201,9 @@ class _Judge:
             failed = followup is None or bool(followup.error)
             if failed or comp.order == 0:
                 # Order 0 is the identity and never a violation (docs/method.md §2).
-                flags = self._no_violation()
-                strength: dict[str, float | None] = dict.fromkeys(flags)
-                prediction_change = 0.0
+                judged = self.answer.unchanged(self.criteria)
             else:
-                flags = violation_flags(self.source, followup, self.config.thresholds)
-                strength = self._strengths(followup)
-                prediction_change = f_pred(self.source, followup)
+                judged = self.answer.judge(self.source, followup, self.criteria, comp, self.size)
             evaluations.append(
                 Evaluation(
                     index=first_index + offset,
@@ -202,13 +211,14 @@ class _Judge:
                     genotype=np.asarray(x, dtype=float),
                     composition=comp,
                     f_trans=f_trans(comp),
-                    f_pred=prediction_change,
+                    f_pred=judged.f_pred,
                     followup=followup,
-                    violation=flags,
-                    strength=strength,
+                    violation=judged.violation,
+                    strength=judged.strength,
                     cached=cached and comp.order > 0 and not failed,
                     failed=failed,
                     followup_frame=None if cached else rendered.get(comp.key),
+                    boxes=judged.boxes,
                 )
             )
         return evaluations
@@ -216,16 +226,6 @@ class _Judge:
     def followup_frame(self, composition: Composition) -> np.ndarray:
         """The follow-up frame of a composition, warped as the search's configuration says."""
         return apply_composition(self.frame, composition, fuse=self.config.warp == 'fused')
-
-    def _no_violation(self) -> dict[str, bool]:
-        return dict.fromkeys(violation_flags(self.source, self.source, self.config.thresholds), False)
-
-    def _strengths(self, followup: Prediction) -> dict[str, float | None]:
-        if self.source.kind == 'count':
-            return {'count': violation_strength_of(self.source, followup)}
-        return {
-            threshold_key(t): violation_strength_of(self.source, followup, t) for t in self.config.thresholds
-        }
 
 
 class _CompositionProblem(Problem):
@@ -306,6 +306,7 @@ def run_search(
         warp=config.warp,
         working_size=max(frame.shape[:2]),
         source_size=source_size,
+        working_width=int(frame.shape[1]),
         relations=config.space.enabled_ids,
         source_frame=stored_source,
         pareto_pngs=config.pareto_pngs,
@@ -383,8 +384,8 @@ def _drive_envelope(judge, config, record, should_stop, result) -> None:
     judged in generations of `population` (one model call each, as every search), the round told
     once all are judged, the last cut to what is left."""
     search = EnvelopeSearch(config.space)
-    # Refined on the most demanding criterion: a count change, or the smallest threshold.
-    key = 'count' if judge.source.kind == 'count' else threshold_key(min(config.thresholds))
+    # Refined on the most demanding criterion: a count change, the smallest threshold, the IoU's.
+    key = judge.answer.refining_key(judge.criteria)
     done, generation = 0, 0
     while done < config.evaluations and not search.done:
         genotypes = search.ask(config.evaluations - done)
@@ -405,7 +406,7 @@ def _drive_envelope(judge, config, record, should_stop, result) -> None:
 
 def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, started: float) -> None:
     usable = [i for i, ev in enumerate(result.evaluations) if not ev.failed]
-    n_classes = len(result.source.values)
+    scale = judge.answer.f_pred_scale(len(result.source.values))
     if usable:
         ft = np.array([result.evaluations[i].f_trans for i in usable])
         fp = np.array([result.evaluations[i].f_pred for i in usable])
@@ -415,7 +416,7 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
             (i for i in front if result.evaluations[i].f_pred > 0),
             key=lambda i: result.evaluations[i].f_trans,
         )
-        result.hypervolume = float(hypervolume(ft, fp, n_classes, len(result.relations)))
+        result.hypervolume = float(hypervolume(ft, fp, scale, len(result.relations)))
     result.model_calls += judge.model_calls
     result.frames_judged += judge.frames_judged
     result.seconds = time.perf_counter() - started

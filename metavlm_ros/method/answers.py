@@ -1,0 +1,168 @@
+"""The kinds of answer a model gives, each declared once: its violation keys, how a follow-up is judged.
+
+- `count` (BLIP family): per class a count; Eqs. 2, 4, 7.
+- `confidence` (CLIP family): per class a confidence; Eqs. 3, 5, 8, at each threshold.
+- `detection` (detectors, grounding VLMs): objects with class, score and box; the box oracle of
+  method/boxes.py (docs/method.md §13): f_pred = 1 - panoptic quality of the follow-up's boxes
+  matched to the source's moved by the composition's warp, a violation a lost, new, reclassed or
+  displaced object.
+The search judges through `ANSWERS[source.kind]`; a fourth kind is one more declaration here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD, compare_detections, expected_boxes
+from metavlm_ros.method.metrics import threshold_key, violation_flags, violation_strength_of
+from metavlm_ros.method.objectives import f_pred
+from metavlm_ros.method.relations import composition_matrix
+
+if TYPE_CHECKING:
+    from metavlm_ros.method.encoding import Composition
+    from metavlm_ros.method.prediction import Prediction
+
+__all__ = ['ANSWERS', 'Answer', 'Criteria', 'Judgement', 'answer_for', 'iou_key']
+
+
+def iou_key(iou_threshold: float) -> str:
+    """The key of a detection violation at an IoU threshold in violation flags, e.g. 'iou0.5'."""
+    return f'iou{float(iou_threshold):g}'
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What a follow-up is judged by: the confidence thresholds (Eq. 5) and the IoU threshold below
+    which a matched box is displaced (§13)."""
+
+    thresholds: tuple[float, ...]
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A follow-up judged against its source: f_pred, a violation flag and strength per key, and for
+    detections the match (`boxes`: what the records keep of it)."""
+
+    f_pred: float
+    violation: dict[str, bool]
+    strength: dict[str, float | None]
+    boxes: dict | None = field(default=None)
+
+
+class Answer:
+    """A kind of answer: its violation keys and how a follow-up is judged against the source."""
+
+    kind: ClassVar[str]
+
+    def keys(self, criteria: Criteria) -> tuple[str, ...]:
+        """The violation keys of a record, in order."""
+        raise NotImplementedError
+
+    def refining_key(self, criteria: Criteria) -> str:
+        """The most demanding key (the one the boundary search refines by)."""
+        return self.keys(criteria)[0]
+
+    def judge(
+        self,
+        source: Prediction,
+        followup: Prediction,
+        criteria: Criteria,
+        composition: Composition,
+        size: tuple[int, int],
+    ) -> Judgement:
+        """Judge `followup` (of `composition` applied to the source frame of `size` (width, height))."""
+        raise NotImplementedError
+
+    def unchanged(self, criteria: Criteria) -> Judgement:
+        """The judgement of no change (the identity, a failed evaluation): f_pred 0, no violation."""
+        keys = self.keys(criteria)
+        return Judgement(0.0, dict.fromkeys(keys, False), dict.fromkeys(keys))
+
+    def f_pred_scale(self, n_classes: int) -> int:
+        """The largest f_pred, which normalises it for the hypervolume (§5): |C| for the paper's kinds."""
+        return n_classes
+
+
+class CountAnswer(Answer):
+    kind = 'count'
+
+    def keys(self, criteria: Criteria) -> tuple[str, ...]:
+        return ('count',)
+
+    def judge(self, source, followup, criteria, composition, size) -> Judgement:
+        return Judgement(
+            f_pred(source, followup),
+            violation_flags(source, followup, criteria.thresholds),
+            {'count': violation_strength_of(source, followup)},
+        )
+
+
+class ConfidenceAnswer(Answer):
+    kind = 'confidence'
+
+    def keys(self, criteria: Criteria) -> tuple[str, ...]:
+        if not criteria.thresholds:
+            raise ParameterError('at least one violation threshold is needed for confidence predictions')
+        return tuple(threshold_key(t) for t in criteria.thresholds)
+
+    def refining_key(self, criteria: Criteria) -> str:
+        return threshold_key(min(criteria.thresholds))
+
+    def judge(self, source, followup, criteria, composition, size) -> Judgement:
+        return Judgement(
+            f_pred(source, followup),
+            violation_flags(source, followup, criteria.thresholds),
+            {threshold_key(t): violation_strength_of(source, followup, t) for t in criteria.thresholds},
+        )
+
+
+class DetectionAnswer(Answer):
+    kind = 'detection'
+
+    def keys(self, criteria: Criteria) -> tuple[str, ...]:
+        return (iou_key(criteria.iou_threshold),)
+
+    def judge(self, source, followup, criteria, composition, size) -> Judgement:
+        width, height = size
+        expected = expected_boxes(
+            source.detections, composition_matrix(composition, width, height), width, height
+        )
+        match = compare_detections(expected, followup.detections, criteria.iou_threshold)
+        key = iou_key(criteria.iou_threshold)
+        # Indices into the record's own lists: `expected` (each naming its source object) and the
+        # follow-up's detections, so a record reads whole (`boxes.expected[boxes.lost[0]].class`).
+        boxes = {
+            'expected': [{**e.as_record(), 'source': e.source} for e in expected],
+            'lost': list(match.lost),
+            'new': list(match.new),
+            'reclassed': [list(pair) for pair in match.reclassed],
+            'displaced': [[i, j, round(iou, 6)] for i, j, iou in match.displaced],
+            'matched': [[i, j, round(iou, 6)] for i, j, iou in match.pairs],
+        }
+        return Judgement(
+            match.f_pred, {key: match.violation}, {key: match.f_pred if match.violation else None}, boxes
+        )
+
+    def f_pred_scale(self, n_classes: int) -> int:
+        return 1  # 1 - panoptic quality: in [0, 1] whatever the vocabulary
+
+
+#: Every kind of answer, by the name a Prediction carries.
+ANSWERS: dict[str, Answer] = {a.kind: a for a in (CountAnswer(), ConfidenceAnswer(), DetectionAnswer())}
+
+
+def answer_for(kind: str) -> Answer:
+    """The declaration of a prediction kind.
+
+    Raises:
+        ParameterError: an unknown kind.
+    """
+    try:
+        return ANSWERS[kind]
+    except KeyError:
+        raise ParameterError(
+            f'unknown prediction kind {kind!r}; expected one of {", ".join(ANSWERS)}'
+        ) from None
