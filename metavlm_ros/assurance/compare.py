@@ -15,6 +15,8 @@ from metavlm_ros.assurance.evidence import Evidence, Run, merged_boundaries
 from metavlm_ros.assurance.stats import holm, mcnemar_exact, wilcoxon_paired
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.method.algorithms import ENVELOPE
+from metavlm_ros.method.answers import iou_key
+from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.method.envelope import directions
 from metavlm_ros.method.metrics import threshold_key
 from metavlm_ros.method.stats import a12, a12_magnitude, mann_whitney_p
@@ -118,6 +120,13 @@ def comparable_key(base: Evidence, candidate: Evidence, threshold: float | None)
         raise InputError('not comparable: a count model and a confidence model')
     if kinds == {'count'}:
         return 'count', notes
+    if kinds == {'detection'}:
+        found = {run.settings.get('iou_threshold', DEFAULT_IOU_THRESHOLD) for run in base.runs}
+        if len(found) != 1:
+            raise InputError(
+                f'the searches judged boxes at IoU thresholds {", ".join(map(str, sorted(found)))}'
+            )
+        return iou_key(found.pop()), notes
     if threshold is None:
         found = {t for run in base.runs for t in (run.settings.get('thresholds') or [])}
         if len(found) != 1:

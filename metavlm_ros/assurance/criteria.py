@@ -17,7 +17,9 @@ import yaml
 from metavlm_ros.assurance.criterion import Criterion, Reader, Region
 from metavlm_ros.assurance.kinds import KINDS
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.method.metrics import threshold_key
+from metavlm_ros.method.answers import Criteria as AnswerCriteria
+from metavlm_ros.method.answers import answer_for
+from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 
 __all__ = [
     'CRITERIA_FORMAT',
@@ -35,7 +37,7 @@ CRITERIA_FORMAT = 1
 #: installed package's share directory).
 EXAMPLE = 'aur_camera.yaml'
 _ID = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
-_TOP = {'format', 'name', 'threshold', 'confidence', 'criteria'}
+_TOP = {'format', 'name', 'threshold', 'iou_threshold', 'confidence', 'criteria'}
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,13 @@ class Criteria:
     threshold: float
     confidence: float
     criteria: tuple[Criterion, ...] = field(default_factory=tuple)
+    #: Detections: a matched box below this IoU is displaced (docs/method.md §13).
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD
 
     def key(self, kind: str) -> str:
-        """The records' violation key these criteria judge by, for a model of prediction `kind`."""
-        return 'count' if kind == 'count' else threshold_key(self.threshold)
+        """The records' violation key these criteria judge by, for a model of prediction `kind`: the
+        most demanding of that kind's keys at these criteria's thresholds (method/answers.py)."""
+        return answer_for(kind).refining_key(AnswerCriteria((self.threshold,), self.iou_threshold))
 
 
 def example_criteria() -> Path:
@@ -104,6 +109,7 @@ def load_criteria(path: str | Path) -> Criteria:
     threshold = reader.number('threshold', document.get('threshold', 0.05), 0, 1)
     if threshold >= 1:
         raise reader.fail('threshold', f'must lie in (0, 1), got {threshold:g}')
+    iou_threshold = reader.number('iou_threshold', document.get('iou_threshold', DEFAULT_IOU_THRESHOLD), 0, 1)
     confidence = reader.number('confidence', document.get('confidence', 0.95), 0, 1)
     if confidence >= 1:
         raise reader.fail('confidence', f'must lie in (0, 1), got {confidence:g}')
@@ -145,4 +151,5 @@ def load_criteria(path: str | Path) -> Criteria:
         threshold=threshold,
         confidence=confidence,
         criteria=tuple(criteria),
+        iou_threshold=iou_threshold,
     )

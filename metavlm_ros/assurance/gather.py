@@ -59,6 +59,7 @@ def plan(
             seed=seed,
             space=space,
             thresholds=(criteria.threshold,),
+            iou_threshold=criteria.iou_threshold,
             working_size=working_size,
         ).validate()
 

@@ -141,3 +141,26 @@ def test_evidence_at_other_thresholds_and_empty_roots_are_refused_in_one_line(ev
         judge(criteria, load_evidence(evidence_root))
     with pytest.raises(InputError, match='no results directory'):
         load_evidence(tmp_path)
+
+
+def test_detection_evidence_is_judged_at_the_criteria_iou_threshold(tmp_path):
+    from test.fakes import ThresholdDetector
+
+    root = tmp_path / 'evidence'
+    write_run(root / 'search', 'nsga2', evaluations=40, backend=ThresholdDetector(threshold=120))
+    evidence = load_evidence(root)
+    assert evidence.kind == 'detection' and evidence.keys == ['iou0.5']
+    claims = ({'id': 'any', 'kind': 'existence', 'f_trans_max': 6},)
+    (verdict,) = judge(_criteria(tmp_path, *claims), evidence)
+    broken = [
+        r for _, r in evidence.evaluations() if r['order'] and not r['failed'] and r['violation']['iou0.5']
+    ]
+    assert verdict.figures['violations'] == len(broken)
+    assert verdict.status == ('FAIL' if broken else 'PASS')
+    # Criteria that ask for another IoU threshold than the records were judged at are refused.
+    path = tmp_path / 'strict.yaml'
+    path.write_text(
+        yaml.safe_dump({'format': 1, 'name': 'strict', 'iou_threshold': 0.7, 'criteria': list(claims)})
+    )
+    with pytest.raises(InputError, match='not at the criteria threshold'):
+        judge(load_criteria(path), evidence)
