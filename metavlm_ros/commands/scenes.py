@@ -16,9 +16,9 @@ from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.results import check_output_dir, storage_error
 from metavlm_ros.common.scratch import remove_stale, scratch_path
+from metavlm_ros.footage.ground_truth import GROUND_TRUTH_FILE
 
 HELP = 'write synthetic underwater footage with ground truth (a ROS 2 or ROS 1 bag, a video, or PNGs)'
-GROUND_TRUTH_FILE = 'ground_truth.jsonl'
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

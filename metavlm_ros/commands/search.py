@@ -8,6 +8,7 @@ import sys
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.footage.arguments import add_frame_arguments
 from metavlm_ros.method import defaults
+from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.models.arguments import (
     add_model_arguments,
     create_backend_from_args,
@@ -50,6 +51,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     group.add_argument(
         '--seed', type=int, default=defaults.SEED, help=f'random seed (default: {defaults.SEED})'
+    )
+    group.add_argument(
+        '--iou-threshold',
+        type=float,
+        default=DEFAULT_IOU_THRESHOLD,
+        help='detection models: a matched box below this IoU is a displaced object, a violation '
+        f'(default: {DEFAULT_IOU_THRESHOLD}; docs/method.md §13)',
+    )
+    group.add_argument(
+        '--skip-wrong-sources',
+        action='store_true',
+        help="detection models on footage with ground truth (the project's scenes and bags): search only "
+        'the frames the model gets right (every object found, nothing else, at the IoU threshold), as the '
+        'study searched only correctly classified images; the others are named and skipped',
     )
     group.add_argument(
         '--relations',
@@ -139,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     from metavlm_ros.common.errors import ModelError, ResultsError
     from metavlm_ros.common.results import ResultsStore, check_results_dir, search_key
     from metavlm_ros.footage.frames import frame_digest, iter_frames, verify_sources
+    from metavlm_ros.footage.ground_truth import SourceCheck
     from metavlm_ros.method.encoding import SearchSpace
     from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
     from metavlm_ros.method.search import SearchConfig, run_search, summarise_orders
@@ -154,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         thresholds=tuple(args.thresholds) if args.thresholds else DEFAULT_THRESHOLDS,
         working_size=args.working_size,
         pareto_pngs=args.pareto_pngs,
+        iou_threshold=args.iou_threshold,
     ).validate()
     verify_sources(args.frames)
     frames = iter_frames(
@@ -196,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
         yield first
         yield from frames
 
-    searched = 0
+    searched = skipped = 0
+    check_source = SourceCheck(backend, config)
     with store:
         for frame in all_frames():
             digest = frame_digest(frame.rgb)
@@ -224,15 +242,26 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 dynamic_ncols=True,
             ) as bar:
+                prepared, source, accuracy = check_source(frame)
+                if accuracy is not None and args.skip_wrong_sources and not accuracy.correct:
+                    print(
+                        f'{frame.id}: skipped (--skip-wrong-sources): the model is wrong on the source: '
+                        f'{accuracy.false_negatives} object(s) missed, {accuracy.false_positives} false, at '
+                        f'IoU {accuracy.iou_threshold:g}'
+                    )
+                    skipped += 1
+                    continue
                 if live is not None:
                     store.next_source(frame.rgb)
                 result = run_search(
-                    frame.rgb,
+                    prepared,
                     backend,
                     config,
                     image_id=frame.id,
                     store=store,
                     progress=bar.update,
+                    source=source,
+                    summary_fields={} if accuracy is None else {'source_accuracy': accuracy.as_record()},
                     extra_fields={
                         'model': backend.model_id,
                         'backend': backend.name,
@@ -253,6 +282,8 @@ def run(args: argparse.Namespace) -> int:
 
     # The directory as this command leaves it, for `sha256sum -c` and `metavlm verify` (docs/assurance.md).
     write_manifest(args.out)
+    if skipped:
+        print(f'{skipped} frame(s) skipped: the model is wrong on their source (--skip-wrong-sources)')
     print(
         f'{searched} frame(s) searched; results in {store.directory}/ '
         '(evaluations.jsonl.gz, pareto.jsonl.gz, summary.jsonl.gz, frames/, sources/, search.json, '

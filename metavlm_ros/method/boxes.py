@@ -32,8 +32,10 @@ __all__ = [
     'BoxMatch',
     'Detection',
     'ExpectedBox',
+    'SourceAccuracy',
     'compare_detections',
     'expected_boxes',
+    'source_accuracy',
     'tolerant_iou',
 ]
 
@@ -62,6 +64,11 @@ class Detection:
     @classmethod
     def from_record(cls, record: Mapping) -> Detection:
         return cls(str(record['class']), float(record['score']), tuple(float(v) for v in record['box']))
+
+    def scaled(self, sx: float, sy: float) -> Detection:
+        """The same object in the pixels of a frame `sx` times as wide and `sy` times as high."""
+        x1, y1, x2, y2 = self.box
+        return Detection(self.cls, self.score, (x1 * sx, y1 * sy, x2 * sx, y2 * sy))
 
 
 @dataclass(frozen=True)
@@ -273,3 +280,55 @@ def compare_detections(
         iou_threshold,
         tuple(ignored),
     )
+
+
+@dataclass(frozen=True)
+class SourceAccuracy:
+    """A detection answer against a frame's ground truth: true positives (a true object found, same
+    class, IoU at the threshold or more), false positives, false negatives, and the rates."""
+
+    true_positives: int
+    false_positives: int
+    false_negatives: int
+    iou_threshold: float
+
+    @property
+    def precision(self) -> float:
+        found = self.true_positives + self.false_positives
+        return self.true_positives / found if found else 1.0
+
+    @property
+    def recall(self) -> float:
+        there = self.true_positives + self.false_negatives
+        return self.true_positives / there if there else 1.0
+
+    @property
+    def correct(self) -> bool:
+        """Every object found and nothing else: the frame is one the model gets right."""
+        return self.false_positives == 0 and self.false_negatives == 0
+
+    def as_record(self) -> dict:
+        return {
+            'true_positives': self.true_positives,
+            'false_positives': self.false_positives,
+            'false_negatives': self.false_negatives,
+            'precision': self.precision,
+            'recall': self.recall,
+            'iou_threshold': self.iou_threshold,
+        }
+
+
+def source_accuracy(
+    truth: Sequence[Detection],
+    found: Sequence[Detection],
+    width: int,
+    height: int,
+    iou_threshold: float = 0.5,
+) -> SourceAccuracy:
+    """How right a detection answer is on a frame whose true objects are known (the project's own
+    footage): the same class-by-class Hungarian matching as the oracle, the true boxes taken as they
+    are (a pixel's tolerance: ground truth and answers are drawn to whole pixels)."""
+    expected = expected_boxes(truth, None, width, height, min_visible=0.0, tolerance=DEFAULT_PIXEL_TOLERANCE)
+    match = compare_detections(expected, found, iou_threshold)
+    hits = len(match.pairs) - len(match.displaced)
+    return SourceAccuracy(hits, len(found) - hits, len(expected) - hits, iou_threshold)

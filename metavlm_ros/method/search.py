@@ -255,6 +255,7 @@ def run_search(
     should_stop: Callable[[], bool] | None = None,
     extra_fields: dict | None = None,
     source: Prediction | None = None,
+    summary_fields: dict | None = None,
 ) -> SearchResult:
     """Search one frame for the smallest compositions that change the model's answer.
 
@@ -274,6 +275,7 @@ def run_search(
             evidence already.
         should_stop: polled between generations; True ends the search early (result.stopped).
         extra_fields: added to every stored record (e.g. model, run, source stamp).
+        summary_fields: added to the search's summary record only (e.g. the source's accuracy).
         source: the source prediction when the caller already has it (never recomputed here); it must
             be the prediction of the frame as searched: `prepare_frame(frame, config, ...).rgb`.
 
@@ -343,7 +345,7 @@ def run_search(
         # The caller cut the generation in progress short: it is not recorded, the rest is finished.
         result.stopped = True
 
-    _finish(result, judge, backend, store, extra, started)
+    _finish(result, judge, backend, store, extra, started, summary_fields or {})
     return result
 
 
@@ -404,7 +406,9 @@ def _drive_envelope(judge, config, record, should_stop, result) -> None:
         search.tell(told)
 
 
-def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, started: float) -> None:
+def _finish(
+    result: SearchResult, judge: _Judge, backend, store, extra: dict, started: float, summary_fields: dict
+) -> None:
     usable = [i for i, ev in enumerate(result.evaluations) if not ev.failed]
     scale = judge.answer.f_pred_scale(len(result.source.values))
     if usable:
@@ -436,4 +440,4 @@ def _finish(result: SearchResult, judge: _Judge, backend, store, extra: dict, st
         # unwritten: `metavlm render` makes it again from the source frame.
         record.update(rank=rank, frame=None if path is None else str(path.relative_to(store.directory)))
         store.append_pareto(record)
-    store.append_summary(summary_record(result, backend, extra))
+    store.append_summary(summary_record(result, backend, {**extra, **summary_fields}))
