@@ -11,6 +11,7 @@ from pathlib import Path
 from metavlm_ros.campaign.cells import CELL_FILE, CELLS_DIR, UNVERIFIED, read_campaign, verify_cell
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.results import EVALUATIONS, SUMMARY, read_jsonl
+from metavlm_ros.method.answers import key_order
 from metavlm_ros.method.metrics import anytime_hypervolume
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
 
@@ -130,7 +131,7 @@ class CampaignResults:
             for record in cell.solutions:
                 keys.update((record.get('violation') or {}).keys())
                 break
-        return sorted(keys, key=lambda k: (k != 'count', float(k) if k != 'count' else 0.0))
+        return sorted(keys, key=key_order)
 
 
 def load_results(directory: str | Path, solutions: str = 'all') -> CampaignResults:

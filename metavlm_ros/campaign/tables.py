@@ -12,6 +12,7 @@ import numpy as np
 from metavlm_ros.campaign.loading import SOLUTION_SETS, CampaignResults, hypervolumes, non_identity
 from metavlm_ros.common.document import Table, slug
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.answers import key_label
 from metavlm_ros.method.stats import compare, significant_a12
 
 __all__ = [
@@ -82,7 +83,7 @@ class Report:
 
 def criterion_label(key: str) -> str:
     """A violation criterion's name in a table: 'count', or the confidence threshold as 'Th=5%'."""
-    return 'count' if key == 'count' else f'Th={100 * float(key):g}%'
+    return key_label(key, short=True)
 
 
 def approach_name(algorithm: str) -> str:

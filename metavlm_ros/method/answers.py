@@ -24,7 +24,17 @@ if TYPE_CHECKING:
     from metavlm_ros.method.encoding import Composition
     from metavlm_ros.method.prediction import Prediction
 
-__all__ = ['ANSWERS', 'Answer', 'Criteria', 'Judgement', 'answer_for', 'iou_key']
+__all__ = [
+    'ANSWERS',
+    'Answer',
+    'Criteria',
+    'Judgement',
+    'answer_for',
+    'iou_key',
+    'key_answer',
+    'key_label',
+    'key_order',
+]
 
 
 def iou_key(iou_threshold: float) -> str:
@@ -56,6 +66,14 @@ class Answer:
     """A kind of answer: its violation keys and how a follow-up is judged against the source."""
 
     kind: ClassVar[str]
+
+    def owns(self, key: str) -> bool:
+        """Whether a record's violation key is one of this kind's."""
+        raise NotImplementedError
+
+    def label(self, key: str, short: bool = False) -> str:
+        """A key in words, for reports ('count change', 'Th=0.05'); `short` for a table's column."""
+        raise NotImplementedError
 
     def keys(self, criteria: Criteria) -> tuple[str, ...]:
         """The violation keys of a record, in order."""
@@ -89,6 +107,12 @@ class Answer:
 class CountAnswer(Answer):
     kind = 'count'
 
+    def owns(self, key: str) -> bool:
+        return key == 'count'
+
+    def label(self, key: str, short: bool = False) -> str:
+        return 'count' if short else 'count change'
+
     def keys(self, criteria: Criteria) -> tuple[str, ...]:
         return ('count',)
 
@@ -102,6 +126,15 @@ class CountAnswer(Answer):
 
 class ConfidenceAnswer(Answer):
     kind = 'confidence'
+
+    def owns(self, key: str) -> bool:
+        try:
+            return 0 < float(key) < 1
+        except ValueError:
+            return False
+
+    def label(self, key: str, short: bool = False) -> str:
+        return f'Th={100 * float(key):g}%' if short else f'Th={key}'
 
     def keys(self, criteria: Criteria) -> tuple[str, ...]:
         if not criteria.thresholds:
@@ -121,6 +154,13 @@ class ConfidenceAnswer(Answer):
 
 class DetectionAnswer(Answer):
     kind = 'detection'
+
+    def owns(self, key: str) -> bool:
+        return key.startswith('iou')
+
+    def label(self, key: str, short: bool = False) -> str:
+        iou = float(key[3:])
+        return f'IoU={100 * iou:g}%' if short else f'objects (lost, new, reclassed or IoU < {iou:g})'
 
     def keys(self, criteria: Criteria) -> tuple[str, ...]:
         return (iou_key(criteria.iou_threshold),)
@@ -166,3 +206,27 @@ def answer_for(kind: str) -> Answer:
         raise ParameterError(
             f'unknown prediction kind {kind!r}; expected one of {", ".join(ANSWERS)}'
         ) from None
+
+
+def key_answer(key: str) -> Answer:
+    """The kind of answer a record's violation key belongs to.
+
+    Raises:
+        ParameterError: a key of no kind.
+    """
+    for answer in ANSWERS.values():
+        if answer.owns(key):
+            return answer
+    raise ParameterError(f'unknown violation key {key!r} (count, a threshold such as 0.05, or iou0.5)')
+
+
+def key_label(key: str, short: bool = False) -> str:
+    """A record's violation key in words (`Answer.label`)."""
+    return key_answer(key).label(key, short)
+
+
+def key_order(key: str) -> tuple:
+    """Sorts violation keys: by kind as `ANSWERS` lists them, then by threshold ascending."""
+    answer = key_answer(key)
+    number = ''.join(c for c in key if c.isdigit() or c == '.')
+    return (list(ANSWERS).index(answer.kind), float(number) if number else 0.0)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.answers import key_label
 from metavlm_ros.method.relations import DEFAULT_RELATIONS
 
 if TYPE_CHECKING:
@@ -281,7 +282,7 @@ def summarise_orders(result: SearchResult, keys: Sequence[str] | None = None) ->
     for key, table in result.violations_by_order.items():
         if keys is not None and key not in keys:
             continue
-        label = 'count change' if key == 'count' else f'Th={key}'
+        label = key_label(key)
         cells = ', '.join(f'{o}: {h}/{t}' for o, (h, t) in sorted(table.items()))
         lines.append(f'  violations by order ({label}): {cells or "none evaluated"}')
     return lines

@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
+from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.results import EVALUATIONS, SUMMARY, ResultsStore, read_jsonl, records_file
 from metavlm_ros.method.answers import ANSWERS, iou_key
 from metavlm_ros.method.boxes import Detection, ExpectedBox, compare_detections
@@ -135,3 +136,15 @@ def test_the_envelope_reads_detection_records_per_answer_and_per_class(searched,
     found = {b.direction: b for b in boundaries(read_jsonl(tmp_path / 'envelope' / EVALUATIONS), 'iou0.5')}
     assert set(found) == {d.name for d in directions(config.space)}
     assert all(b.censored or b.clean < b.violating for b in found.values())
+
+
+def test_each_violation_key_is_named_and_ordered_by_its_kind():
+    from metavlm_ros.method.answers import key_label, key_order
+
+    keys = ['iou0.7', '0.05', 'count', '0.01', 'iou0.5']
+    assert sorted(keys, key=key_order) == ['count', '0.01', '0.05', 'iou0.5', 'iou0.7']
+    assert [key_label(k, short=True) for k in ('count', '0.05', 'iou0.5')] == ['count', 'Th=5%', 'IoU=50%']
+    assert key_label('iou0.5') == 'objects (lost, new, reclassed or IoU < 0.5)'
+    assert key_label('0.03') == 'Th=0.03' and key_label('count') == 'count change'
+    with pytest.raises(ParameterError, match='unknown violation key'):
+        key_label('nonsense')
