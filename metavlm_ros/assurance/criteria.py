@@ -17,8 +17,7 @@ import yaml
 from metavlm_ros.assurance.criterion import Criterion, Reader, Region
 from metavlm_ros.assurance.kinds import KINDS
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.method.answers import Criteria as AnswerCriteria
-from metavlm_ros.method.answers import answer_for
+from metavlm_ros.method.answers import Thresholds, answer_for
 from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 
 __all__ = [
@@ -56,7 +55,7 @@ class Criteria:
     def key(self, kind: str) -> str:
         """The records' violation key these criteria judge by, for a model of prediction `kind`: the
         most demanding of that kind's keys at these criteria's thresholds (method/answers.py)."""
-        return answer_for(kind).refining_key(AnswerCriteria((self.threshold,), self.iou_threshold))
+        return answer_for(kind).refining_key(Thresholds((self.threshold,), self.iou_threshold))
 
 
 def example_criteria() -> Path:

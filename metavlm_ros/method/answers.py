@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 __all__ = [
     'ANSWERS',
     'Answer',
-    'Criteria',
     'Judgement',
+    'Thresholds',
     'answer_for',
     'iou_key',
     'key_answer',
@@ -43,7 +43,7 @@ def iou_key(iou_threshold: float) -> str:
 
 
 @dataclass(frozen=True)
-class Criteria:
+class Thresholds:
     """What a follow-up is judged by: the confidence thresholds (Eq. 5) and the IoU threshold below
     which a matched box is displaced (§13)."""
 
@@ -75,11 +75,11 @@ class Answer:
         """A key in words, for reports ('count change', 'Th=0.05'); `short` for a table's column."""
         raise NotImplementedError
 
-    def keys(self, criteria: Criteria) -> tuple[str, ...]:
+    def keys(self, criteria: Thresholds) -> tuple[str, ...]:
         """The violation keys of a record, in order."""
         raise NotImplementedError
 
-    def refining_key(self, criteria: Criteria) -> str:
+    def refining_key(self, criteria: Thresholds) -> str:
         """The most demanding key (the one the boundary search refines by)."""
         return self.keys(criteria)[0]
 
@@ -87,14 +87,14 @@ class Answer:
         self,
         source: Prediction,
         followup: Prediction,
-        criteria: Criteria,
+        criteria: Thresholds,
         composition: Composition,
         size: tuple[int, int],
     ) -> Judgement:
         """Judge `followup` (of `composition` applied to the source frame of `size` (width, height))."""
         raise NotImplementedError
 
-    def unchanged(self, criteria: Criteria) -> Judgement:
+    def unchanged(self, criteria: Thresholds) -> Judgement:
         """The judgement of no change (the identity, a failed evaluation): f_pred 0, no violation."""
         keys = self.keys(criteria)
         return Judgement(0.0, dict.fromkeys(keys, False), dict.fromkeys(keys))
@@ -113,7 +113,7 @@ class CountAnswer(Answer):
     def label(self, key: str, short: bool = False) -> str:
         return 'count' if short else 'count change'
 
-    def keys(self, criteria: Criteria) -> tuple[str, ...]:
+    def keys(self, criteria: Thresholds) -> tuple[str, ...]:
         return ('count',)
 
     def judge(self, source, followup, criteria, composition, size) -> Judgement:
@@ -136,12 +136,12 @@ class ConfidenceAnswer(Answer):
     def label(self, key: str, short: bool = False) -> str:
         return f'Th={100 * float(key):g}%' if short else f'Th={key}'
 
-    def keys(self, criteria: Criteria) -> tuple[str, ...]:
+    def keys(self, criteria: Thresholds) -> tuple[str, ...]:
         if not criteria.thresholds:
             raise ParameterError('at least one violation threshold is needed for confidence predictions')
         return tuple(threshold_key(t) for t in criteria.thresholds)
 
-    def refining_key(self, criteria: Criteria) -> str:
+    def refining_key(self, criteria: Thresholds) -> str:
         return threshold_key(min(criteria.thresholds))
 
     def judge(self, source, followup, criteria, composition, size) -> Judgement:
@@ -162,7 +162,7 @@ class DetectionAnswer(Answer):
         iou = float(key[3:])
         return f'IoU={100 * iou:g}%' if short else f'objects (lost, new, reclassed or IoU < {iou:g})'
 
-    def keys(self, criteria: Criteria) -> tuple[str, ...]:
+    def keys(self, criteria: Thresholds) -> tuple[str, ...]:
         return (iou_key(criteria.iou_threshold),)
 
     def judge(self, source, followup, criteria, composition, size) -> Judgement:

@@ -16,7 +16,7 @@ from pymoo.problems.static import StaticProblem
 from metavlm_ros.common.errors import ModelError, ParameterError, SearchInterrupted
 from metavlm_ros.common.images import check_frame, parse_working_size, resize_longer_side, working_size_for
 from metavlm_ros.method import defaults
-from metavlm_ros.method.answers import Criteria, answer_for
+from metavlm_ros.method.answers import Thresholds, answer_for
 from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.method.encoding import Composition, SearchSpace, decode
 from metavlm_ros.method.metrics import (
@@ -91,9 +91,9 @@ class SearchConfig:
     iou_threshold: float = DEFAULT_IOU_THRESHOLD
 
     @property
-    def criteria(self) -> Criteria:
+    def criteria(self) -> Thresholds:
         """What a follow-up is judged by (method/answers.py)."""
-        return Criteria(tuple(self.thresholds), float(self.iou_threshold))
+        return Thresholds(tuple(self.thresholds), float(self.iou_threshold))
 
     def validate(self) -> SearchConfig:
         if self.algorithm not in ALGORITHMS:
