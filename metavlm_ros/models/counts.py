@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.prediction import CLASSES
 
-__all__ = ['DEFAULT_VOCABULARIES', 'NUMBER_WORDS', 'SECTION_ALIASES', 'parse_counts']
+__all__ = [
+    'DEFAULT_VOCABULARIES',
+    'NUMBER_WORDS',
+    'SECTION_ALIASES',
+    'label_matcher',
+    'parse_counts',
+    'strip_code_fence',
+]
 
 
 #: Words read as quantities. 'a'/'an' count one; vague quantities ('few', 'several', 'many' ...)
@@ -73,6 +80,16 @@ _TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)?|\d+")
 # Template placeholders a model may echo ('<number> <kind>') and 'n/a' say nothing is there.
 _PLACEHOLDER = re.compile(r'<[^<>]*>|\bn/a\b')
 _ITEM_SPLIT = re.compile(r'[,;/&+\n]|\band\b|\bor\b|\bwith\b')
+
+
+_FENCE = re.compile(r'^```(?:json)?\s*(.*?)\s*```$', re.DOTALL | re.IGNORECASE)
+
+
+def strip_code_fence(text: str) -> str:
+    """An answer without the Markdown code fence a chat model may put around its JSON (```json ... ```)."""
+    body = (text or '').strip()
+    fenced = _FENCE.match(body)
+    return fenced.group(1) if fenced else body
 
 
 def _plurals(word: str) -> set[str]:
@@ -169,6 +186,25 @@ def _header_pattern(classes: Sequence[str]) -> tuple[re.Pattern[str], dict[str, 
     return re.compile(rf'\b({alternatives})\s*:', re.IGNORECASE), names
 
 
+def _merged_vocabularies(
+    classes: tuple[str, ...], vocabularies: Mapping[str, Sequence[str]] | None, caller: str
+) -> dict[str, tuple[str, ...]]:
+    """Each class's kinds: the vocabulary given for it, else its default one, else its own name.
+
+    Raises:
+        ParameterError: a vocabulary names a class not in `classes`, or `classes` is empty.
+    """
+    if not classes:
+        raise ParameterError(f'{caller} needs at least one class')
+    vocabularies = dict(vocabularies or {})
+    unknown = sorted(set(vocabularies) - set(classes))
+    if unknown:
+        raise ParameterError(
+            f'vocabulary given for unknown class(es) {", ".join(unknown)}; classes: {", ".join(classes)}'
+        )
+    return {cls: tuple(vocabularies.get(cls, DEFAULT_VOCABULARIES.get(cls, (cls,)))) for cls in classes}
+
+
 def parse_counts(
     text: str,
     classes: Sequence[str] = CLASSES,
@@ -196,16 +232,7 @@ def parse_counts(
         ParameterError: a vocabulary names a class not in `classes`, or `classes` is empty.
     """
     classes = tuple(classes)
-    if not classes:
-        raise ParameterError('parse_counts needs at least one class')
-    vocabularies = dict(vocabularies or {})
-    unknown = sorted(set(vocabularies) - set(classes))
-    if unknown:
-        raise ParameterError(
-            f'vocabulary given for unknown class(es) {", ".join(unknown)}; classes: {", ".join(classes)}'
-        )
-    merged = {cls: tuple(vocabularies.get(cls, DEFAULT_VOCABULARIES.get(cls, (cls,)))) for cls in classes}
-    kinds = _kind_table(merged)
+    kinds = _kind_table(_merged_vocabularies(classes, vocabularies, 'parse_counts'))
     longest = max((len(k) for k in kinds), default=1)
     counts = dict.fromkeys(classes, 0)
     lowered = _PLACEHOLDER.sub(' ', (text or '').lower())
@@ -231,3 +258,43 @@ def parse_counts(
                 total = 1
             counts[cls] += total
     return counts
+
+
+def label_matcher(
+    classes: Sequence[str] = CLASSES, vocabularies: Mapping[str, Sequence[str]] | None = None
+) -> Callable[[str], str | None]:
+    """The class a model's label for one object names ('plastic bottle' -> trash), as counts read kinds.
+
+    A label that is a class's own name (singular or plural, any case) is that class. Otherwise the
+    label's words are matched against every class's kinds (the vocabulary given for it, else its
+    default one; plural forms derived) and the last kind found decides, as the head of an English
+    noun phrase comes last ('fish net': a net, trash). A label that names no kind (a 'rock' where no
+    class lists it) is None.
+
+    Raises:
+        ParameterError: a vocabulary names a class not in `classes`, or `classes` is empty.
+    """
+    classes = tuple(classes)
+    kinds = _kind_table(_merged_vocabularies(classes, vocabularies, 'label_matcher'))
+    own = {form: cls for cls in reversed(classes) for form in _plurals(cls.lower())}
+    longest = max((len(k) for k in kinds), default=1)
+
+    def match(label: str) -> str | None:
+        text = ' '.join(str(label).lower().split())
+        if text in own:
+            return own[text]
+        tokens = _TOKEN.findall(text)
+        found = None
+        i = 0
+        while i < len(tokens):
+            for size in range(min(longest, len(tokens) - i), 0, -1):
+                phrase = tuple(tokens[i : i + size])
+                if phrase in kinds:
+                    found = kinds[phrase]
+                    i += size
+                    break
+            else:
+                i += 1
+        return found
+
+    return match

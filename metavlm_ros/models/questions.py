@@ -1,16 +1,17 @@
 """What the backends ask and how answers are read: contrastive class prompts, count questions (text or
-JSON answers) and yes/no confidence questions, shared by the in-process and served backends."""
+JSON answers), yes/no confidence questions and grounding questions (models/grounding.py), shared by the
+in-process and served backends."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.prediction import Prediction
-from metavlm_ros.models.counts import parse_counts
+from metavlm_ros.models.counts import parse_counts, strip_code_fence
+from metavlm_ros.models.grounding import BOX_FORMATS
 from metavlm_ros.models.options import Option
 
 __all__ = [
@@ -21,10 +22,12 @@ __all__ = [
     'CHAT_COUNT_QUESTION',
     'CONFIDENCE_QUESTION',
     'COUNT_OPTIONS',
+    'DETECTION_MAX_NEW_TOKENS',
     'JSON_COUNT_QUESTION',
     'PROMPT',
     'QUESTION_OPTIONS',
     'TABLE1_PROMPT',
+    'answer_tokens',
     'check_confidence_question',
     'count_prediction',
     'count_question',
@@ -94,7 +97,14 @@ PROMPT = Option(
 #: The options of every backend that counts from a generated answer.
 COUNT_OPTIONS: tuple[Option, ...] = (
     PROMPT,
-    Option('max_new_tokens', int, 40, 'count-type models: longest answer, in tokens', low=1, high=4096),
+    Option(
+        'max_new_tokens',
+        int,
+        40,
+        'count-type models: longest answer, in tokens (kind detection: the default means 512)',
+        low=1,
+        high=4096,
+    ),
     Option(
         'vocabularies',
         dict,
@@ -111,9 +121,10 @@ QUESTION_OPTIONS: tuple[Option, ...] = (
         'kind',
         str,
         'count',
-        "generative models: 'count' (a question answered, parsed into counts: Eqs. 2, 4, 7) or "
-        "'confidence' (P(yes) of a yes/no question per class: Eqs. 3, 5, 8)",
-        choices=('count', 'confidence'),
+        "generative models: 'count' (a question answered, parsed into counts: Eqs. 2, 4, 7), "
+        "'confidence' (P(yes) of a yes/no question per class: Eqs. 3, 5, 8) or 'detection' (a "
+        'grounding answer read as boxes: docs/models.md)',
+        choices=('count', 'confidence', 'detection'),
     ),
     *COUNT_OPTIONS,
     Option(
@@ -129,7 +140,27 @@ QUESTION_OPTIONS: tuple[Option, ...] = (
         None,
         f"generative confidence: the yes/no question, {{class}} for the class ('{CONFIDENCE_QUESTION}')",
     ),
+    Option(
+        'box_format',
+        str,
+        None,
+        "generative detection: how answers write boxes: 'qwen2.5' (JSON bbox_2d, pixels of the "
+        "model's resized input), 'qwen3' (JSON bbox_2d, 0-1000), 'paligemma' (<locYYYY><locXXXX>..., "
+        "bins of 1024), 'florence2' (label<loc_X>..., bins of 1000); default: the model family's",
+        choices=tuple(BOX_FORMATS),
+    ),
 )
+
+#: Tokens a detection answer may take when max_new_tokens is left at its count default: a
+#: Qwen2.5-VL object ({"bbox_2d": [...], "label": "..."}) takes about 30, so 40 holds one.
+DETECTION_MAX_NEW_TOKENS = 512
+
+
+def answer_tokens(kind: str, max_new_tokens: int) -> int:
+    """The longest answer of a kind: max_new_tokens, except that its default (40, one count answer)
+    means DETECTION_MAX_NEW_TOKENS for a detection answer."""
+    default = next(o.default for o in COUNT_OPTIONS if o.name == 'max_new_tokens')
+    return DETECTION_MAX_NEW_TOKENS if kind == 'detection' and max_new_tokens == default else max_new_tokens
 
 
 def _article(name: str) -> str:
@@ -171,9 +202,6 @@ def class_questions(template: str, classes: Sequence[str]) -> list[str]:
     return [template.format_map({'class': _article(c)}) for c in classes]
 
 
-_FENCE = re.compile(r'^```(?:json)?\s*(.*?)\s*```$', re.DOTALL | re.IGNORECASE)
-
-
 def parse_json_counts(text: str, classes: Sequence[str]) -> dict[str, int]:
     """Read a JSON answer {"animal": 2, ...} strictly.
 
@@ -183,12 +211,8 @@ def parse_json_counts(text: str, classes: Sequence[str]) -> dict[str, int]:
     Raises:
         ValueError: the reason the answer is not such an object (recorded as a parse failure).
     """
-    body = (text or '').strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1)
     try:
-        value = json.loads(body)
+        value = json.loads(strip_code_fence(text))
     except json.JSONDecodeError as exc:
         raise ValueError(f'not JSON ({exc.msg} at character {exc.pos})') from None
     if not isinstance(value, dict):

@@ -146,14 +146,22 @@ def _model_parameter(option: Option) -> ParameterSpec:
     else:
         default, array_type = ('' if option.default is None else option.default), None
     check = option.check if option.type is not dict else _items(option)
+    choices, low, high = option.choices, option.low, option.high
+    if option.default is None:  # '' is not set (the backend's own default): no choice, no number
+        if choices is not None:
+            choices = ('', *choices)
+        if low is not None and high is not None:
+            checks = [c for c in (in_range(low, high), check) if c is not None]
+            check = lambda value, cs=checks: next((r for c in cs if (r := c(value))), None)  # noqa: E731
+            low = high = None
     return ParameterSpec(
         option.parameter_name,
         default,
         description,
         read_only=not option.dynamic,
-        low=option.low,
-        high=option.high,
-        choices=option.choices,
+        low=low,
+        high=high,
+        choices=choices,
         check=(lambda value, c=check: None if value in ('', []) else c(value)) if check else None,
         array_type=array_type,
     )

@@ -161,7 +161,15 @@ def test_every_option_is_a_flag_a_node_parameter_and_a_campaign_key():
         assert option.cli_flag in flags, name
         spec = parameters[option.parameter_name]
         assert spec.read_only is not option.dynamic
-        assert (spec.low, spec.high, spec.choices) == (option.low, option.high, option.choices)
+        if option.default is None:
+            # Not given ('' as a parameter) is the backend's own default: a choice of its own, and a
+            # number checked only once given.
+            assert spec.choices == (None if option.choices is None else ('', *option.choices)), name
+            assert (spec.low, spec.high) == (None, None) and (spec.check is None or spec.check('') is None)
+            if option.low is not None:
+                assert spec.check(option.high + 1) and not spec.check(option.high), name
+        else:
+            assert (spec.low, spec.high, spec.choices) == (option.low, option.high, option.choices)
         assert name not in MODEL_KEYS  # campaign keys beyond name/backend/model are the options
         assert options_for(name), name
     assert set(parameters) == {'backend', 'model', *(o.parameter_name for o in all_options().values())}

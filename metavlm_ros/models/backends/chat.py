@@ -1,5 +1,6 @@
 """Any Hugging Face image-text-to-text chat VLM in process (Qwen2-VL, SmolVLM, PaliGemma, LLaVA, Gemma 3):
-a count question (Eq. 2) or a yes/no question per class (Eq. 3), through models/generative.py."""
+a count question (Eq. 2), a yes/no question per class (Eq. 3) or a grounding question (boxes,
+models/grounding.py), through models/generative.py."""
 
 from __future__ import annotations
 
@@ -13,13 +14,21 @@ import numpy as np
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.prediction import Prediction
-from metavlm_ros.models.counts import parse_counts
+from metavlm_ros.models.counts import label_matcher, parse_counts
+from metavlm_ros.models.grounding import (
+    RELEASED_QWEN_RESIZE,
+    QwenResize,
+    box_format_for,
+    detection_prediction,
+    grounding_question,
+)
 from metavlm_ros.models.hf import hf_config, torch_device, torch_dtype
 from metavlm_ros.models.image_processors import IMAGE_PROCESSOR_OPTION, image_processor_class
 from metavlm_ros.models.model_files import resolve_model, weights_hash
 from metavlm_ros.models.options import Backend
 from metavlm_ros.models.questions import (
     QUESTION_OPTIONS,
+    answer_tokens,
     check_confidence_question,
     class_questions,
     count_prediction,
@@ -43,9 +52,13 @@ class GenerativeQuestions:
     """What a generative backend (in process or served) asks, checked before any model is reached.
 
     Attributes:
-        kind: 'count' or 'confidence'.
-        question: the count question (kind 'count').
+        kind: 'count', 'confidence' or 'detection'.
+        question: the count or grounding question (kinds 'count', 'detection').
         questions: one yes/no question per class, in class order (kind 'confidence').
+        box_format: how a grounding answer writes boxes (kind 'detection'; None while the model's
+            family is not known: `family` None).
+        resize: how a Qwen2.5-VL resizes frames (box format 'qwen2.5'): the released processor's
+            unless the backend knows its own.
     """
 
     def __init__(
@@ -57,20 +70,34 @@ class GenerativeQuestions:
         answer_format: str,
         confidence_question: str | None,
         vocabularies: Mapping[str, Sequence[str]] | None,
+        box_format: str | None = None,
+        family: str | None = None,
     ) -> None:
         self.kind = kind
         self.classes = tuple(classes)
         self.answer_format = answer_format
         self.vocabularies = dict(vocabularies) if vocabularies else None
+        self.questions: list[str] = []
+        self.box_format: str | None = None
+        self.resize = RELEASED_QWEN_RESIZE
+        does = {'count': 'counts (kind count)', 'detection': 'detects (kind detection)'}.get(kind, '')
+        if kind != 'confidence' and confidence_question is not None:
+            raise ParameterError(f'confidence_question is for kind confidence; this model {does}')
+        if kind != 'detection' and box_format is not None:
+            does = does or 'gives confidences'
+            raise ParameterError(f'box_format is for kind detection; this model {does}')
         if kind == 'count':
-            if confidence_question is not None:
-                raise ParameterError(
-                    'confidence_question is for kind confidence; this model counts (kind count)'
-                )
             self.question = count_question(prompt, answer_format, self.classes)
-            self.questions: list[str] = []
             # Validates the vocabularies against the classes before any model is reached.
             parse_counts('', self.classes, self.vocabularies)
+        elif kind == 'detection':
+            if answer_format != 'text':
+                raise ParameterError(f'answer_format is for kind count; this model {does}')
+            self.match = label_matcher(self.classes, self.vocabularies)
+            # `family` None: asked before the model is known (check); its family decides the default.
+            if box_format is not None or family is not None:
+                self.box_format = box_format_for(box_format, family or '')
+            self.question = grounding_question(prompt, self.box_format or 'qwen2.5', self.classes)
         else:
             given = [name for name, value in (('prompt', prompt), ('vocabularies', vocabularies)) if value]
             if answer_format != 'text':
@@ -81,10 +108,17 @@ class GenerativeQuestions:
             self.questions = class_questions(self.question, self.classes)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> GenerativeQuestions:
+    def from_options(cls, options: Mapping[str, Any], family: str | None = None) -> GenerativeQuestions:
         """The questions of a backend's resolved options (QUESTION_OPTIONS and classes)."""
         asked = ('classes', 'kind', 'prompt', 'answer_format', 'confidence_question', 'vocabularies')
-        return cls(**{name: options[name] for name in asked})
+        return cls(**{name: options[name] for name in asked}, box_format=options['box_format'], family=family)
+
+    def answer(self, text: str, frame: np.ndarray) -> Prediction:
+        """A generated answer about `frame` as a Prediction: counts, or boxes in the frame's pixels."""
+        if self.kind == 'detection':
+            size = (frame.shape[1], frame.shape[0])
+            return detection_prediction(text, self.box_format, size, self.classes, self.match, self.resize)
+        return self.count(text)
 
     def count(self, answer: str) -> Prediction:
         return count_prediction(answer, self.classes, self.answer_format, self.vocabularies)
@@ -102,10 +136,12 @@ class ChatBackend(Backend):
     kind 'confidence': per class, P(yes) / (P(yes) + P(no)) of the first answer token of a yes/no
     question, from one prefill per frame whose cache every class question continues (or one prefill
     per (frame, class) where the family needs it), without generating (docs/method.md §9).
+    kind 'detection': a grounding question, greedy answers read in the family's box format
+    (models/grounding.py), boxes in the pixels of the frame given.
     """
 
     name = 'vlm'
-    kinds = ('count', 'confidence')
+    kinds = ('count', 'confidence', 'detection')
     options = (*QUESTION_OPTIONS, IMAGE_PROCESSOR_OPTION)
 
     @classmethod
@@ -126,12 +162,15 @@ class ChatBackend(Backend):
             path = Path(model_dir or '') / name
             if path.is_file():
                 files[name] = hashlib.sha256(path.read_bytes()).hexdigest()
-        return {
+        described = {
             'architectures': config.get('architectures'),
             'model_type': config.get('model_type'),
             'image_processor': image_processor_class(model_dir, options['image_processor']),
             'files': files,
         }
+        if options['kind'] == 'detection':  # the format answers are read in, the family's by default
+            described['box_format'] = box_format_for(options['box_format'], config.get('model_type') or '')
+        return described
 
     def __init__(
         self,
@@ -146,17 +185,18 @@ class ChatBackend(Backend):
         **questions: Any,
     ) -> None:
         # Everything a user can get wrong is checked before the (slow) load; `questions`: the kind,
-        # prompt, answer_format, confidence_question and vocabularies (QUESTION_OPTIONS).
-        self.asked = GenerativeQuestions(classes=classes, **questions)
-        kind = self.asked.kind
+        # prompt, answer_format, confidence_question, vocabularies and box_format (QUESTION_OPTIONS).
         self.model_path = resolve_model(self.name, model)
+        family = str(hf_config(str(self.model_path)).get('model_type') or '')
+        self.asked = GenerativeQuestions(classes=classes, family=family, **questions)
+        kind = self.asked.kind
         from metavlm_ros.models.generative import ChatModel
 
         self.model_id = str(model)
         self.classes = tuple(classes)
         self.chosen_kind = kind
         self.batch_size = batch_size
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = answer_tokens(kind, max_new_tokens)
         device_ = torch_device(device)
         self.chat = ChatModel(
             self.model_path,
@@ -166,6 +206,9 @@ class ChatBackend(Backend):
         )
         if kind == 'confidence':
             self.chat.answer_tokens()  # a tokenizer without single-token yes/no fails now, not mid-search
+        images = getattr(self.chat.processor, 'image_processor', None)
+        if getattr(images, 'merge_size', None):  # a Qwen processor: its own resize, not the released one
+            self.asked.resize = QwenResize.of_processor(images)
         self.input_size = self.chat.input_side
         self._hash: str | None = None
 
@@ -175,9 +218,9 @@ class ChatBackend(Backend):
         predictions: list[Prediction] = []
         for start in range(0, len(frames), self.batch_size):
             chunk = frames[start : start + self.batch_size]
-            if self.kind == 'count':
+            if self.kind != 'confidence':
                 answers = self.chat.generate(chunk, self.asked.question, self.max_new_tokens)
-                predictions.extend(self.asked.count(answer) for answer in answers)
+                predictions.extend(map(self.asked.answer, answers, chunk))
             else:
                 rows = self.chat.yes_probability(chunk, self.asked.questions)
                 predictions.extend(self.asked.confidence(row) for row in rows)

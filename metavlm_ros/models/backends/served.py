@@ -31,8 +31,9 @@ from metavlm_ros.models.chat_completions import (
     status_message,
     yes_probability,
 )
+from metavlm_ros.models.grounding import family_of_model_id
 from metavlm_ros.models.options import Backend, Option
-from metavlm_ros.models.questions import QUESTION_OPTIONS
+from metavlm_ros.models.questions import QUESTION_OPTIONS, answer_tokens
 from metavlm_ros.models.registry import register
 
 __all__ = [
@@ -126,12 +127,14 @@ class ServedBackend(Backend):
     kind 'count': the question as a user message with the frame (a PNG data URL), temperature 0 and a
     seed, the answer parsed by GenerativeQuestions (text or JSON; a failure to parse is recorded).
     kind 'confidence': per class, one request for one token with `top_logprobs`, P(yes) / (P(yes) +
-    P(no)) of the first answer token (`yes_probability`). A generation's requests go out together,
-    at most `max_in_flight` at a time.
+    P(no)) of the first answer token (`yes_probability`). kind 'detection': a grounding question
+    asked as a count is, the answer read in the box format (models/grounding.py; by default the
+    family the model id names). A generation's requests go out together, at most `max_in_flight` at
+    a time.
     """
 
     name = 'openai'
-    kinds = ('count', 'confidence')
+    kinds = ('count', 'confidence', 'detection')
     options = (*SERVED_OPTIONS, *QUESTION_OPTIONS)
     local_model = False
 
@@ -170,15 +173,15 @@ class ServedBackend(Backend):
         **questions: Any,
     ) -> None:
         # device, dtype and batch_size are the server's business; max_in_flight bounds what is sent.
-        # `questions`: kind, prompt, answer_format, confidence_question, vocabularies (QUESTION_OPTIONS).
-        self.asked = GenerativeQuestions(classes=classes, **questions)
+        # `questions`: kind, prompt, answer_format, confidence_question, vocabularies, box_format.
+        self.asked = GenerativeQuestions(classes=classes, family=family_of_model_id(model), **questions)
         kind = self.asked.kind
         self.parts = self.describe(None, {'endpoint': endpoint})['endpoint']
         self.endpoint = base_url(self.parts)
         self.model_id = str(model)
         self.classes = tuple(classes)
         self.chosen_kind = kind
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = answer_tokens(kind, max_new_tokens)
         # The server's processor is out of reach; what the user states sets the working size (auto).
         self.input_size = input_side
         self.retries = retries
@@ -447,7 +450,7 @@ class ServedBackend(Backend):
             call.cache_hits += sum(r[3] for r in rows)
             answers = [r[0] for r in rows]
             if not confidence:
-                prediction = self.asked.count(answers[0])
+                prediction = self.asked.answer(answers[0], frames[index])
             else:
                 failed = [
                     f'{cls}: {a[0]}'

@@ -1,0 +1,238 @@
+"""Open-vocabulary detectors in process: OWL-ViT, OWLv2, Grounding DINO and MM Grounding DINO, the class
+prompts as their text queries, boxes in the given frame's pixels (docs/models.md, "Detectors")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metavlm_ros.common.errors import ModelError
+from metavlm_ros.common.images import check_frame
+from metavlm_ros.method.boxes import Detection
+from metavlm_ros.method.prediction import Prediction
+from metavlm_ros.models.backends.clip import CONTRASTIVE_OPTIONS, prompts_for
+from metavlm_ros.models.hf import HFBackend, hf_config
+from metavlm_ros.models.options import Option
+from metavlm_ros.models.registry import register
+
+__all__ = ['DETECTOR_OPTIONS', 'FAMILIES', 'DetectorBackend', 'DetectorFamily', 'family_of', 'frame_boxes']
+
+
+@dataclass(frozen=True)
+class DetectorFamily:
+    """What tells one detector family from another; everything else is one code path.
+
+    Attributes:
+        model_class: the transformers class of the family's detection model.
+        threshold: the score threshold when none is given (the source is in docs/models.md).
+        square: the boxes are fractions of the frame padded to a square at the bottom and right
+            (OWLv2's processor pads before resizing): scaled by max(h, w), then clipped to the frame;
+            otherwise fractions of the frame itself (w, h).
+        phrases: the text is one caption of every class's prompt ('a. b.'), scored per token
+            (Grounding DINO); otherwise one text query per class (OWL).
+    """
+
+    model_class: str
+    threshold: float
+    square: bool
+    phrases: bool
+
+
+#: config.json model_type -> family. Thresholds: OWL-ViT and OWLv2, 0.1, transformers' post-processing
+#: default and its documentation's examples; Grounding DINO, 0.35, the authors' demo box threshold;
+#: MM Grounding DINO, 0.3, mmdetection's demo --pred-score-thr.
+FAMILIES: dict[str, DetectorFamily] = {
+    'owlvit': DetectorFamily('OwlViTForObjectDetection', 0.1, square=False, phrases=False),
+    'owlv2': DetectorFamily('Owlv2ForObjectDetection', 0.1, square=True, phrases=False),
+    'grounding-dino': DetectorFamily('GroundingDinoForObjectDetection', 0.35, square=False, phrases=True),
+    'mm-grounding-dino': DetectorFamily('MMGroundingDinoForObjectDetection', 0.3, square=False, phrases=True),
+}
+
+DETECTOR_OPTIONS: tuple[Option, ...] = (
+    *CONTRASTIVE_OPTIONS,
+    Option(
+        'score_threshold',
+        float,
+        None,
+        "a detection's lowest score (its best class's probability), in [0, 1]; not given: the family's "
+        '(OWL-ViT, OWLv2 0.1; Grounding DINO 0.35; MM Grounding DINO 0.3)',
+        low=0.0,
+        high=1.0,
+    ),
+)
+
+
+def family_of(model_dir: str | None) -> tuple[str, DetectorFamily]:
+    """The detector family of a saved model, from its config.json model_type.
+
+    Raises:
+        ModelError: a model of no detector family.
+    """
+    model_type = hf_config(model_dir).get('model_type')
+    if model_type not in FAMILIES:
+        raise ModelError(
+            f'{model_dir} is a {model_type or "unknown"} model, not an open-vocabulary detector '
+            f'(config model_type {", ".join(FAMILIES)})'
+        )
+    return model_type, FAMILIES[model_type]
+
+
+def frame_boxes(centres: Any, sizes: Sequence[tuple[int, int]], square: bool) -> Any:
+    """Boxes (x1, y1, x2, y2) in each frame's pixels from the model's (cx, cy, w, h) fractions.
+
+    Args:
+        centres: (frames, queries, 4) tensor of box centres and sizes, fractions of the model's view.
+        sizes: each frame's (height, width).
+        square: the view is the frame padded to a square at the bottom and right (OWLv2): fractions of
+            max(h, w) on both axes; else fractions of the frame's width and height.
+
+    Returns:
+        (frames, queries, 4) float tensor, clipped to each frame (a box in the padding has no area).
+    """
+    import torch
+    from transformers.image_transforms import center_to_corners_format
+
+    corners = center_to_corners_format(centres.float())
+    hw = torch.tensor(sizes, dtype=torch.float32, device=corners.device)
+    height, width = hw[:, 0], hw[:, 1]
+    scale_x = torch.maximum(height, width) if square else width
+    scale_y = torch.maximum(height, width) if square else height
+    scale = torch.stack([scale_x, scale_y, scale_x, scale_y], dim=1)[:, None, :]
+    limit = torch.stack([width, height, width, height], dim=1)[:, None, :]
+    return torch.minimum((corners * scale).clamp(min=0), limit)
+
+
+@register
+class DetectorBackend(HFBackend):
+    """An open-vocabulary detector: the class prompts are its text queries, each query slot whose best
+    class scores above the threshold is a detection of that class (docs/method.md §13). The family
+    (OWL-ViT, OWLv2, Grounding DINO, MM Grounding DINO) is read from config.json's model_type."""
+
+    name = 'detector'
+    kinds = ('detection',)
+    options = DETECTOR_OPTIONS
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        prompts: str,
+        class_prompts: Mapping[str, str] | Sequence[str] | None,
+        score_threshold: float | None,
+        classes: Sequence[str],
+        **common: Any,
+    ) -> None:
+        self.class_prompts = prompts_for(classes, prompts, class_prompts)
+        super().__init__(model, classes=classes, **common)  # reads the family (_model_class)
+        self.score_threshold = self.family.threshold if score_threshold is None else float(score_threshold)
+
+    @classmethod
+    def check(cls, options: Mapping[str, Any]) -> None:
+        prompts_for(options['classes'], options['prompts'], options['class_prompts'])
+
+    @classmethod
+    def describe(cls, model_dir: str | None, options: Any) -> dict[str, Any]:
+        described = super().describe(model_dir, options)
+        model_type = hf_config(model_dir).get('model_type')
+        family = FAMILIES.get(model_type)
+        threshold = options.get('score_threshold')
+        if threshold is None and family is not None:
+            threshold = family.threshold
+        return {**described, 'family': model_type, 'score_threshold': threshold}
+
+    def _processor_class(self, transformers: Any) -> Any:
+        return transformers.AutoProcessor
+
+    def _model_class(self, transformers: Any) -> Any:
+        self.family_name, self.family = family_of(self.model_path)
+        return getattr(transformers, self.family.model_class)
+
+    def _prepare(self) -> None:
+        prompts = [self.class_prompts[c] for c in self.classes]
+        tokenizer = self.processor.tokenizer
+        if self.family.phrases:
+            # One caption, each prompt a phrase ended by '.', as Grounding DINO was trained; a class
+            # owns the tokens inside its phrase (offsets), and its score is their best.
+            phrases = [p.strip().rstrip('.') for p in prompts]
+            caption = ''.join(f'{p}. ' for p in phrases).strip()
+            text = tokenizer(caption, return_offsets_mapping=True, truncation=True, return_tensors='pt')
+            offsets = text.pop('offset_mapping')[0].tolist()
+            owner = np.zeros((len(phrases), len(offsets)), dtype=bool)
+            start = 0
+            for index, phrase in enumerate(phrases):
+                end = start + len(phrase)
+                owner[index] = [a >= start and b <= end and b > a for a, b in offsets]
+                start = end + 2
+            if not owner.any(axis=1).all():
+                missing = [c for c, row in zip(self.classes, owner, strict=True) if not row.any()]
+                raise ModelError(
+                    f'the caption is cut before the prompts of {", ".join(missing)}: shorten them'
+                )
+        else:
+            # One query per class, padded to the text tower's length (OWL reads 16 tokens).
+            length = int(self.model.config.text_config.max_position_embeddings)
+            text = tokenizer(
+                prompts, padding='max_length', max_length=length, truncation=True, return_tensors='pt'
+            )
+            owner = np.eye(len(prompts), dtype=bool)
+        self._text = {k: v.to(self.device) for k, v in text.items()}
+        self._owner = owner
+
+    def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
+        """Find the classes' objects in frames, in batches of `batch_size`; boxes in each frame's pixels."""
+        import torch
+
+        frames = [check_frame(frame, what=f'frame {index}') for index, frame in enumerate(frames)]
+        predictions: list[Prediction] = []
+        with torch.inference_mode():
+            for start in range(0, len(frames), self.batch_size):
+                batch = frames[start : start + self.batch_size]
+                sizes = [(int(f.shape[0]), int(f.shape[1])) for f in batch]
+                predictions.extend(self._detect(self.image_inputs(batch), sizes))
+        return predictions
+
+    def _detect(self, images: dict[str, Any], sizes: list[tuple[int, int]]) -> list[Prediction]:
+        import torch
+
+        count = len(sizes)
+        if self.family.phrases:
+            text = {k: v.expand(count, -1) for k, v in self._text.items()}
+        else:
+            # OWL takes (frames x queries) texts, frame by frame.
+            text = {k: v.repeat(count, 1) for k, v in self._text.items()}
+        outputs = self.model(**text, **images)
+        logits = outputs.logits.float()  # (frames, slots, queries or tokens)
+        owner = torch.as_tensor(self._owner, device=logits.device)
+        logits = logits[..., : owner.shape[1]]
+        # Per class, the best of its tokens (one query per class for OWL), compared as logits: the
+        # sigmoid saturates to 1.0 in float32, where ties would pick classes by their order.
+        per_class = torch.stack([logits[..., row].amax(dim=-1) for row in owner], dim=-1)
+        best, labels = per_class.max(dim=-1)  # (frames, slots)
+        scores = best.sigmoid()
+        boxes = frame_boxes(outputs.pred_boxes, sizes, self.family.square)
+        return [
+            self._prediction(scores[i].cpu().numpy(), labels[i].cpu().numpy(), boxes[i].cpu().numpy())
+            for i in range(count)
+        ]
+
+    def _prediction(self, scores: np.ndarray, labels: np.ndarray, boxes: np.ndarray) -> Prediction:
+        found = []
+        for score, label, box in zip(scores, labels, boxes, strict=True):
+            x1, y1, x2, y2 = (float(v) for v in box)
+            # A box wholly in OWLv2's padding is clipped to nothing: it is not an object of the frame.
+            if score > self.score_threshold and x2 > x1 and y2 > y1:
+                found.append(Detection(self.classes[int(label)], float(score), (x1, y1, x2, y2)))
+        found.sort(key=lambda d: -d.score)
+        values = {c: float(sum(d.cls == c for d in found)) for c in self.classes}
+        return Prediction('detection', values, detections=tuple(found))
+
+    @classmethod
+    def build_tiny(cls, directory: Path, *, family: str = 'owlv2', **variant: Any) -> None:
+        """A tiny random-weight detector of a family (models/tiny_detectors.py DETECTOR_FAMILIES)."""
+        from metavlm_ros.models.tiny_detectors import build_tiny_detector
+
+        build_tiny_detector(directory, family=family, seed=None)  # build_tiny_model seeded it
