@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,6 +40,13 @@ class Prediction:
     detections: tuple[Detection, ...] = ()
     error: str = ''
     evidence: dict = field(default_factory=dict, compare=False)  # how, not what: not part of the answer
+
+    def scaled(self, sx: float, sy: float) -> Prediction:
+        """The same answer about a frame `sx` times as wide and `sy` times as high: its boxes moved
+        to that frame's pixels (itself when it has no boxes or the frame is the same)."""
+        if not self.detections or (sx == 1.0 and sy == 1.0):
+            return self
+        return replace(self, detections=tuple(d.scaled(sx, sy) for d in self.detections))
 
 
 class VLMBackend:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +18,7 @@ from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.images import resize_longer_side
 
 if TYPE_CHECKING:
+    from metavlm_ros.method.boxes import Detection
     from metavlm_ros.method.prediction import Prediction
 
 __all__ = [
@@ -23,10 +26,16 @@ __all__ = [
     'PREDICTION_STATUS',
     'array_to_prediction',
     'convert_image_msg',
+    'detection_array_to_detections',
+    'detection_array_type',
+    'detections_from_json',
+    'detections_to_json',
     'error_to_array',
+    'frame_and_scale',
     'image_msg_to_rgb',
     'latency_of',
     'prediction_to_array',
+    'prediction_to_detection_array',
     'refusal_of',
     'rgb_to_compressed_msg',
     'rgb_to_image_msg',
@@ -38,7 +47,10 @@ __all__ = [
 MAX_SIDE = 7680
 PREDICTION_STATUS = 'metavlm/prediction'
 
-_RESERVED_KEYS = ('latency_ms', 'kind')
+#: The prediction message's own keys; every other KeyValue is a class. `detections`: the boxes of a
+#: detection answer, compact JSON (`detections_to_json`).
+_RESERVED_KEYS = ('latency_ms', 'kind', 'detections')
+_KINDS = ('count', 'confidence', 'detection')
 
 
 def _is_compressed(msg: Any) -> bool:
@@ -61,6 +73,20 @@ def convert_image_msg(msg: Image | CompressedImage, max_side: int = MAX_SIDE) ->
     Raises:
         InputError: unknown encoding, empty image, inconsistent step/size, corrupt compressed data.
     """
+    rgb, scale = frame_and_scale(msg, max_side)
+    return rgb, scale != (1.0, 1.0)
+
+
+def frame_and_scale(
+    msg: Image | CompressedImage, max_side: int = MAX_SIDE
+) -> tuple[np.ndarray, tuple[float, float]]:
+    """Convert a camera message to an RGB frame, and say how many of the message's pixels one of the
+    frame's is, across and down ((1.0, 1.0) unless it was reduced): boxes found on the frame are
+    multiplied by it to be in the pixels of the image received.
+
+    Raises:
+        InputError: see `convert_image_msg`.
+    """
     # The codec bags are read with offline (footage/bags.py): the same pixels both ways.
     if _is_compressed(msg):
         rgb = decode_compressed(msg.format, msg.data)
@@ -69,8 +95,9 @@ def convert_image_msg(msg: Image | CompressedImage, max_side: int = MAX_SIDE) ->
     # The one resize (common/images.py), as the search's working size uses it.
     reduced = resize_longer_side(rgb, max_side)
     if reduced is rgb:
-        return rgb, False
-    return np.ascontiguousarray(reduced), True
+        return rgb, (1.0, 1.0)
+    height, width = rgb.shape[:2]
+    return np.ascontiguousarray(reduced), (width / reduced.shape[1], height / reduced.shape[0])
 
 
 def image_msg_to_rgb(msg: Image | CompressedImage) -> np.ndarray:
@@ -155,14 +182,48 @@ def _confidence_summary(values: dict[str, float]) -> str:
     return ', '.join(f'{name} {value:.3f}' for name, value in values.items())
 
 
+def _summary(prediction: Prediction) -> str:
+    """The status message: a count model's text, else its values (how many objects per class found)."""
+    if prediction.kind == 'count':
+        return prediction.text
+    if prediction.kind == 'detection':
+        return ', '.join(f'{name} {value:g}' for name, value in prediction.values.items())
+    return _confidence_summary(prediction.values)
+
+
+def detections_to_json(detections: Sequence[Detection]) -> str:
+    """Detections as compact JSON: a list of {"class", "score", "box": [x1, y1, x2, y2]} (the records'
+    form, docs/results.md), numbers exact (repr), no spaces."""
+    return json.dumps([d.as_record() for d in detections], separators=(',', ':'))
+
+
+def detections_from_json(text: str) -> tuple[Detection, ...]:
+    """Read `detections_to_json` back.
+
+    Raises:
+        InputError: not such a list, or a box that is not four finite numbers.
+    """
+    from metavlm_ros.method.boxes import Detection
+
+    try:
+        found = tuple(Detection.from_record(item) for item in json.loads(text))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InputError(f'unreadable detections {text[:80]!r}: {exc}') from None
+    for d in found:
+        if len(d.box) != 4 or not all(math.isfinite(v) for v in (*d.box, d.score)):
+            raise InputError(f'detection of class {d.cls!r} has no finite box [x1, y1, x2, y2]: {d.box}')
+    return found
+
+
 def prediction_to_array(
     prediction: Prediction, header: Header, model_id: str, latency_ms: float
 ) -> DiagnosticArray:
     """Build the `prediction` / `probe/prediction` message of docs/ros.md.
 
     One DiagnosticStatus named 'metavlm/prediction': hardware_id is the model, message the generated
-    text (count-type models) or a confidence summary (CLIP), values one KeyValue per class (value as
-    str, exact float repr) followed by 'latency_ms' and 'kind'.
+    text (count-type models), a confidence summary (CLIP) or a count per class (detectors), values one
+    KeyValue per class (value as str, exact float repr) followed by 'latency_ms' and 'kind', and for a
+    detection answer 'detections' (its boxes, `detections_to_json`, in the frame's pixels).
 
     Args:
         prediction: the VLM's prediction for the frame.
@@ -179,7 +240,9 @@ def prediction_to_array(
     values = [KeyValue(key=str(name), value=repr(float(value))) for name, value in prediction.values.items()]
     values.append(KeyValue(key='latency_ms', value=f'{float(latency_ms):.3f}'))
     values.append(KeyValue(key='kind', value=prediction.kind))
-    message = prediction.text if prediction.kind == 'count' else _confidence_summary(prediction.values)
+    if prediction.kind == 'detection':
+        values.append(KeyValue(key='detections', value=detections_to_json(prediction.detections)))
+    message = _summary(prediction)
     status = DiagnosticStatus(
         level=DiagnosticStatus.OK,
         name=PREDICTION_STATUS,
@@ -222,7 +285,7 @@ def array_to_prediction(msg: DiagnosticArray) -> Prediction:
 
     Raises:
         InputError: no 'metavlm/prediction' status, an error answer (level ERROR), no or unknown 'kind',
-            or a value that is not a number.
+            a value that is not a number, or unreadable detections.
     """
     from metavlm_ros.method.prediction import Prediction
 
@@ -231,8 +294,8 @@ def array_to_prediction(msg: DiagnosticArray) -> Prediction:
         raise InputError(f'the frame was not judged: {status.message}')
     pairs = {item.key: item.value for item in status.values}
     kind = pairs.get('kind')
-    if kind not in ('count', 'confidence'):
-        raise InputError(f"prediction message has kind {kind!r}; expected 'count' or 'confidence'")
+    if kind not in _KINDS:
+        raise InputError(f'prediction message has kind {kind!r}; expected one of {", ".join(_KINDS)}')
     values: dict[str, float] = {}
     for key, text in pairs.items():
         if key in _RESERVED_KEYS:
@@ -245,7 +308,8 @@ def array_to_prediction(msg: DiagnosticArray) -> Prediction:
             raise InputError(f'prediction value of class {key!r} is not finite: {text!r}')
         values[key] = value
     text = status.message if kind == 'count' else ''
-    return Prediction(kind=kind, values=values, text=text)
+    detections = detections_from_json(pairs.get('detections', '[]')) if kind == 'detection' else ()
+    return Prediction(kind=kind, values=values, text=text, detections=detections)
 
 
 def latency_of(msg: DiagnosticArray) -> float | None:
@@ -258,3 +322,69 @@ def latency_of(msg: DiagnosticArray) -> float | None:
             except ValueError:
                 return None
     return None
+
+
+# -- vision_msgs: the detections topic (an optional dependency: pip-only installs may lack it) ---------
+
+
+def detection_array_type() -> type | None:
+    """vision_msgs/Detection2DArray, or None where vision_msgs is not installed."""
+    try:
+        from vision_msgs.msg import Detection2DArray
+    except ImportError:
+        return None
+    return Detection2DArray
+
+
+def prediction_to_detection_array(prediction: Prediction, header: Header) -> Any:
+    """The `detections` message (vision_msgs/Detection2DArray) of a detection answer.
+
+    The header is copied (to the array and to each detection); per object one Detection2D with one
+    ObjectHypothesisWithPose (class_id, score) and its box as BoundingBox2D: centre and size in the
+    pixels of the frame the answer is about, theta 0.
+
+    Raises:
+        ImportError: vision_msgs is not installed (`detection_array_type` says so first).
+    """
+    from vision_msgs.msg import (
+        BoundingBox2D,
+        Detection2D,
+        Detection2DArray,
+        ObjectHypothesis,
+        ObjectHypothesisWithPose,
+        Point2D,
+        Pose2D,
+    )
+
+    copied = Header(stamp=header.stamp, frame_id=header.frame_id)
+    array = Detection2DArray(header=copied)
+    for d in prediction.detections:
+        x1, y1, x2, y2 = (float(v) for v in d.box)
+        hypothesis = ObjectHypothesisWithPose(
+            hypothesis=ObjectHypothesis(class_id=d.cls, score=float(d.score))
+        )
+        box = BoundingBox2D(
+            center=Pose2D(position=Point2D(x=(x1 + x2) / 2, y=(y1 + y2) / 2), theta=0.0),
+            size_x=x2 - x1,
+            size_y=y2 - y1,
+        )
+        array.detections.append(Detection2D(header=copied, results=[hypothesis], bbox=box))
+    return array
+
+
+def detection_array_to_detections(msg: Any) -> tuple[Detection, ...]:
+    """Read the objects of a Detection2DArray back (its best hypothesis each; boxes as x1, y1, x2, y2)."""
+    from metavlm_ros.method.boxes import Detection
+
+    found = []
+    for detection in msg.detections:
+        if not detection.results:
+            continue
+        best = max(detection.results, key=lambda r: r.hypothesis.score).hypothesis
+        bbox = detection.bbox
+        cx, cy = bbox.center.position.x, bbox.center.position.y
+        half_w, half_h = bbox.size_x / 2, bbox.size_y / 2
+        found.append(
+            Detection(best.class_id, best.score, (cx - half_w, cy - half_h, cx + half_w, cy + half_h))
+        )
+    return tuple(found)

@@ -19,7 +19,13 @@ from metavlm_ros.common.process import finish
 from metavlm_ros.method.prediction import VLMBackend
 from metavlm_ros.models.registry import resolve_options
 from metavlm_ros.models.vlm import create_backend
-from metavlm_ros.ros.conversions import convert_image_msg, error_to_array, prediction_to_array
+from metavlm_ros.ros.conversions import (
+    detection_array_type,
+    error_to_array,
+    frame_and_scale,
+    prediction_to_array,
+    prediction_to_detection_array,
+)
 from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import MODEL_PARAMETERS, ParameterRules, ParameterSpec, model_options
 from metavlm_ros.ros.probe_client import PROBE_QOS, LatencyStats
@@ -112,7 +118,9 @@ class PerceptionNode(ManagedNode):
         self.backend: VLMBackend | None = None
         self.prediction_pub: Any = None
         self.probe_prediction_pub: Any = None
+        self.detections_pub: Any = None  # vision_msgs/Detection2DArray, for a model that answers with boxes
         self.diagnostics_pub: Any = None
+        self._said_no_vision_msgs = False
         self._subscriptions_active: list[Any] = []
         try:
             self._declare_parameters()
@@ -134,7 +142,9 @@ class PerceptionNode(ManagedNode):
         self.probe_prediction_pub = self.create_transient_publisher(
             DiagnosticArray, 'probe/prediction', PROBE_QOS
         )
+        self.detections_pub = self._create_detections_publisher()
         self._made = [
+            *([self.detections_pub] if self.detections_pub is not None else []),
             self.prediction_pub,
             self.diagnostics_pub,
             self.probe_prediction_pub,
@@ -150,6 +160,22 @@ class PerceptionNode(ManagedNode):
             f'{self.backend.name or "model"} {self.backend.model_id!r} loaded ({self.backend.kind}); '
             f'classes {", ".join(self.backend.classes)}'
         )
+
+    def _create_detections_publisher(self) -> Any:
+        """The `detections` publisher of a model that answers with boxes; None for the other kinds,
+        or where vision_msgs is not installed (said once: the boxes still go out on `prediction`)."""
+        if self.backend.kind != 'detection':
+            return None
+        array_type = detection_array_type()
+        if array_type is None:
+            if not self._said_no_vision_msgs:
+                self._said_no_vision_msgs = True
+                self.get_logger().warning(
+                    'vision_msgs is not installed: no `detections` topic (Detection2DArray); the boxes '
+                    'still go out on `prediction` (its `detections` value)'
+                )
+            return None
+        return self.create_transient_publisher(array_type, 'detections', RESULT_QOS)
 
     def _activate(self) -> None:
         if self._rules.value('image_transport') == 'compressed':
@@ -176,7 +202,7 @@ class PerceptionNode(ManagedNode):
         self._stop_worker()
         self.destroy_entities(self._made)
         self._made = []
-        self.prediction_pub = self.probe_prediction_pub = self.diagnostics_pub = None
+        self.prediction_pub = self.probe_prediction_pub = self.diagnostics_pub = self.detections_pub = None
         with self._cond:
             self._probes.clear()
             self._camera = None
@@ -306,10 +332,11 @@ class PerceptionNode(ManagedNode):
                     self._cond.notify_all()
 
     def _judge(self, batch: list[_Pending], publisher: Any, is_probe: bool) -> None:
-        frames, kept = [], []
+        frames, kept, scales = [], [], []
         for item in batch:
             try:
-                rgb, reduced = convert_image_msg(item.msg)
+                # Boxes are answered in the pixels of the image received: `scale` undoes a reduction.
+                rgb, scale = frame_and_scale(item.msg)
             except InputError as exc:
                 self.counters.conversion_failures += 1
                 self.get_logger().warning(
@@ -320,9 +347,10 @@ class PerceptionNode(ManagedNode):
                 if is_probe:
                     self._refuse([item], f'unreadable frame: {exc}')
                 continue
-            self.counters.downscaled += int(reduced)
+            self.counters.downscaled += int(scale != (1.0, 1.0))
             frames.append(rgb)
             kept.append(item)
+            scales.append(scale)
         if not frames:
             return
         try:
@@ -338,13 +366,17 @@ class PerceptionNode(ManagedNode):
         finally:
             self.counters.predict_calls += 1
         done = time.monotonic()
-        for item, prediction in zip(kept, predictions, strict=True):
+        for item, prediction, scale in zip(kept, predictions, scales, strict=True):
             if prediction is None:
                 continue
+            prediction = prediction.scaled(*scale)
             latency_ms = (done - item.arrived) * 1000.0
             publisher.publish(
                 prediction_to_array(prediction, item.msg.header, self.backend.model_id, latency_ms)
             )
+            # The camera's objects only: probes are the tester's altered frames, not the scene.
+            if not is_probe and self.detections_pub is not None and not prediction.error:
+                self.detections_pub.publish(prediction_to_detection_array(prediction, item.msg.header))
             self.latency.add(done - item.arrived)
             if is_probe:
                 self.counters.probes_answered += 1

@@ -80,8 +80,16 @@ class TransportSizeBackend(VLMBackend):
         return np.ascontiguousarray(resize_longer_side(frame, self.transport_size))
 
     def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction | None]:
-        """Predict on the reduced frames with the wrapped backend."""
-        return self.inner.predict([self.reduce(frame) for frame in frames])
+        """Predict on the reduced frames with the wrapped backend; boxes come back in the pixels of
+        the frames given (the search compares them there)."""
+        reduced = [self.reduce(frame) for frame in frames]
+        answers = self.inner.predict(reduced)
+        return [
+            None
+            if answer is None
+            else answer.scaled(frame.shape[1] / small.shape[1], frame.shape[0] / small.shape[0])
+            for frame, small, answer in zip(frames, reduced, answers, strict=True)
+        ]
 
 
 class LatencyStats:

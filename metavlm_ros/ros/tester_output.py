@@ -39,7 +39,7 @@ from metavlm_ros.ros.probe_client import TransportSizeBackend
 from metavlm_ros.ros.tester_identity import check_identity
 from metavlm_ros.ros.tester_settings import NODE_NAME, TesterSettings
 from metavlm_ros.ros.tester_violations import published_flag, violation_status
-from metavlm_ros.ros.visualisation import followup_overlay, violation_image
+from metavlm_ros.ros.visualisation import detection_outlines, followup_overlay, violation_image
 from metavlm_ros.viewer.live import LiveResults, LiveServer
 
 __all__ = ['DIAGNOSTIC_STATUS', 'RESULT_QOS', 'SearchJob', 'TesterOutput']
@@ -147,7 +147,8 @@ class TesterOutput:
         self.state = 'searching'
         live = self.live_results(store)
         if live is not None:
-            live.next_source(prepared.rgb)  # sent to Foxglove should the store keep no source frame
+            # Sent to Foxglove should the store keep no source frame; boxes are in the camera's pixels.
+            live.next_source(prepared.rgb, prepared.source_size)
         result = run_search(
             prepared,
             backend,
@@ -324,14 +325,25 @@ class TesterOutput:
         array = DiagnosticArray()
         array.header = job.header
         array.status = [
-            violation_status(ev, result.source, job.stamp_ns, image=job.image_id, frame=record['frame'] or '')
+            violation_status(
+                ev,
+                result.source,
+                job.stamp_ns,
+                image=job.image_id,
+                frame=record['frame'] or '',
+                boxes=record.get('boxes'),
+                found=record.get('followup_detections'),
+            )
         ]
         self.violations_pub.publish(array)
         if job.settings.publish_violation_images:
-            # Both frames as the model was sent them (the search's transport size).
+            # Both frames as the model was sent them (the search's transport size), boxes with them.
+            sent, sent_followup = job.backend.reduce(job.frame), job.backend.reduce(followup)
+            shrink = (sent.shape[1] / job.frame.shape[1], sent.shape[0] / job.frame.shape[0])
+            outlines = detection_outlines(result.source, ev.boxes, ev.followup, shrink)
             picture = violation_image(
-                job.backend.reduce(job.frame),
-                job.backend.reduce(followup),
+                sent,
+                sent_followup,
                 ev.composition.label,
                 result.source.values,
                 ev.followup.values if ev.followup else {},
@@ -339,13 +351,13 @@ class TesterOutput:
                 f_trans=ev.f_trans,
                 f_pred=ev.f_pred,
                 height=job.settings.violation_image_height,
+                source_outlines=outlines[0],
+                followup_outlines=outlines[1],
             )
             self.violation_image_pub.publish(rgb_to_image_msg(picture, job.header))
             if self.violation_followup_pub.get_subscription_count():  # drawn only for a subscriber
                 # The follow-up with the overlay Foxglove draws on it, as pixels for rqt and rviz.
-                overlaid = followup_overlay(
-                    job.backend.reduce(followup), record, height=job.settings.violation_image_height
-                )
+                overlaid = followup_overlay(sent_followup, record, height=job.settings.violation_image_height)
                 self.violation_followup_pub.publish(rgb_to_image_msg(overlaid, job.header))
 
     # -- Foxglove ------------------------------------------------------------------------------------

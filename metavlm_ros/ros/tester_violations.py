@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.answers import answer_for
 from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.method.search import Evaluation
 from metavlm_ros.ros.tester_settings import NODE_NAME
@@ -18,26 +20,48 @@ VIOLATION_STATUS = 'metavlm/violation'
 
 
 def published_flag(flags: Mapping[str, bool], threshold: float) -> str:
-    """The key of `flags` that the report threshold selects ('count' for count-type models)."""
+    """The key of `flags` that the report threshold selects ('count' for count-type models, the IoU
+    key for detections: they have one flag each)."""
     if 'count' in flags:
         return 'count'
+    for key in flags:
+        if key.startswith('iou'):
+            return key
     for key in flags:
         if math.isclose(float(key), threshold):
             return key
     raise ParameterError(f'no violation flag for threshold {threshold:g}')
 
 
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(',', ':'))
+
+
 def violation_status(
-    ev: Evaluation, source: Prediction, source_stamp_ns: int, *, image: str = '', frame: str = ''
+    ev: Evaluation,
+    source: Prediction,
+    source_stamp_ns: int,
+    *,
+    image: str = '',
+    frame: str = '',
+    boxes: Mapping | None = None,
+    found: Sequence[Mapping] | None = None,
 ) -> DiagnosticStatus:
     """The `violations` status of one violating evaluation (docs/ros.md).
 
-    Level ERROR when severe (f_pred reaches half the number of classes), WARN otherwise; the message
-    is the composition label; values: composition, order, each active relation's parameter, f_trans,
-    f_pred, source/<class>, followup/<class>, source_stamp (ns), image and the follow-up PNG.
+    Level ERROR when severe (f_pred reaches half its largest value: half the number of classes, 0.5
+    for detections), WARN otherwise; the message is the composition label; values: composition,
+    order, each active relation's parameter, f_trans, f_pred, source/<class>, followup/<class>,
+    source_stamp (ns), image and the follow-up PNG; for a detection search also `boxes` (the match:
+    expected boxes, lost, new, reclassed, displaced, matched) and `followup_detections` (the found
+    boxes), compact JSON in the records' form, boxes in camera-frame pixels.
+
+    Args:
+        boxes: The evaluation record's `boxes` (detections only).
+        found: The evaluation record's `followup_detections` (detections only).
     """
     followup = ev.followup.values if ev.followup is not None else {}
-    severe = ev.f_pred >= len(source.values) / 2
+    severe = ev.f_pred >= answer_for(source.kind).f_pred_scale(len(source.values)) / 2
     values = [
         KeyValue(key='composition', value=ev.composition.label),
         KeyValue(key='order', value=str(ev.composition.order)),
@@ -54,6 +78,11 @@ def violation_status(
         KeyValue(key='image', value=image),
         KeyValue(key='frame', value=frame),
     ]
+    if source.kind == 'detection':
+        values += [
+            KeyValue(key='boxes', value=_compact(boxes)),
+            KeyValue(key='followup_detections', value=_compact(found)),
+        ]
     return DiagnosticStatus(
         level=DiagnosticStatus.ERROR if severe else DiagnosticStatus.WARN,
         name=VIOLATION_STATUS,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import cv2
 import numpy as np
 
+from metavlm_ros.method.prediction import Prediction
+from metavlm_ros.method.records import detections_record
+from metavlm_ros.viewer.boxes import ROLE_RGBA, Outline, violation_outlines
 from metavlm_ros.viewer.channels import OVERLAY_RGBA, overlay_lines
 
-__all__ = ['followup_overlay', 'format_change', 'violation_image']
+__all__ = ['detection_outlines', 'followup_overlay', 'format_change', 'violation_image']
 
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 _TEXT = (255, 255, 255)
@@ -25,6 +28,35 @@ def format_change(cls: str, source: float, followup: float, kind: str) -> str:
     if kind == 'count':
         return f'{cls} {source:g} -> {followup:g} ({delta:+g})'
     return f'{cls} {source:.3f} -> {followup:.3f} ({delta:+.3f})'
+
+
+def detection_outlines(
+    source: Prediction, boxes: Mapping | None, followup: Prediction | None, scale: tuple[float, float]
+) -> tuple[list[Outline], list[Outline]]:
+    """The boxes of a detection evaluation to draw on the source and on the follow-up panel.
+
+    Args:
+        source: The source prediction (its objects go on the source panel).
+        boxes: The evaluation's match (`Evaluation.boxes`): the expected boxes, lost, new, ...
+        followup: The follow-up prediction (its objects go on the follow-up panel).
+        scale: Pixels of the pictures drawn per pixel of the boxes, across and down.
+    """
+    if source.kind != 'detection':
+        return [], []
+    sx, sy = scale
+    on_source = [Outline('expected', d.cls, d.scaled(sx, sy).box) for d in source.detections]
+    return on_source, violation_outlines(boxes, detections_record(followup), scale)
+
+
+def _draw_outlines(panel: np.ndarray, outlines: Sequence[Outline], zoom: float, scale: float) -> None:
+    """Draw outlines (in the pixels of the frame the panel shows, `zoom` times smaller) into it."""
+    for outline in outlines:
+        colour = tuple(int(round(255 * c)) for c in ROLE_RGBA[outline.role][:3])
+        x1, y1, x2, y2 = (int(round(v * zoom)) for v in outline.box)
+        cv2.rectangle(panel, (x1, y1), (x2, y2), colour, 3 if outline.highlighted else 1, cv2.LINE_AA)
+        cv2.putText(
+            panel, outline.label, (x1 + 2, max(y1 - 3, 10)), _FONT, scale * 0.6, colour, 1, cv2.LINE_AA
+        )
 
 
 def _fit_height(frame: np.ndarray, height: int) -> np.ndarray:
@@ -45,6 +77,8 @@ def violation_image(
     f_trans: float | None = None,
     f_pred: float | None = None,
     height: int = 360,
+    source_outlines: Sequence[Outline] = (),
+    followup_outlines: Sequence[Outline] = (),
 ) -> np.ndarray:
     """Draw the source and follow-up frames side by side with the composition and the per-class change.
 
@@ -58,13 +92,16 @@ def violation_image(
         f_trans: The transformation distance, printed in the title when given.
         f_pred: The prediction change, printed in the title when given.
         height: The height of each panel in pixels (frames are shrunk or enlarged to it).
+        source_outlines: Boxes drawn on the source (`detection_outlines`), in its pixels.
+        followup_outlines: Boxes drawn on the follow-up, in its pixels: expected and found, lost
+            and new marked (viewer/boxes.py's colours, named in a legend line).
 
     Returns:
         The labelled image, RGB uint8: a title bar, the two panels, one line per class below.
     """
     height = max(32, int(height))
-    left = _fit_height(source, height)
-    right = _fit_height(followup, height)
+    left = _fit_height(source, height).copy()
+    right = _fit_height(followup, height).copy()
     gap = np.full((height, 4, 3), _BACKGROUND, np.uint8)
     panels = np.concatenate([left, gap, right], axis=1)
     width = panels.shape[1]
@@ -78,7 +115,11 @@ def violation_image(
     if f_pred is not None:
         title += f'  f_pred {f_pred:.3f}'
     classes = list(source_values)
-    footer_lines = max(1, len(classes))
+    boxed = bool(source_outlines or followup_outlines)
+    footer_lines = max(1, len(classes)) + boxed
+    _draw_outlines(left, source_outlines, height / source.shape[0], scale)
+    _draw_outlines(right, followup_outlines, height / followup.shape[0], scale)
+    panels = np.concatenate([left, gap, right], axis=1)
 
     canvas = np.full((line_h + height + line_h * footer_lines + 4, width, 3), _BACKGROUND, np.uint8)
     canvas[line_h : line_h + height] = panels
@@ -96,6 +137,12 @@ def violation_image(
         colour = _CHANGED if abs(fol - src) > 0 else _TEXT
         y = line_h + height + line_h * row + baseline
         cv2.putText(canvas, text, (6, y), _FONT, scale, colour, thickness, cv2.LINE_AA)
+    if boxed:
+        x, y = 6, line_h + height + line_h * len(classes) + baseline
+        for role, rgba in ROLE_RGBA.items():
+            colour = tuple(int(round(255 * c)) for c in rgba[:3])
+            cv2.putText(canvas, role, (x, y), _FONT, scale, colour, thickness, cv2.LINE_AA)
+            x += cv2.getTextSize(role + '  ', _FONT, scale, thickness)[0][0]
     return canvas
 
 

@@ -12,9 +12,13 @@ from foxglove.messages import (
     CompressedImage,
     ImageAnnotations,
     Point2,
+    PointsAnnotation,
+    PointsAnnotationType,
     TextAnnotation,
     Timestamp,
 )
+
+from metavlm_ros.viewer.boxes import ROLE_RGBA, violation_outlines
 
 __all__ = [
     'OVERLAY_RGBA',
@@ -22,7 +26,9 @@ __all__ = [
     'TOPICS',
     'VIOLATION_SCHEMA',
     'ViolationChannels',
+    'box_annotations',
     'changed_classes',
+    'image_size',
     'overlay_lines',
     'topic_names',
 ]
@@ -58,7 +64,7 @@ VIOLATION_SCHEMA = {
         'parameters': _VALUES,
         'f_trans': _NUMBER,
         'f_pred': _NUMBER,
-        'kind': {'type': 'string', 'enum': ['count', 'confidence']},
+        'kind': {'type': 'string', 'enum': ['count', 'confidence', 'detection']},
         'source': _VALUES,
         'followup': _VALUES,
         'violation': {'type': 'object', 'additionalProperties': {'type': 'boolean'}},
@@ -111,9 +117,12 @@ def changed_classes(record: dict) -> list[str]:
     """The classes whose value changed enough to make the record a violation.
 
     Counts (Eq. 4): a count that differs by at least 1. Confidences (Eq. 5): a difference of at
-    least the smallest threshold at which the record is a violation.
+    least the smallest threshold at which the record is a violation. Detections (§13): the classes
+    of the objects lost, new, re-classed or displaced.
     """
     source, followup = record.get('source') or {}, record.get('followup') or {}
+    if record.get('kind') == 'detection':
+        return _changed_objects(record)
     if record.get('kind') == 'count':
         limit = 1.0
     else:
@@ -126,6 +135,56 @@ def changed_classes(record: dict) -> list[str]:
         for name in source
         if name in followup and abs(float(followup[name]) - float(source[name])) >= limit - 1e-12
     ]
+
+
+def _changed_objects(record: dict) -> list[str]:
+    boxes = record.get('boxes') or {}
+    expected, found = boxes.get('expected') or [], record.get('followup_detections') or []
+    names = [expected[i]['class'] for i in boxes.get('lost') or ()]
+    names += [found[j]['class'] for j in boxes.get('new') or ()]
+    names += [
+        expected[row[0]]['class']
+        for row in [*(boxes.get('reclassed') or ()), *(boxes.get('displaced') or ())]
+    ]
+    return list(dict.fromkeys(names))
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a PNG from its header; None for another format."""
+    if data[:8] != b'\x89PNG\r\n\x1a\n' or len(data) < 24:
+        return None
+    return int.from_bytes(data[16:20], 'big'), int.from_bytes(data[20:24], 'big')
+
+
+def box_annotations(
+    record: dict, when: Timestamp, scale: tuple[float, float]
+) -> tuple[list[PointsAnnotation], list[TextAnnotation]]:
+    """A detection violation's boxes on its follow-up (viewer/boxes.py): expected and found outlines,
+    lost and new ones thicker, each labelled; `scale`: image pixels per record (source-frame) pixel."""
+    points, texts = [], []
+    for outline in violation_outlines(record.get('boxes'), record.get('followup_detections'), scale):
+        colour = Color(**dict(zip('rgba', ROLE_RGBA[outline.role], strict=True)))
+        x1, y1, x2, y2 = outline.box
+        points.append(
+            PointsAnnotation(
+                timestamp=when,
+                type=PointsAnnotationType.LineLoop,
+                points=[Point2(x=x1, y=y1), Point2(x=x2, y=y1), Point2(x=x2, y=y2), Point2(x=x1, y=y2)],
+                outline_color=colour,
+                thickness=4.0 if outline.highlighted else 2.0,
+            )
+        )
+        texts.append(
+            TextAnnotation(
+                timestamp=when,
+                position=Point2(x=x1, y=max(y1 - 2.0, _FONT)),
+                text=outline.label,
+                font_size=_FONT,
+                text_color=colour,
+                background_color=Color(r=0.0, g=0.0, b=0.0, a=0.6),
+            )
+        )
+    return points, texts
 
 
 def overlay_lines(record: dict) -> list[str]:
@@ -177,19 +236,33 @@ class ViolationChannels:
         self.source.log(message, log_time=stamp_ns)
 
     def log_violation(
-        self, record: dict, stamp_ns: int, image: bytes | None = None, image_format: str = 'png'
+        self,
+        record: dict,
+        stamp_ns: int,
+        image: bytes | None = None,
+        image_format: str = 'png',
+        box_scale: tuple[float, float] | None = None,
     ) -> None:
-        """A violation's record, and its follow-up frame with the overlay when its image is given."""
+        """A violation's record, and its follow-up frame with the overlay when its image is given
+        (`box_scale`: see `log_followup`)."""
         if self.violations.has_sinks():
             message = {**record, 'changed': changed_classes(record), 'stamp_ns': int(stamp_ns)}
             message.setdefault('frame', None)
             self.violations.log(_jsonable(message), log_time=stamp_ns)
         if image is not None:
-            self.log_followup(record, stamp_ns, image, image_format)
+            self.log_followup(record, stamp_ns, image, image_format, box_scale)
 
-    def log_followup(self, record: dict, stamp_ns: int, image: bytes, image_format: str = 'png') -> None:
+    def log_followup(
+        self,
+        record: dict,
+        stamp_ns: int,
+        image: bytes,
+        image_format: str = 'png',
+        box_scale: tuple[float, float] | None = None,
+    ) -> None:
         """A violating follow-up frame (PNG, or `image_format`, bytes) and its overlay, at the source
-        frame's time."""
+        frame's time; a detection record's boxes too, given `box_scale` (the image's pixels per
+        source-frame pixel, across and down: the records' boxes are in the source frame's)."""
         if not self.wants_followups():
             return
         when = _timestamp(stamp_ns)
@@ -208,7 +281,11 @@ class ViolationChannels:
             )
             for row, line in enumerate(overlay_lines(record))
         ]
-        self.annotations.log(ImageAnnotations(timestamp=when, texts=texts), log_time=stamp_ns)
+        points: list[PointsAnnotation] = []
+        if record.get('kind') == 'detection' and box_scale is not None:
+            points, labels = box_annotations(record, when, box_scale)
+            texts += labels
+        self.annotations.log(ImageAnnotations(timestamp=when, points=points, texts=texts), log_time=stamp_ns)
 
     def wants_sources(self) -> bool:
         """Whether a source frame would reach anyone (a live server without a subscriber: no)."""

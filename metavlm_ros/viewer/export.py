@@ -34,7 +34,7 @@ from metavlm_ros.common.results import (
 # The PNG check load_image runs before decoding; decoding every follow-up would be 80% of an export.
 from metavlm_ros.footage.frames import check_png, is_video_path
 from metavlm_ros.method.render import render_followup
-from metavlm_ros.viewer.channels import ViolationChannels
+from metavlm_ros.viewer.channels import ViolationChannels, image_size
 
 __all__ = ['ExportResult', 'export_mcap', 'find_results', 'is_violation', 'time_of']
 
@@ -222,6 +222,18 @@ class _Renderer:
         return encode_png(render_followup(self._source, record, summary.get('warp', 'fused')))
 
 
+def _box_scale(results: _Results, record: dict, png: bytes | None) -> tuple[float, float] | None:
+    """The follow-up PNG's pixels per source-frame pixel (a detection record's boxes are in the
+    latter; the PNG is at the working size); None when not a detection, or no summary says the size."""
+    if png is None or record.get('kind') != 'detection':
+        return None
+    summary = results.summary_of(record) or {}
+    source, size = summary.get('source_size') or (0, 0), image_size(png)
+    if size is None or not all(source):
+        return None
+    return size[0] / source[0], size[1] / source[1]
+
+
 def _png(results: _Results, relative: str) -> bytes:
     """A follow-up PNG's bytes, checked whole (signature, chunk CRCs, IEND) before they are exported."""
     path = results.path / relative
@@ -346,7 +358,7 @@ def _write(
                 stamp = time_of(record, results.searches)
                 relative = results.frames.get(record_key(record))
                 png = _png(results, relative) if relative else renderer.followup(record)
-                channels.log_violation(record, stamp, png)
+                channels.log_violation(record, stamp, png, box_scale=_box_scale(results, record, png))
                 result.violations += 1
                 result.followups += png is not None
                 result.rendered += png is not None and not relative

@@ -16,7 +16,7 @@ from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import encode_png
 from metavlm_ros.common.results import ResultsStore, record_key
 from metavlm_ros.viewer import DEFAULT_HOST
-from metavlm_ros.viewer.channels import ViolationChannels
+from metavlm_ros.viewer.channels import ViolationChannels, image_size
 from metavlm_ros.viewer.export import is_violation, time_of
 
 __all__ = ['DEFAULT_HOST', 'LiveResults', 'LiveServer']
@@ -185,15 +185,28 @@ class LiveResults:
         self._known: set[tuple] = set()
         self._violations: dict[tuple, int] = {}
         self._source: np.ndarray | None = None
+        self._source_size: tuple[int, int] | None = None  # of the search's frame: where records' boxes are
         self._source_file: Path | None = None
         self._waiting: list[tuple[dict, int]] = []  # violations written, not flushed yet
 
-    def next_source(self, rgb: np.ndarray) -> None:
+    def next_source(self, rgb: np.ndarray, source_size: tuple[int, int] | None = None) -> None:
         """The frame of the next search: published with its first record (its time is known then).
 
         Encoded only when the search stores no source frame of its own (see save_source).
+
+        Args:
+            rgb: The frame.
+            source_size: (width, height) of the camera frame the records' boxes are in, when `rgb` is
+                smaller (the working size); default `rgb`'s own.
         """
         self._source = rgb
+        self._source_size = source_size or (rgb.shape[1], rgb.shape[0])
+
+    def _box_scale(self, record: dict, size: tuple[int, int] | None) -> tuple[float, float] | None:
+        """A follow-up's pixels per source-frame pixel, for a detection record's boxes."""
+        if record.get('kind') != 'detection' or size is None or self._source_size is None:
+            return None
+        return size[0] / self._source_size[0], size[1] / self._source_size[1]
 
     def save_source(self, rgb: np.ndarray) -> tuple[str, str] | None:
         """Store the search's source frame; the stored PNG is what goes out (no second encoding)."""
@@ -254,14 +267,16 @@ class LiveResults:
         for record, followup in zip(records, followups, strict=True):
             stamp = self._time(record)
             self._count(record)
-            image, image_format = None, 'png'
+            image, image_format, size = None, 'png', None
             if self._channels.wants_followups():
                 path = Path(self._store.directory) / record['frame'] if record.get('frame') else None
                 if path is not None and path.is_file():
                     image = path.read_bytes()
+                    size = image_size(image)
                 elif followup is not None:
                     image_format, image = 'jpeg', _encode_jpeg(followup)
-            self._channels.log_violation(record, stamp, image, image_format)
+                    size = (followup.shape[1], followup.shape[0])
+            self._channels.log_violation(record, stamp, image, image_format, self._box_scale(record, size))
 
     def append_pareto(self, record: dict) -> None:
         """Write a non-dominated record; publish its follow-up and overlay when it violates.
@@ -274,7 +289,9 @@ class LiveResults:
             return
         path = Path(self._store.directory) / frame
         if path.is_file():
-            self._channels.log_followup(record, self._time(record), path.read_bytes())
+            image = path.read_bytes()
+            scale = self._box_scale(record, image_size(image))
+            self._channels.log_followup(record, self._time(record), image, box_scale=scale)
 
     def append_summary(self, record: dict) -> None:
         """Write a search's summary; publish it with its violation count."""

@@ -21,6 +21,8 @@ BACKEND_OPTIONS_WRONG = {
     'answer_format': ['yaml'],
     'confidence_question': ['Is it there?'],
     'kind': ['caption'],
+    'box_format': ['yolo'],
+    'score_threshold': [1.5, -0.1],
     'max_new_tokens': [0, 5000],
     'preprocess': ['opencv'],
     'image_processor': ['fast'],
