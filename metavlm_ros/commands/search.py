@@ -72,7 +72,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar='ID',
         help='the relations the search may use: ids (rotation, turbidity, ...) or the groups paper, '
-        "underwater, all (default: the paper's six; docs/method.md §12)",
+        "underwater, optics, all (default: the paper's six; docs/method.md §12)",
     )
     group.add_argument(
         '--range',

@@ -63,7 +63,7 @@ def _target(name: str) -> tuple[Relation, int | None]:
 
 
 def _selected(names: Iterable[str]) -> list[Relation]:
-    """The relations named by ids, aliases or group names ('paper', 'underwater', 'all')."""
+    """The relations named by ids, aliases or group names ('paper', 'underwater', 'optics', 'all')."""
     chosen = []
     for name in names:
         group = RELATION_GROUPS.get(str(name).strip().lower())
@@ -178,7 +178,7 @@ class SearchSpace:
 
         Args:
             enabled: relation ids (or parameter names, numbers, 'mr3', or the groups 'paper',
-                'underwater', 'all') to enable; None enables the paper's six.
+                'underwater', 'optics', 'all') to enable; None enables the paper's six.
             ranges: relation id -> (low, high) narrowing that relation's range, or an extra's id
                 ('motion_blur_angle') -> (low, high) narrowing that extra's.
 

@@ -1,4 +1,4 @@
-"""Metamorphic relations: Table 2's six (docs/method.md §1), the underwater ones (§12), composition."""
+"""Metamorphic relations: Table 2's six (docs/method.md §1), the underwater and optics ones (§12)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ import numpy as np
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.underwater import UNDERWATER_EXTRAS, UNDERWATER_FUNCTIONS, UNDERWATER_PARAMETERS
+from metavlm_ros.method.water import WATER_EXTRAS, WATER_FUNCTIONS, WATER_PARAMETERS
 
 __all__ = [
     'DEFAULT_RELATIONS',
+    'OPTICS_RELATIONS',
     'PAPER_RELATIONS',
     'RELATIONS',
     'RELATION_BY_ID',
@@ -239,25 +241,43 @@ PAPER_RELATIONS: tuple[Relation, ...] = (
     Relation(5, 'shear', 'shear', 0.0, -0.15, 0.15, 0.15, matrix=_shear_matrix),
     Relation(6, 'translation', 'shift', 0.0, -0.03, 0.03, 0.03, matrix=_translation_matrix),
 )
-# Opt-in relations beyond the paper (docs/method.md §12), numbered after its six.
-UNDERWATER_RELATIONS: tuple[Relation, ...] = tuple(
-    Relation(
-        number,
-        rid,
-        name,
-        nominal,
-        low,
-        high,
-        deviation,
-        apply=UNDERWATER_FUNCTIONS[rid],
-        extras=tuple(Extra(*extra) for extra in UNDERWATER_EXTRAS.get(rid, ())),
+
+
+def _opt_in(
+    parameters: dict[str, tuple[str, str, float, float, float, float]],
+    functions: dict[str, Callable[..., np.ndarray]],
+    extras: dict[str, tuple[tuple[str, str, float, float, float], ...]],
+    first: int,
+) -> tuple[Relation, ...]:
+    """Relations from a module's parameter table, numbered from `first` in the table's order."""
+    return tuple(
+        Relation(
+            number,
+            rid,
+            name,
+            nominal,
+            low,
+            high,
+            deviation,
+            apply=functions[rid],
+            extras=tuple(Extra(*extra) for extra in extras.get(rid, ())),
+        )
+        for number, (rid, (name, _, nominal, low, high, deviation)) in enumerate(
+            parameters.items(), start=first
+        )
     )
-    for number, (rid, (name, _, nominal, low, high, deviation)) in enumerate(
-        UNDERWATER_PARAMETERS.items(), start=len(PAPER_RELATIONS) + 1
-    )
+
+
+# Opt-in relations beyond the paper (docs/method.md §12), numbered after its six: the underwater
+# ones, then water as optics describes it (Jerlov's water types, range and depth; docs/underwater.md).
+UNDERWATER_RELATIONS: tuple[Relation, ...] = _opt_in(
+    UNDERWATER_PARAMETERS, UNDERWATER_FUNCTIONS, UNDERWATER_EXTRAS, len(PAPER_RELATIONS) + 1
+)
+OPTICS_RELATIONS: tuple[Relation, ...] = _opt_in(
+    WATER_PARAMETERS, WATER_FUNCTIONS, WATER_EXTRAS, len(PAPER_RELATIONS) + len(UNDERWATER_RELATIONS) + 1
 )
 # Every relation a search may use, in the fixed order a composition applies them.
-RELATIONS: tuple[Relation, ...] = PAPER_RELATIONS + UNDERWATER_RELATIONS
+RELATIONS: tuple[Relation, ...] = PAPER_RELATIONS + UNDERWATER_RELATIONS + OPTICS_RELATIONS
 RELATION_BY_ID: dict[str, Relation] = {relation.id: relation for relation in RELATIONS}
 # A search that names no relations uses the paper's six, so paper mode stays the paper's.
 DEFAULT_RELATIONS: tuple[str, ...] = tuple(relation.id for relation in PAPER_RELATIONS)
@@ -265,6 +285,7 @@ DEFAULT_RELATIONS: tuple[str, ...] = tuple(relation.id for relation in PAPER_REL
 RELATION_GROUPS: dict[str, tuple[str, ...]] = {
     'paper': DEFAULT_RELATIONS,
     'underwater': tuple(relation.id for relation in UNDERWATER_RELATIONS),
+    'optics': tuple(relation.id for relation in OPTICS_RELATIONS),
     'all': tuple(RELATION_BY_ID),
 }
 

@@ -17,6 +17,7 @@ __all__ = [
     'UNDERWATER_FUNCTIONS',
     'UNDERWATER_PARAMETERS',
     'colour_cast',
+    'linear_light_lut',
     'low_light',
     'marine_snow',
     'motion_blur',
@@ -113,6 +114,14 @@ def _per_channel_lut(transmission: np.ndarray, veil: np.ndarray) -> np.ndarray:
     """The 256 x 3 byte table of I = J*t + B*(1 - t) in linear light, channel by channel."""
     scene = _TO_LINEAR.astype(np.float64)[:, None]
     return _encode(scene * transmission + veil * (1.0 - transmission)).reshape(1, 256, 3)
+
+
+def linear_light_lut(gain: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """The 1 x 256 x 3 byte table (for cv2.LUT) of I_c = J_c * gain_c + offset_c in linear light."""
+    scene = _TO_LINEAR.astype(np.float64)[:, None]
+    return _encode(scene * np.asarray(gain, dtype=np.float64) + np.asarray(offset, dtype=np.float64)).reshape(
+        1, 256, 3
+    )
 
 
 def turbidity(frame: np.ndarray, distance: float) -> np.ndarray:

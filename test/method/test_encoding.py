@@ -131,7 +131,8 @@ def test_default_space_is_the_papers_six_and_the_genotype_grows_with_the_chosen_
     underwater = SearchSpace.from_options(enabled='underwater')
     # A flag and a value per relation, then MR10's angle (docs/method.md §2).
     assert underwater.enabled_ids == RELATION_GROUPS['underwater'] and underwater.n_var == 11
-    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(RELATIONS) + 1 == 23
+    extras = sum(len(relation.extras) for relation in RELATIONS)
+    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(RELATIONS) + extras == 27
 
 
 def test_opt_in_relations_decode_encode_and_label_after_the_papers_six():
@@ -153,12 +154,15 @@ def test_the_stored_space_of_a_paper_search_is_what_it_was_before_the_opt_in_rel
         'low': [-5.0, 0.7, 1.0, 0.9, -0.15, -0.03],
         'high': [5.0, 1.3, 2.0, 1.0, 0.15, 0.03],
     }
-    assert len(SearchSpace.from_options(enabled=['low_light']).as_record()['enabled']) == len(RELATIONS)
+    # The lists stop at the last relation enabled: an underwater search records what it did before
+    # the optics relations came after it.
+    assert len(SearchSpace.from_options(enabled=['low_light']).as_record()['enabled']) == 11
+    assert len(SearchSpace.from_options(enabled=['water']).as_record()['enabled']) == len(RELATIONS)
 
 
 def test_unknown_relations_name_the_groups_too():
     with pytest.raises(
-        ParameterError, match=r"unknown relation 'fog'.*turbidity.*groups paper, underwater, all"
+        ParameterError, match=r"unknown relation 'fog'.*turbidity.*groups paper, underwater, optics, all"
     ):
         SearchSpace.from_options(enabled=['fog'])
 
