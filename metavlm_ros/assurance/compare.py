@@ -81,13 +81,25 @@ def _frames(run: Run) -> dict[str, str]:
     return found
 
 
+#: The parts of a search's identity record that must agree (but the seed): the model's name, weights
+#: and what its backend adds may differ, being the change compared.
+_COMPARED = ('settings', 'source', 'model.options')
+
+
+def _part(identity: Mapping[str, Any] | None, part: str) -> Any:
+    value: Any = identity or {}
+    for key in part.split('.'):
+        value = (value or {}).get(key) if isinstance(value, Mapping) else None
+    return value or {}
+
+
 def comparable_key(base: Evidence, candidate: Evidence, threshold: float | None) -> tuple[str, list[str]]:
     """The violation key both are compared at, and the differences allowed (notes); raises when the two
     are not comparable.
 
     Raises:
-        InputError: The searches, their settings (but the seed), how frames reached the model, or the
-            frames themselves (by sha256) differ; the message names the first difference.
+        InputError: The searches, their settings (but the seed), the model's options, how frames reached
+            the model, or the frames themselves (by sha256) differ; the message names the first difference.
     """
     ours, theirs = _runs(base), _runs(candidate)
     if set(ours) != set(theirs):
@@ -97,8 +109,10 @@ def comparable_key(base: Evidence, candidate: Evidence, threshold: float | None)
     notes = []
     for label in sorted(ours):
         a, b = ours[label], theirs[label]
-        for part in ('settings', 'source'):
-            left, right = _flat((a.identity or {}).get(part) or {}), _flat((b.identity or {}).get(part) or {})
+        # The options too: the model may change, not what it is asked nor how (prompts, questions,
+        # answer kind, vocabulary, image processor, dtype, ...: the backend's `identity` options).
+        for part in _COMPARED:
+            left, right = _flat(_part(a.identity, part)), _flat(_part(b.identity, part))
             for key in sorted(set(left) | set(right)):
                 if left.get(key) != right.get(key):
                     if key == 'seed':

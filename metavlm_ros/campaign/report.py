@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from metavlm_ros.campaign.anytime import anytime_table
@@ -23,7 +24,8 @@ from metavlm_ros.campaign.tables import (
     rq21_table,
     rq22_table,
 )
-from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.errors import ParameterError, ResultsError
+from metavlm_ros.common.manifest import MANIFEST, check_manifest, write_manifest
 
 # The report's public names, from the modules that hold them: `metavlm_ros.campaign.report` stays the
 # one import for callers (commands/report.py, the tests).
@@ -38,6 +40,7 @@ __all__ = [
     'CampaignResults',
     'CellResult',
     'Report',
+    'ReportWritten',
     'Table',
     'build_report',
     'comparisons',
@@ -45,6 +48,7 @@ __all__ = [
     'render_csv',
     'render_html',
     'render_markdown',
+    'write_campaign_report',
     'write_report',
 ]
 
@@ -127,3 +131,50 @@ def build_report(
         if anytime is not None:
             tables.append(anytime)
     return Report(results=results, tables=tables, notes=notes)
+
+
+@dataclass(frozen=True)
+class ReportWritten:
+    """What `write_campaign_report` wrote, and what became of the campaign's SHA256SUMS.
+
+    Attributes:
+        files: the report's files, the main document first.
+        listed: the report is inside the campaign and its SHA256SUMS now lists it (rewritten).
+        problem: why a SHA256SUMS of the campaign was left as it was although the report is inside:
+            it no longer matched the campaign before the report (named), so rewriting it would vouch
+            for a change nobody made through metavlm. None otherwise.
+    """
+
+    files: list[Path]
+    listed: bool = False
+    problem: str | None = None
+
+
+def write_campaign_report(
+    report: Report, directory: str | Path, out: str | Path, fmt: str = 'md', plots: bool = True
+) -> ReportWritten:
+    """Write the report of the campaign in `directory` under `out`, keeping the campaign's SHA256SUMS true.
+
+    A report outside the campaign leaves it untouched. One inside (the default, DIR/report) is listed:
+    the manifest is checked first, the report written, and the manifest rewritten over the campaign with
+    it, so `sha256sum -c SHA256SUMS` still verifies the campaign and now its report too. A campaign
+    without a manifest gets none here (only `metavlm campaign` vouches for its cells); one whose manifest
+    no longer matched keeps it as it was, and says why (`ReportWritten.problem`).
+
+    Raises:
+        ParameterError: Unknown format.
+        OSError: The report cannot be written.
+    """
+    directory, out = Path(directory), Path(out)
+    inside = out.resolve().is_relative_to(directory.resolve()) and (directory / MANIFEST).is_file()
+    problem = None
+    if inside:
+        try:
+            check_manifest(directory)
+        except ResultsError as exc:
+            problem = str(exc)
+    files = write_report(report, out, fmt=fmt, plots=plots)
+    listed = inside and problem is None
+    if listed:
+        write_manifest(directory)
+    return ReportWritten(files, listed, problem)

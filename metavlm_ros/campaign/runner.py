@@ -31,8 +31,9 @@ from metavlm_ros.campaign.cells import (
 )
 from metavlm_ros.campaign.config import EXECUTORS, CampaignConfig, ModelSpec, sha256_text
 from metavlm_ros.campaign.executors import CellTask, commit_cell, run_cell, run_dask, run_pool, write_synced
-from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.errors import InputError, ParameterError, ResultsError
 from metavlm_ros.common.images import encode_png
+from metavlm_ros.common.manifest import MANIFEST, check_manifest, write_manifest
 from metavlm_ros.common.results import check_output_dir, storage_error, write_file_atomic
 
 __all__ = ['CampaignRun', 'model_identity', 'run_campaign']
@@ -201,6 +202,7 @@ def run_campaign(
         raise storage_error(out, exc) from None
     with _exclusive(out):
         try:
+            _withdraw_manifest(out, log)
             record = _prepare_directory(out, record, images, force, log)
         except OSError as exc:
             raise storage_error(out, exc) from None
@@ -260,9 +262,25 @@ def run_campaign(
                           seconds=round(seconds, 3))  # fmt: skip
         try:
             _write_json_atomic(out / CAMPAIGN_FILE, record)
+            # Last, over the whole campaign as this run leaves it: `sha256sum -c SHA256SUMS` there.
+            write_manifest(out)
         except OSError as exc:
             raise storage_error(out / CAMPAIGN_FILE, exc) from None
     return CampaignRun(directory=out, total=len(cells), skipped=skipped, completed=completed, seconds=seconds)
+
+
+def _withdraw_manifest(out: Path, log) -> None:
+    """Remove the campaign's SHA256SUMS before anything there changes: a run cut short leaves no manifest
+    (its evidence says 'not verified'), never one that lists another state. One that no longer matched
+    is said, since the manifest the run ends with lists the campaign as it is then."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return
+    try:
+        check_manifest(out)
+    except ResultsError as exc:
+        log(f'{MANIFEST} did not match ({exc}); this run writes it anew over the campaign as it leaves it')
+    path.unlink()
 
 
 def _whole_cells(out: Path, log) -> set[str]:

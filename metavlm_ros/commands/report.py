@@ -43,20 +43,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build and write the report; returns the exit code."""
-    from metavlm_ros.campaign.report import build_report, render_markdown, write_report
+    from metavlm_ros.campaign.report import build_report, render_markdown, write_campaign_report
     from metavlm_ros.common.errors import ResultsError
+    from metavlm_ros.common.manifest import MANIFEST
     from metavlm_ros.common.results import check_output_dir, storage_error
 
     out = Path(args.out) if args.out else Path(args.results) / 'report'
     check_output_dir(out, what='the report')
     report = build_report(args.results, solutions=args.solutions, rq3=args.rq3, baseline=args.baseline)
     try:
-        written = write_report(report, out, fmt=args.format, plots=not args.no_plots)
+        done = write_campaign_report(report, args.results, out, fmt=args.format, plots=not args.no_plots)
     except OSError as exc:
         raise storage_error(out, exc, 'the report', 'the results are untouched') from None
     if args.format == 'md':
         print(render_markdown(report))
+    written = done.files
     print(f'report: {len(written)} files in {out} (main: {written[0].name})', file=sys.stderr)
+    if done.listed:
+        print(f'{MANIFEST} of {args.results} rewritten: it lists the report', file=sys.stderr)
+    elif done.problem:
+        print(f'{MANIFEST} of {args.results} left as it was: {done.problem}', file=sys.stderr)
     damaged = report.results.damaged
     if damaged:
         # The report is written without them and says so; the exit status says so too.

@@ -179,7 +179,8 @@ def identity_differences(
     Args:
         directory: The results directory.
         identity: What identifies the searches about to be written there.
-        ignore: Flattened keys (`model.model`) not compared, for parts not known yet.
+        ignore: Flattened keys (`model.model`) or parts (`model`: every key under it) not compared, for
+            parts not known yet.
 
     Returns:
         None when the directory has no identity record; else one `key: A there, B here` per
@@ -193,7 +194,9 @@ def identity_differences(
         return None
     stored = _as_current(stored, Path(directory) / IDENTITY)
     return [
-        line for line in _differences(stored, _normalised(identity)) if line.split(':', 1)[0] not in ignore
+        line
+        for line in _differences(stored, _normalised(identity))
+        if not any(line.split(':', 1)[0] == part or line.startswith(part + '.') for part in ignore)
     ]
 
 

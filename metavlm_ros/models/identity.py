@@ -10,9 +10,16 @@ from metavlm_ros.models.model_files import resolve_model, weights_hash
 from metavlm_ros.models.registry import backend_class, resolve_options
 
 if TYPE_CHECKING:
+    from metavlm_ros.method.prediction import VLMBackend
     from metavlm_ros.method.search import SearchConfig
 
-__all__ = ['SEARCH_SOURCE', 'answered_model_identity', 'identity_record', 'model_identity']
+__all__ = [
+    'SEARCH_SOURCE',
+    'answered_model_identity',
+    'handed_model_identity',
+    'identity_record',
+    'model_identity',
+]
 
 
 def model_identity(backend: str, model: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -57,6 +64,14 @@ def answered_model_identity(
         'weights_sha256': weights,
         'options': {'classes': list(classes)},
     }
+
+
+def handed_model_identity(backend: VLMBackend) -> dict[str, Any]:
+    """The model part for a model handed to a node ready-made (one model shared by nodes in one process,
+    tests): what it says of itself, `answered_model_identity`'s keys."""
+    return answered_model_identity(
+        backend.model_id, backend.classes, backend=backend.name, weights=backend.weights_hash() or None
+    )
 
 
 def identity_record(

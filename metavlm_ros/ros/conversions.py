@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from metavlm_ros.method.prediction import Prediction
 
 __all__ = [
+    'IDENTITY_STATUS',
     'MAX_SIDE',
     'PREDICTION_STATUS',
     'array_to_prediction',
@@ -32,6 +33,8 @@ __all__ = [
     'detections_to_json',
     'error_to_array',
     'frame_and_scale',
+    'identity_of',
+    'identity_status',
     'image_msg_to_rgb',
     'latency_of',
     'prediction_to_array',
@@ -46,6 +49,8 @@ __all__ = [
 # Longer side above which a frame is reduced (8K UHD); no VLM looks at more, and it bounds memory.
 MAX_SIDE = 7680
 PREDICTION_STATUS = 'metavlm/prediction'
+#: The status beside the prediction in a probe's answer: what identifies the model that answered.
+IDENTITY_STATUS = 'metavlm/identity'
 
 #: The prediction message's own keys; every other KeyValue is a class. `detections`: the boxes of a
 #: detection answer, compact JSON (`detections_to_json`).
@@ -216,7 +221,11 @@ def detections_from_json(text: str) -> tuple[Detection, ...]:
 
 
 def prediction_to_array(
-    prediction: Prediction, header: Header, model_id: str, latency_ms: float
+    prediction: Prediction,
+    header: Header,
+    model_id: str,
+    latency_ms: float,
+    identity: DiagnosticStatus | None = None,
 ) -> DiagnosticArray:
     """Build the `prediction` / `probe/prediction` message of docs/ros.md.
 
@@ -230,6 +239,8 @@ def prediction_to_array(
         header: the frame's header, copied (its stamp correlates probes and replies).
         model_id: model id or directory of the backend.
         latency_ms: milliseconds from the frame's arrival to its prediction.
+        identity: the model's `identity_status`, sent after the prediction (the perception node's
+            answers to probes: the tester records it).
 
     Raises:
         InputError: a class name collides with 'latency_ms' or 'kind'.
@@ -250,7 +261,38 @@ def prediction_to_array(
         hardware_id=str(model_id),
         values=values,
     )
-    return DiagnosticArray(header=Header(stamp=header.stamp, frame_id=header.frame_id), status=[status])
+    statuses = [status] if identity is None else [status, identity]
+    return DiagnosticArray(header=Header(stamp=header.stamp, frame_id=header.frame_id), status=statuses)
+
+
+def identity_status(identity: Mapping[str, Any]) -> DiagnosticStatus:
+    """The model's identity (models/identity.py `model_identity`) as a status named 'metavlm/identity':
+    one KeyValue per part (backend, model, weights_sha256, options, what the backend adds), each value
+    JSON, so the tester reads back exactly the record an in-process run writes."""
+    values = [
+        KeyValue(key=str(key), value=json.dumps(value, sort_keys=True)) for key, value in identity.items()
+    ]
+    return DiagnosticStatus(
+        level=DiagnosticStatus.OK,
+        name=IDENTITY_STATUS,
+        hardware_id=str(identity.get('model') or ''),
+        values=values,
+    )
+
+
+def identity_of(msg: DiagnosticArray) -> dict[str, Any] | None:
+    """The identity an answer carries (`identity_status`); None when it carries none (an earlier node).
+
+    Raises:
+        InputError: a part that is not JSON.
+    """
+    for status in msg.status:
+        if status.name == IDENTITY_STATUS:
+            try:
+                return {item.key: json.loads(item.value) for item in status.values}
+            except json.JSONDecodeError as exc:
+                raise InputError(f'unreadable model identity in the answer: {exc}') from None
+    return None
 
 
 def error_to_array(header: Header, model_id: str, reason: str) -> DiagnosticArray:

@@ -17,12 +17,14 @@ from sensor_msgs.msg import CompressedImage, Image
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.process import finish
 from metavlm_ros.method.prediction import VLMBackend
+from metavlm_ros.models.identity import handed_model_identity, model_identity
 from metavlm_ros.models.registry import resolve_options
 from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.ros.conversions import (
     detection_array_type,
     error_to_array,
     frame_and_scale,
+    identity_status,
     prediction_to_array,
     prediction_to_detection_array,
 )
@@ -116,6 +118,9 @@ class PerceptionNode(ManagedNode):
         self._worker: threading.Thread | None = None
         self._given_backend = backend
         self.backend: VLMBackend | None = None
+        #: What identifies the model, as an in-process search records it; sent with every probe answer.
+        self.identity: dict[str, Any] | None = None
+        self._identity_status: DiagnosticStatus | None = None
         self.prediction_pub: Any = None
         self.probe_prediction_pub: Any = None
         self.detections_pub: Any = None  # vision_msgs/Detection2DArray, for a model that answers with boxes
@@ -136,7 +141,15 @@ class PerceptionNode(ManagedNode):
 
     def _configure(self) -> None:
         """Load the model (ModelError fails the transition), create the publishers, start the worker."""
-        self.backend = self._given_backend if self._given_backend is not None else self._create_backend()
+        if self._given_backend is not None:
+            self.backend = self._given_backend
+            self.identity = handed_model_identity(self.backend)
+        else:
+            backend, model, options = model_options(self._parameter_values())
+            # Read before the model loads, as `metavlm search` reads it: the tester records it as is.
+            self.identity = model_identity(backend, model, options)
+            self.backend = create_backend(backend, model, **{**options, 'batch_size': self._max_batch})
+        self._identity_status = identity_status(self.identity)
         self.prediction_pub = self.create_transient_publisher(DiagnosticArray, 'prediction', RESULT_QOS)
         self.diagnostics_pub = self.create_transient_publisher(DiagnosticArray, '/diagnostics', RESULT_QOS)
         self.probe_prediction_pub = self.create_transient_publisher(
@@ -207,6 +220,7 @@ class PerceptionNode(ManagedNode):
             self._probes.clear()
             self._camera = None
         self.backend = None  # the model's memory goes with the last reference
+        self.identity = self._identity_status = None
         gc.collect()
         self.get_logger().info('model freed')
 
@@ -261,10 +275,6 @@ class PerceptionNode(ManagedNode):
         with self._cond:
             self._batch_wait_s = int(value) / 1000.0
             self._cond.notify_all()
-
-    def _create_backend(self) -> VLMBackend:
-        backend, model, options = model_options(self._parameter_values())
-        return create_backend(backend, model, **{**options, 'batch_size': self._max_batch})
 
     # -- callbacks: store and notify only ---------------------------------------------------------
 
@@ -371,8 +381,10 @@ class PerceptionNode(ManagedNode):
                 continue
             prediction = prediction.scaled(*scale)
             latency_ms = (done - item.arrived) * 1000.0
+            # A probe's answer names the model that gave it (the tester records it with its results).
+            identity = self._identity_status if is_probe else None
             publisher.publish(
-                prediction_to_array(prediction, item.msg.header, self.backend.model_id, latency_ms)
+                prediction_to_array(prediction, item.msg.header, self.backend.model_id, latency_ms, identity)
             )
             # The camera's objects only: probes are the tester's altered frames, not the scene.
             if not is_probe and self.detections_pub is not None and not prediction.error:

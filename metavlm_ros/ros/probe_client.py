@@ -18,7 +18,13 @@ from sensor_msgs.msg import Image
 from metavlm_ros.common.errors import ParameterError, SearchInterrupted
 from metavlm_ros.common.images import resize_longer_side
 from metavlm_ros.method.prediction import CLASSES, Prediction, VLMBackend
-from metavlm_ros.ros.conversions import array_to_prediction, refusal_of, rgb_to_image_msg, stamp_to_ns
+from metavlm_ros.ros.conversions import (
+    array_to_prediction,
+    identity_of,
+    refusal_of,
+    rgb_to_image_msg,
+    stamp_to_ns,
+)
 
 __all__ = ['PROBE_QOS', 'LatencyStats', 'ProbesReleased', 'RosProbeBackend', 'TransportSizeBackend']
 
@@ -169,6 +175,9 @@ class RosProbeBackend(VLMBackend):
         self.kind = kind
         self.classes = tuple(classes)
         self.model_id = ''
+        #: What identifies the model that answered last (its options included), as the perception node
+        #: says; None until it answers, or from a node that does not say (it names its model only).
+        self.identity: dict | None = None
         self.latency = LatencyStats()
         self.sent = 0
         self.answered = 0
@@ -331,6 +340,7 @@ class RosProbeBackend(VLMBackend):
             try:
                 reason = refusal_of(msg)
                 prediction = None if reason is not None else array_to_prediction(msg)
+                identity = identity_of(msg) if prediction is not None else None
             except Exception as exc:  # a malformed reply counts as no reply, never as a crash
                 self.node.get_logger().warning(f'unreadable probe reply: {exc}', throttle_duration_sec=5.0)
                 return
@@ -347,4 +357,5 @@ class RosProbeBackend(VLMBackend):
             self.classes = tuple(prediction.values)
             if msg.status and msg.status[0].hardware_id:
                 self.model_id = msg.status[0].hardware_id
+            self.identity = identity
             self._cond.notify_all()

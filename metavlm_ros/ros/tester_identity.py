@@ -12,7 +12,12 @@ from metavlm_ros.common.results import (
     identity_differences,
 )
 from metavlm_ros.method.prediction import VLMBackend
-from metavlm_ros.models.identity import answered_model_identity, identity_record, model_identity
+from metavlm_ros.models.identity import (
+    answered_model_identity,
+    handed_model_identity,
+    identity_record,
+    model_identity,
+)
 from metavlm_ros.ros.tester_settings import TesterSettings
 
 __all__ = [
@@ -47,13 +52,15 @@ def tester_model_identity(settings: TesterSettings, backend: VLMBackend | None =
     """
     model = settings.model
     if settings.endpoint == 'ros':
-        answered = (backend.model_id or None) if backend is not None else None
-        return answered_model_identity(answered, model['resolved']['classes'])
+        # The whole record the perception node answers with (`PerceptionNode.identity`: what an
+        # in-process run of its parameters records); an earlier node's answers name its model only.
+        answered = getattr(backend, 'identity', None)
+        if answered is not None:
+            return dict(answered)
+        named = (backend.model_id or None) if backend is not None else None
+        return answered_model_identity(named, model['resolved']['classes'])
     if backend is not None:
-        weights = backend.weights_hash() or None
-        return answered_model_identity(
-            backend.model_id, backend.classes, backend=backend.name, weights=weights
-        )
+        return handed_model_identity(backend)
     return model_identity(model['backend'], model['model'], model['options'])
 
 
@@ -72,14 +79,14 @@ def check_identity(settings: TesterSettings, model: Mapping[str, Any]) -> dict[s
     """Check that the results directory holds no searches of another identity; returns the identity.
 
     A directory with results but no identity record (search.json) is refused too: its searches
-    cannot be told apart from these. The model's name is not compared while it is not known (None:
-    the perception node has not answered yet).
+    cannot be told apart from these. The model part is not compared while it is not known (its name
+    None: the perception node has not answered yet); once it has, every part of it is, options included.
 
     Raises:
         ResultsError: one line naming `results_dir` and every difference.
     """
     identity = tester_identity(settings, model)
-    unknown = ('model.model',) if model.get('model') is None else ()
+    unknown = ('model',) if model.get('model') is None else ()
     directory = Path(settings.results_dir)
     try:
         differences = identity_differences(directory, identity, ignore=unknown)
