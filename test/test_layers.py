@@ -16,6 +16,7 @@ LAYERS = (
     'demo',
     'campaign',
     'assurance',
+    'explain',
     'viewer',
     'ros',
     'commands',

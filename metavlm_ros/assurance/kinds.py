@@ -19,7 +19,7 @@ from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import ENVELOPE_POINTS, Bracket, directions
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
 
-__all__ = ['KINDS', 'EnvelopeCriterion', 'ExistenceCriterion', 'RateCriterion']
+__all__ = ['KINDS', 'EnvelopeCriterion', 'ExistenceCriterion', 'RateCriterion', 'render_command']
 
 _BASE_KEYS = frozenset({'id', 'kind', 'claim'})
 _DIRECTIONS = ('-', '+', 'both')
@@ -83,7 +83,8 @@ class ExistenceCriterion(Criterion):
         return record.get('parameters') is not None and self.within.holds(record['parameters'])
 
 
-def _render_command(directory: Path, record: dict) -> str:
+def render_command(directory: Path, record: dict) -> str:
+    """The `metavlm render` command that makes an evaluation's follow-up again, from its results directory."""
     return (
         f'metavlm render {directory} {record["index"]} --image {record["image"]} '
         f'--algorithm {record["algorithm"]} --seed {record["seed"]}'
@@ -133,7 +134,7 @@ class _Inside(ClaimEvidence):
                     for k in ('image', 'index', 'algorithm', 'seed', 'composition', 'parameters')
                 },
                 **{k: record.get(k) for k in ('f_trans', 'f_pred', 'source', 'followup', 'frame_sha256')},
-                'render': _render_command(directory, record),
+                'render': render_command(directory, record),
             }
             reason = (
                 f'{self.violations} of {self.evaluations} evaluations in the region violate (threshold '

@@ -18,6 +18,7 @@ COMMANDS = (
     'upgrade',
     'verify',
     'compare',
+    'modes',
 )
 
 
