@@ -12,7 +12,7 @@ from metavlm_ros.models.tiny import bert_tokenizer, clip_tokenizer, quiet_seeded
 from metavlm_ros.models.tiny_families import save_tiny
 from metavlm_ros.models.tiny_shapes import CLIP_MEAN, CLIP_STD, HEADS, HIDDEN, INTERMEDIATE, PATCH, SIDE
 
-__all__ = ['DETECTOR_FAMILIES', 'build_tiny_detector']
+__all__ = ['DETECTOR_FAMILIES', 'build_base_owlv2', 'build_tiny_detector']
 
 #: The families a tiny detector is built of (config.json model_type).
 DETECTOR_FAMILIES = ('owlvit', 'owlv2', 'grounding-dino', 'mm-grounding-dino')
@@ -181,4 +181,50 @@ def build_tiny_detector(directory: Path | str, family: str = 'owlv2', seed: int 
         raise ParameterError(f'detector family must be one of {", ".join(DETECTOR_FAMILIES)}, got {family!r}')
     with quiet_seeded(seed):
         model, processor = _owl(family) if family.startswith('owl') else _grounding(family)
+        return save_tiny(model, processor, directory)
+
+
+def build_base_owlv2(directory: Path | str, seed: int | None = 0) -> Path:
+    """Build and save a random-initialised OWLv2 of the released base model's shape, for benchmarks.
+
+    From memory of google/owlv2-base-patch16-ensemble's config (not checked against the file, which is
+    not on this machine): a ViT-B/16 vision tower (768 wide, 12 layers, 12 heads, MLP 3072) on a
+    960 x 960 padded square (3,600 patches, each a box and a class embedding), a text tower 512 wide
+    (12 layers, 8 heads, MLP 2048) reading 16 tokens, projection 512. Timing does not depend on the
+    weights; the tokenizer is the tiny OWL one (its ids fall inside the vocabulary).
+    """
+    import torch
+    import transformers
+    from transformers.models.owlv2.image_processing_pil_owlv2 import Owlv2ImageProcessorPil
+
+    with quiet_seeded(seed):
+        tokenizer = owl_tokenizer()
+        text = {
+            'hidden_size': 512,
+            'intermediate_size': 2048,
+            'num_hidden_layers': 12,
+            'num_attention_heads': 8,
+            'vocab_size': len(tokenizer),
+            'max_position_embeddings': OWL_TEXT_LENGTH,
+            'bos_token_id': tokenizer.bos_token_id,
+            'eos_token_id': tokenizer.eos_token_id,
+            'pad_token_id': tokenizer.pad_token_id,
+        }
+        vision = {
+            'hidden_size': 768,
+            'intermediate_size': 3072,
+            'num_hidden_layers': 12,
+            'num_attention_heads': 12,
+            'image_size': 960,
+            'patch_size': 16,
+        }
+        config = transformers.Owlv2Config(text_config=text, vision_config=vision, projection_dim=512)
+        model = transformers.Owlv2ForObjectDetection(config)
+        with torch.no_grad():  # as the tiny ones: boxes near their patch's prior, not in a corner
+            model.box_head.dense2.weight.mul_(0.01)
+            model.box_head.dense2.bias.zero_()
+        images = Owlv2ImageProcessorPil(
+            size={'height': 960, 'width': 960}, image_mean=CLIP_MEAN, image_std=CLIP_STD
+        )
+        processor = transformers.Owlv2Processor(image_processor=images, tokenizer=tokenizer)
         return save_tiny(model, processor, directory)
