@@ -10,7 +10,16 @@ from typing import Any
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.models.tiny import bert_tokenizer, clip_tokenizer, quiet_seeded
 from metavlm_ros.models.tiny_families import save_tiny
-from metavlm_ros.models.tiny_shapes import CLIP_MEAN, CLIP_STD, HEADS, HIDDEN, INTERMEDIATE, PATCH, SIDE
+from metavlm_ros.models.tiny_shapes import (
+    CLIP_MEAN,
+    CLIP_STD,
+    HEADS,
+    HIDDEN,
+    INTERMEDIATE,
+    PATCH,
+    SIDE,
+    VIT_B,
+)
 
 __all__ = ['DETECTOR_FAMILIES', 'build_base_owlv2', 'build_tiny_detector']
 
@@ -68,21 +77,33 @@ def _shape() -> dict:
     }
 
 
-def _owl(family: str) -> tuple[Any, Any]:
+#: The released OWL text tower's shape (the vision tower is a ViT-B/16), for `build_base_owlv2`.
+OWL_TEXT_B = {
+    'hidden_size': 512,
+    'intermediate_size': 2048,
+    'num_hidden_layers': 12,
+    'num_attention_heads': 8,
+}
+
+
+def _owl(
+    family: str, *, text_shape: dict | None = None, vision_shape: dict | None = None, side: int = SIDE,
+    patch: int = PATCH, projection: int = HIDDEN,
+) -> tuple[Any, Any]:  # fmt: skip
     import torch
     import transformers
 
     tokenizer = owl_tokenizer()
     text = {
-        **_shape(),
+        **(text_shape or _shape()),
         'vocab_size': len(tokenizer),
         'max_position_embeddings': OWL_TEXT_LENGTH,
         'bos_token_id': tokenizer.bos_token_id,
         'eos_token_id': tokenizer.eos_token_id,
         'pad_token_id': tokenizer.pad_token_id,
     }
-    vision = {**_shape(), 'image_size': SIDE, 'patch_size': PATCH}
-    size = {'height': SIDE, 'width': SIDE}
+    vision = {**(vision_shape or _shape()), 'image_size': side, 'patch_size': patch}
+    size = {'height': side, 'width': side}
     if family == 'owlvit':
         from transformers.models.owlvit.image_processing_pil_owlvit import OwlViTImageProcessorPil
 
@@ -104,7 +125,7 @@ def _owl(family: str) -> tuple[Any, Any]:
             transformers.Owlv2Processor,
         )
     # The class head projects the image patches to the text embedding: the projection is the text width.
-    config = config_class(text_config=text, vision_config=vision, projection_dim=HIDDEN)
+    config = config_class(text_config=text, vision_config=vision, projection_dim=projection)
     model = model_class(config)
     # Random weights push every box to a degenerate corner; a box head whose last layer is small
     # answers boxes near their patch's prior (box_bias), as a trained one answers near its patch.
@@ -193,38 +214,8 @@ def build_base_owlv2(directory: Path | str, seed: int | None = 0) -> Path:
     (12 layers, 8 heads, MLP 2048) reading 16 tokens, projection 512. Timing does not depend on the
     weights; the tokenizer is the tiny OWL one (its ids fall inside the vocabulary).
     """
-    import torch
-    import transformers
-    from transformers.models.owlv2.image_processing_pil_owlv2 import Owlv2ImageProcessorPil
-
     with quiet_seeded(seed):
-        tokenizer = owl_tokenizer()
-        text = {
-            'hidden_size': 512,
-            'intermediate_size': 2048,
-            'num_hidden_layers': 12,
-            'num_attention_heads': 8,
-            'vocab_size': len(tokenizer),
-            'max_position_embeddings': OWL_TEXT_LENGTH,
-            'bos_token_id': tokenizer.bos_token_id,
-            'eos_token_id': tokenizer.eos_token_id,
-            'pad_token_id': tokenizer.pad_token_id,
-        }
-        vision = {
-            'hidden_size': 768,
-            'intermediate_size': 3072,
-            'num_hidden_layers': 12,
-            'num_attention_heads': 12,
-            'image_size': 960,
-            'patch_size': 16,
-        }
-        config = transformers.Owlv2Config(text_config=text, vision_config=vision, projection_dim=512)
-        model = transformers.Owlv2ForObjectDetection(config)
-        with torch.no_grad():  # as the tiny ones: boxes near their patch's prior, not in a corner
-            model.box_head.dense2.weight.mul_(0.01)
-            model.box_head.dense2.bias.zero_()
-        images = Owlv2ImageProcessorPil(
-            size={'height': 960, 'width': 960}, image_mean=CLIP_MEAN, image_std=CLIP_STD
+        model, processor = _owl(
+            'owlv2', text_shape=OWL_TEXT_B, vision_shape=VIT_B, side=960, patch=16, projection=512
         )
-        processor = transformers.Owlv2Processor(image_processor=images, tokenizer=tokenizer)
         return save_tiny(model, processor, directory)

@@ -20,6 +20,7 @@ from metavlm_ros.models.tiny_shapes import (
     SIDE,
     SIGLIP_MEAN,
     SIGLIP_STD,
+    VIT_B,
     decoder_shape,
     family_video_processor,
     siglip_shape,
@@ -372,14 +373,7 @@ def build_base_vlm(directory: Path | str, seed: int | None = 0) -> Path:
             'eos_token_id': tokenizer.eos_token_id,
             'pad_token_id': tokenizer.pad_token_id,
         }
-        vision = {
-            'hidden_size': 768,
-            'intermediate_size': 3072,
-            'num_hidden_layers': 12,
-            'num_attention_heads': 12,
-            'image_size': 512,
-            'patch_size': 16,
-        }
+        vision = {**VIT_B, 'image_size': 512, 'patch_size': 16}
         config = Idefics3Config(
             text_config=text,
             vision_config=vision,

@@ -14,10 +14,14 @@ __all__ = [
     'SIDE',
     'SIGLIP_MEAN',
     'SIGLIP_STD',
+    'VIT_B',
     'decoder_shape',
     'family_video_processor',
     'siglip_shape',
 ]
+
+#: A ViT-B vision tower's shape (768 wide, 12 layers, 12 heads, MLP 3072): the benchmarks' base models.
+VIT_B = {'hidden_size': 768, 'intermediate_size': 3072, 'num_hidden_layers': 12, 'num_attention_heads': 12}
 
 # One transformer shape for every tiny family: building, saving and loading take about a second.
 HIDDEN = 32
