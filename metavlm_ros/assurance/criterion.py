@@ -120,8 +120,9 @@ class ClaimEvidence:
     `tally` is the gathering `Tally` (assurance/judge.py): every frame seen and the frames' brackets.
     """
 
-    def take(self, directory: Path, settings: dict, record: dict, violated: bool) -> None:
-        """Take one judged evaluation record of a results directory whose search settings are `settings`."""
+    def take(self, directory: Path, settings: dict, record: dict, violated: bool, key: str) -> None:
+        """Take one judged evaluation record of a results directory whose search settings are `settings`:
+        `violated` at the criteria's violation key `key`."""
 
     def verdict(self, tally: Any) -> Verdict:
         raise NotImplementedError

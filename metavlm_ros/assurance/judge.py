@@ -77,7 +77,7 @@ class Tally:
             )
         violated = bool(record['violation'][key])
         for evidence in self._evidence.values():
-            evidence.take(directory, settings, record, violated)
+            evidence.take(directory, settings, record, violated, key)
 
     def verdicts(self) -> list[Verdict]:
         """One verdict per criterion, in the file's order, on the evidence taken so far."""

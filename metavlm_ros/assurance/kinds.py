@@ -17,6 +17,7 @@ from metavlm_ros.assurance.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
 from metavlm_ros.method.algorithms import ENVELOPE
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import ENVELOPE_POINTS, Bracket, directions
+from metavlm_ros.method.envelope import violated as violated_by
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
 
 __all__ = ['KINDS', 'EnvelopeCriterion', 'ExistenceCriterion', 'RateCriterion', 'render_command']
@@ -34,8 +35,11 @@ class ExistenceCriterion(Criterion):
 
     within: Region | None
     f_trans_max: float | None
+    #: Only violations of these classes count (a count or confidence of the class changed, an object
+    #: of the class lost, new or displaced); None: any.
+    classes: tuple[str, ...] | None = None
     kind: ClassVar[str] = 'existence'
-    keys: ClassVar[frozenset[str]] = _BASE_KEYS | {'within', 'f_trans_max'}
+    keys: ClassVar[frozenset[str]] = _BASE_KEYS | {'within', 'f_trans_max', 'classes'}
 
     @classmethod
     def read(cls, reader: Reader, where: str, item: Mapping, cid: str, confidence: float) -> Criterion:
@@ -45,13 +49,26 @@ class ExistenceCriterion(Criterion):
             f_trans_max = reader.number(f'{where}.f_trans_max', item['f_trans_max'], 0, 6)
         if region is None and f_trans_max is None:
             raise reader.fail(where, 'an existence claim needs within, f_trans_max or both')
-        return cls(cid, '', region, f_trans_max)
+        classes = None
+        if 'classes' in item:
+            classes = item['classes']
+            if (
+                not isinstance(classes, list)
+                or not classes
+                or not all(isinstance(c, str) and c for c in classes)
+            ):
+                raise reader.fail(
+                    f'{where}.classes', f'must be a list of class names, e.g. [trash], got {classes!r}'
+                )
+            classes = tuple(classes)
+        return cls(cid, '', region, f_trans_max, classes)
 
     def default_claim(self) -> str:
         parts = [f'f_trans <= {self.f_trans_max:g}'] if self.f_trans_max is not None else []
         if self.within is not None:
             parts.append(self.within.describe())
-        return 'no violation' + (' with ' + ' and '.join(parts) if parts else '')
+        of = f' of {", ".join(self.classes)}' if self.classes else ''
+        return f'no violation{of}' + (' with ' + ' and '.join(parts) if parts else '')
 
     @classmethod
     def searches(
@@ -106,9 +123,11 @@ class _Inside(ClaimEvidence):
     algorithms: set[str] = field(default_factory=set)
     smallest: tuple[Path, dict] | None = None
 
-    def take(self, directory: Path, settings: dict, record: dict, violated: bool) -> None:
+    def take(self, directory: Path, settings: dict, record: dict, violated: bool, key: str) -> None:
         if not record.get('order') or not self.criterion.holds_record(record):
             return
+        if violated and self.criterion.classes:
+            violated = any(violated_by(record, key, c) for c in self.criterion.classes)
         self.evaluations += 1
         self.frames.add(record['image'])
         self.algorithms.add(record['algorithm'])
@@ -204,7 +223,7 @@ class _Samples(ClaimEvidence):
     k: int = 0
     frames: set[str] = field(default_factory=set)
 
-    def take(self, directory: Path, settings: dict, record: dict, violated: bool) -> None:
+    def take(self, directory: Path, settings: dict, record: dict, violated: bool, key: str) -> None:
         # A search's records are not a random sample; another region's samples are not of this one.
         if settings.get('algorithm') == 'uniform' and settings.get('relations') == self.region:
             self.n += 1

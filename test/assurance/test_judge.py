@@ -11,7 +11,7 @@ from metavlm_ros.assurance.criteria import load_criteria
 from metavlm_ros.assurance.evidence import load_evidence
 from metavlm_ros.assurance.judge import judge
 from metavlm_ros.cli import main
-from metavlm_ros.common.errors import InputError
+from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import boundaries
 from test.assurance.evidence import write_run
@@ -164,3 +164,25 @@ def test_detection_evidence_is_judged_at_the_criteria_iou_threshold(tmp_path):
     )
     with pytest.raises(InputError, match='not at the criteria threshold'):
         judge(load_criteria(path), evidence)
+
+
+def test_an_existence_claim_about_some_classes_counts_only_their_violations(evidence_root, tmp_path):
+    evidence = load_evidence(evidence_root)
+    any_class, trash_only = judge(
+        _criteria(
+            tmp_path,
+            {'id': 'any', 'kind': 'existence', 'f_trans_max': 6},
+            {'id': 'trash', 'kind': 'existence', 'f_trans_max': 6, 'classes': ['trash']},
+        ),
+        evidence,
+    )
+    judged = [r for _, r in evidence.evaluations() if r['order'] and not r['failed']]
+    # A trash violation: its confidence moved by the threshold or more (Eq. 5 for that class alone).
+    trash = [r for r in judged if abs(r['followup']['trash'] - r['source']['trash']) >= 0.05 - 1e-12]
+    assert trash_only.figures['violations'] == len(trash) < any_class.figures['violations']
+    assert trash_only.claim == 'no violation of trash with f_trans <= 6'
+    if trash:
+        example = trash_only.counterexample
+        assert example['f_trans'] == min(r['f_trans'] for r in trash)
+    with pytest.raises(ParameterError, match=r'classes: must be a list of class names'):
+        _criteria(tmp_path, {'id': 'bad', 'kind': 'existence', 'f_trans_max': 1, 'classes': 'trash'})
