@@ -1,4 +1,4 @@
-"""Acceptance criteria: a YAML file of claims about a model (existence, rate, envelope), read and checked.
+"""Acceptance criteria: a YAML file of claims about a model (assurance/kinds.py), read and checked.
 
 The schema is docs/assurance.md's; every error names its key (`criteria[2].limit: ...`) in one line.
 """

@@ -65,7 +65,7 @@ def plan(
 
     planned = []
     for kind in KINDS.values():
-        mine = [c for c in criteria.criteria if isinstance(c, kind)]
+        mine = [c for c in criteria.criteria if c.kind == kind.kind]  # a subclass is a kind of its own
         if mine:
             for need in kind.searches(mine, evaluations=evaluations, envelope_rounds=envelope_rounds):
                 planned.append(

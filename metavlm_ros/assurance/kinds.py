@@ -20,7 +20,14 @@ from metavlm_ros.method.envelope import ENVELOPE_POINTS, Bracket, directions
 from metavlm_ros.method.envelope import violated as violated_by
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
 
-__all__ = ['KINDS', 'EnvelopeCriterion', 'ExistenceCriterion', 'RateCriterion', 'render_command']
+__all__ = [
+    'KINDS',
+    'EnvelopeCriterion',
+    'ExistenceCriterion',
+    'LocalisationCriterion',
+    'RateCriterion',
+    'render_command',
+]
 
 _BASE_KEYS = frozenset({'id', 'kind', 'claim'})
 _DIRECTIONS = ('-', '+', 'both')
@@ -261,6 +268,57 @@ class _Samples(ClaimEvidence):
         return c.verdict(status, reason, figures)
 
 
+# --- localisation: "objects found stay where they are (IoU >= x) in >= 1 - limit of samples" ----
+
+
+@dataclass(frozen=True)
+class LocalisationCriterion(RateCriterion):
+    """Detections: the share of uniform samples of a region in which some matched object's box falls
+    below IoU `at_least` is <= limit, bounded exactly as a rate (docs/method.md §13: the tolerant IoU
+    of the follow-up's box with the source's moved by the warp). A sample with no matched object
+    (nothing found, or everything lost) says nothing about where objects are and is not counted."""
+
+    at_least: float = 0.5
+    kind: ClassVar[str] = 'localisation'
+    keys: ClassVar[frozenset[str]] = RateCriterion.keys | {'at_least'}
+
+    @classmethod
+    def read(cls, reader: Reader, where: str, item: Mapping, cid: str, confidence: float) -> Criterion:
+        rate = RateCriterion.read(reader, where, item, cid, confidence)
+        at_least = reader.number(f'{where}.at_least', reader.required(where, item, 'at_least'), 0, 1)
+        return cls(cid, '', rate.within, rate.limit, rate.samples, rate.confidence, at_least)
+
+    def default_claim(self) -> str:
+        return (
+            f'objects found keep IoU >= {self.at_least:g} in all but {self.limit:.3g} of samples within '
+            f'{self.within.describe()}, {self.confidence:.0%} confidence'
+        )
+
+    @classmethod
+    def searches(
+        cls, criteria: Sequence[Criterion], *, evaluations: int, envelope_rounds: int
+    ) -> list[SearchNeed]:
+        return [
+            SearchNeed(f'localisation-{c.id}', 'uniform', c.within.space(), c.samples, c.id) for c in criteria
+        ]
+
+    def evidence(self) -> ClaimEvidence:
+        return _Placed(self, self.within.space().as_record())
+
+
+@dataclass
+class _Placed(_Samples):
+    """A localisation claim's evidence: uniform samples of its region with a matched object, and those
+    with a matched object below the claim's IoU."""
+
+    def take(self, directory: Path, settings: dict, record: dict, violated: bool, key: str) -> None:
+        matched = (record.get('boxes') or {}).get('matched') or []
+        if record.get('kind') != 'detection' or not matched:
+            return
+        displaced = any(iou < self.criterion.at_least for _, _, iou in matched)
+        super().take(directory, settings, record, displaced, key)
+
+
 # --- envelope: "rotation holds to +-1 deg on >= 80 % of frames" ---------------------------------
 
 
@@ -387,7 +445,6 @@ class _Boundaries(ClaimEvidence):
         return c.verdict(judged.status, reason, figures)
 
 
-#: Every kind of criterion, by the name a criteria file gives it, in the order their searches run.
 KINDS: dict[str, type[Criterion]] = {
-    k.kind: k for k in (ExistenceCriterion, RateCriterion, EnvelopeCriterion)
+    k.kind: k for k in (ExistenceCriterion, RateCriterion, LocalisationCriterion, EnvelopeCriterion)
 }

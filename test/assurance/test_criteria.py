@@ -48,7 +48,7 @@ def _base(**criterion):
         ({'format': 1, 'criteria': [{}]}, 'name: must be'),
         ({'format': 1, 'name': 'n', 'threshold': 1.5, 'criteria': [{}]}, 'threshold: must lie in (0, 1]'),
         ({'format': 1, 'name': 'n', 'criteria': []}, 'criteria: must be a list'),
-        (_base(kind='exists'), 'criteria[0].kind: must be one of existence, rate, envelope'),
+        (_base(kind='exists'), 'criteria[0].kind: must be one of existence, rate, localisation, envelope'),
         (_base(kind='existence'), 'criteria[0] (c): an existence claim needs within'),
         (_base(kind='existence', f_trans_max=-1), 'criteria[0] (c).f_trans_max: must lie in (0, 6]'),
         (_base(kind='existence', within={'roll': [0, 1]}), 'criteria[0] (c).within.roll: unknown relation'),

@@ -9,6 +9,7 @@ from scipy import stats
 
 from metavlm_ros.assurance.criteria import load_criteria
 from metavlm_ros.assurance.evidence import load_evidence
+from metavlm_ros.assurance.gather import plan
 from metavlm_ros.assurance.judge import judge
 from metavlm_ros.cli import main
 from metavlm_ros.common.errors import InputError, ParameterError
@@ -186,3 +187,31 @@ def test_an_existence_claim_about_some_classes_counts_only_their_violations(evid
         assert example['f_trans'] == min(r['f_trans'] for r in trash)
     with pytest.raises(ParameterError, match=r'classes: must be a list of class names'):
         _criteria(tmp_path, {'id': 'bad', 'kind': 'existence', 'f_trans_max': 1, 'classes': 'trash'})
+
+
+def test_a_localisation_claim_bounds_the_share_of_samples_with_a_displaced_object(tmp_path):
+    from test.fakes import ThresholdDetector
+
+    root = tmp_path / 'evidence'
+    roll = SearchSpace.from_options(['rotation', 'scaling'], {'rotation': (-5, 5), 'scaling': (0.8, 1.2)})
+    detector = ThresholdDetector(threshold=120)
+    write_run(root / 'placed', 'uniform', space=roll, evaluations=40, backend=detector)
+    region = {'rotation': [-5, 5], 'scaling': [0.8, 1.2]}
+    claims = [
+        {'id': f'iou{at_least}', 'kind': 'localisation', 'within': region, 'at_least': at_least, 'limit': 0.2}
+        for at_least in (0.3, 0.9)
+    ]
+    loose, strict = judge(_criteria(tmp_path, *claims), load_evidence(root))
+    records = [r for _, r in load_evidence(root).evaluations() if (r.get('boxes') or {}).get('matched')]
+    for verdict, at_least in ((loose, 0.3), (strict, 0.9)):
+        displaced = sum(any(iou < at_least for _, _, iou in r['boxes']['matched']) for r in records)
+        assert (verdict.figures['samples'], verdict.figures['violations']) == (len(records), displaced)
+        assert verdict.kind == 'localisation'
+    assert loose.figures['violations'] <= strict.figures['violations']
+    assert strict.claim == (
+        'objects found keep IoU >= 0.9 in all but 0.2 of samples within rotation in [-5, 5], scaling in '
+        '[0.8, 1.2], 95% confidence'
+    )
+    # A fourth kind is one more declaration: verify plans its uniform samples under its own name.
+    planned = plan(_criteria(tmp_path, *claims), population=10, evaluations=60, seed=0, working_size=None)
+    assert [p.name for p in planned] == ['localisation-iou0.3', 'localisation-iou0.9']
