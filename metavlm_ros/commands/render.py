@@ -30,6 +30,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument('--seed', default=None, help='the seed, when there are several')
     parser.add_argument('--run', default=None, help='the campaign run, when there are several')
     parser.add_argument(
+        '--boxes',
+        action='store_true',
+        help='detection results: also write each follow-up with its boxes drawn (<name>_boxes.png): the '
+        "source's objects where the warp put them, the follow-up's, lost, new and changed ones marked",
+    )
+    parser.add_argument(
         '--out',
         type=Path,
         default=Path('rendered'),
@@ -55,8 +61,9 @@ def _indices(items: list[str], summary: dict) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from metavlm_ros.common.images import encode_png
     from metavlm_ros.common.results import write_file_atomic
-    from metavlm_ros.method.render import find_search, render_search
+    from metavlm_ros.method.render import find_search, render_search, search_evaluations
     from metavlm_ros.method.search import followup_name
+    from metavlm_ros.viewer.boxes import draw_outlines, violation_outlines
 
     results = args.results
     if not results.is_dir():
@@ -69,15 +76,33 @@ def run(args: argparse.Namespace) -> int:
     indices = _indices(args.indices, summary)
     if not indices:
         raise ParameterError(f'{results}: the search of {summary.get("image")} has no non-dominated solution')
+    if args.boxes and summary.get('kind') != 'detection':
+        raise ParameterError(
+            f'--boxes: the search of {summary.get("image")} answered {summary.get("kind")}s, not boxes'
+        )
     frames = render_search(results, summary, indices)
+    records = search_evaluations(results, summary, frames) if args.boxes else {}
+    written = []
     for index, rgb in frames.items():
-        path = out / f'{followup_name(summary["image"], summary["algorithm"], summary["seed"], index)}.png'
-        data = encode_png(rgb)
+        stem = followup_name(summary['image'], summary['algorithm'], summary['seed'], index)
+        written.append((out / f'{stem}.png', encode_png(rgb)))
+        if args.boxes:
+            # The record's boxes are in source-frame pixels; the rendered frame is the searched one.
+            zoom = rgb.shape[1] / (summary.get('source_size') or [rgb.shape[1]])[0]
+            drawn = rgb.copy()
+            record = records[index]
+            draw_outlines(
+                drawn, violation_outlines(record.get('boxes'), record.get('followup_detections')), zoom
+            )
+            written.append((out / f'{stem}_boxes.png', encode_png(drawn)))
+    for path, data in written:
         if path.exists() and path.read_bytes() != data:
             raise ResultsError(
                 f'{path}: already there with other bytes; nothing overwritten (use another --out)'
             )
-        out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for path, data in written:
         write_file_atomic(path, data)
-    print(f'{len(frames)} follow-up frame(s) of {summary["image"]} rendered into {args.out}/')
+    drawn = ' (and with their boxes drawn)' if args.boxes else ''
+    print(f'{len(frames)} follow-up frame(s) of {summary["image"]} rendered{drawn} into {args.out}/')
     return 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.method.records import detections_record
-from metavlm_ros.viewer.boxes import ROLE_RGBA, Outline, violation_outlines
+from metavlm_ros.viewer.boxes import ROLE_RGBA, Outline, draw_outlines, violation_outlines
 from metavlm_ros.viewer.channels import OVERLAY_RGBA, overlay_lines
 
 __all__ = ['detection_outlines', 'followup_overlay', 'format_change', 'violation_image']
@@ -46,17 +46,6 @@ def detection_outlines(
     sx, sy = scale
     on_source = [Outline('expected', d.cls, d.scaled(sx, sy).box) for d in source.detections]
     return on_source, violation_outlines(boxes, detections_record(followup), scale)
-
-
-def _draw_outlines(panel: np.ndarray, outlines: Sequence[Outline], zoom: float, scale: float) -> None:
-    """Draw outlines (in the pixels of the frame the panel shows, `zoom` times smaller) into it."""
-    for outline in outlines:
-        colour = tuple(int(round(255 * c)) for c in ROLE_RGBA[outline.role][:3])
-        x1, y1, x2, y2 = (int(round(v * zoom)) for v in outline.box)
-        cv2.rectangle(panel, (x1, y1), (x2, y2), colour, 3 if outline.highlighted else 1, cv2.LINE_AA)
-        cv2.putText(
-            panel, outline.label, (x1 + 2, max(y1 - 3, 10)), _FONT, scale * 0.6, colour, 1, cv2.LINE_AA
-        )
 
 
 def _fit_height(frame: np.ndarray, height: int) -> np.ndarray:
@@ -117,8 +106,8 @@ def violation_image(
     classes = list(source_values)
     boxed = bool(source_outlines or followup_outlines)
     footer_lines = max(1, len(classes)) + boxed
-    _draw_outlines(left, source_outlines, height / source.shape[0], scale)
-    _draw_outlines(right, followup_outlines, height / followup.shape[0], scale)
+    draw_outlines(left, source_outlines, height / source.shape[0], scale)
+    draw_outlines(right, followup_outlines, height / followup.shape[0], scale)
     panels = np.concatenate([left, gap, right], axis=1)
 
     canvas = np.full((line_h + height + line_h * footer_lines + 4, width, 3), _BACKGROUND, np.uint8)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ['HIGHLIGHTED', 'ROLE_RGBA', 'Outline', 'violation_outlines']
+import numpy as np
+
+__all__ = ['HIGHLIGHTED', 'ROLE_RGBA', 'Outline', 'draw_outlines', 'violation_outlines']
 
 #: Colour of each role, RGBA in [0, 1]: expected boxes green, found ones blue; what went wrong warm.
 ROLE_RGBA: dict[str, tuple[float, float, float, float]] = {
@@ -78,3 +80,19 @@ def violation_outlines(
         else:
             outlines.append(Outline('found', text, scaled(d['box'])))
     return outlines
+
+
+def draw_outlines(
+    picture: np.ndarray, outlines: Sequence[Outline], zoom: float = 1.0, text: float = 1.0
+) -> None:
+    """Draw outlines into an RGB picture (in place): boxes in the pixels of the frame it shows, `zoom`
+    times smaller; highlighted roles thicker; each labelled, its text `text` times the base size."""
+    import cv2
+
+    for outline in outlines:
+        colour = tuple(int(round(255 * c)) for c in ROLE_RGBA[outline.role][:3])
+        x1, y1, x2, y2 = (int(round(v * zoom)) for v in outline.box)
+        cv2.rectangle(picture, (x1, y1), (x2, y2), colour, 3 if outline.highlighted else 1, cv2.LINE_AA)
+        corner = (x1 + 2, max(y1 - 3, 10))
+        font = cv2.FONT_HERSHEY_SIMPLEX
+        cv2.putText(picture, outline.label, corner, font, text * 0.6, colour, 1, cv2.LINE_AA)

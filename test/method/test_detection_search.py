@@ -148,3 +148,40 @@ def test_each_violation_key_is_named_and_ordered_by_its_kind():
     assert key_label('0.03') == 'Th=0.03' and key_label('count') == 'count change'
     with pytest.raises(ParameterError, match='unknown violation key'):
         key_label('nonsense')
+
+
+def test_render_draws_a_detection_evaluations_boxes_beside_its_follow_up(searched, tmp_path):
+    import cv2
+
+    from metavlm_ros.cli import main
+    from metavlm_ros.viewer.boxes import ROLE_RGBA
+
+    out, _ = searched
+    records = read_jsonl(out / EVALUATIONS)
+    broken = next(r for r in records if r['violation']['iou0.5'] and r['followup_detections'])
+    argv = ['render', str(out), str(broken['index']), '--boxes', '--out', str(tmp_path / 'r')]
+    assert main(argv) == 0
+    plain, drawn = sorted((tmp_path / 'r').glob('*.png'), key=lambda p: p.name.endswith('_boxes.png'))
+    assert drawn.name == plain.name.replace('.png', '_boxes.png')
+    a, b = (cv2.cvtColor(cv2.imread(str(p)), cv2.COLOR_BGR2RGB) for p in (plain, drawn))
+    assert a.shape == b.shape and not np.array_equal(a, b)
+    colours = {tuple(round(255 * c) for c in rgba[:3]) for rgba in ROLE_RGBA.values()}
+    # Every found box's corner is drawn in a role's colour (the searched frame is the source size;
+    # within 60 of it: the anti-aliased line blends with the frame).
+    for d in broken['followup_detections']:
+        x1, y1 = (round(v) for v in d['box'][:2])
+        corner = b[y1, x1].astype(int)
+        assert min(np.abs(corner - c).sum() for c in colours) <= 60 and (corner != a[y1, x1]).any(), d
+    # A search of confidences has no boxes to draw: refused in one line, exit 2.
+    from test.fakes import ImageStatsBackend
+
+    with ResultsStore(tmp_path / 'confidences') as store:
+        run_search(
+            _scene(),
+            ImageStatsBackend(),
+            SearchConfig(population=4, evaluations=8),
+            image_id='c',
+            store=store,
+        )
+    assert main(['render', str(tmp_path / 'confidences'), '1', '--boxes', '--out', str(tmp_path / 'r2')]) == 2
+    assert not (tmp_path / 'r2').exists()
