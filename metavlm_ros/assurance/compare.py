@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -93,20 +94,77 @@ def _part(identity: Mapping[str, Any] | None, part: str) -> Any:
     return value or {}
 
 
+#: The fields of two campaigns' campaign.json that may differ, with a note: the base seed (as a
+#: search's) and the torch threads per cell (they move floating-point sums in the last digit, not what
+#: is asked).
+_CAMPAIGN_NOTED = ('config.seed', 'config.threads')
+#: The fields that may differ without a note. `config.models` (each model's `model` path or id, name,
+#: backend, and device and batch size, which change no answer) is what a comparison compares: its
+#: options are held equal through the identity records (`models.<i>.options`, the backend's
+#: `identity` options, as a search's `model.options`); the weights and what the backend adds may
+#: differ. `config.frames.sources` are paths on the machine that ran it (the frames are compared by
+#: sha256: `images.<id>`); `config.baseline` and `config.pareto_pngs` change no cell (they are
+#: outside the fingerprint). Everything else in `config` (algorithms, runs, population,
+#: evaluations, thresholds, relations, warp, working_size, the frames' selection) must agree; the
+#: record's bookkeeping (version, fingerprint, created, invocations, cells) is not compared.
+_CAMPAIGN_FREE = ('config.models', 'config.frames.sources', 'config.baseline', 'config.pareto_pngs')
+
+
+def _campaign_fields(root: Path) -> dict[str, Any] | None:
+    """The fields of a campaign root's campaign.json that a comparison holds (None: not a campaign)."""
+    from metavlm_ros.campaign.cells import CAMPAIGN_FILE, read_campaign
+
+    if not (root / CAMPAIGN_FILE).is_file():
+        return None
+    record = read_campaign(root)
+    fields = {
+        key: value
+        for key, value in _flat(record.get('config') or {}, 'config.').items()
+        if not any(key == free or key.startswith(f'{free}.') for free in _CAMPAIGN_FREE)
+    }
+    for i, model in enumerate(record.get('models') or []):
+        fields.update(_flat((model or {}).get('options') or {}, f'models.{i}.options.'))
+    for image in record.get('images') or []:
+        fields[f'images.{image.get("id")}'] = image.get('sha256')
+    return fields
+
+
+def _campaign_notes(base: Path, candidate: Path) -> list[str]:
+    """The notes on two roots' campaign.json (none when neither is a campaign); raises where they differ
+    in a field a comparison holds (`_CAMPAIGN_FREE`) or one root only is a campaign."""
+    left, right = _campaign_fields(base), _campaign_fields(candidate)
+    if left is None and right is None:
+        return []
+    if left is None or right is None:
+        side, other = ('BASE', 'CANDIDATE') if right is None else ('CANDIDATE', 'BASE')
+        raise InputError(f'not comparable: {side} is a campaign (campaign.json), {other} is not')
+    notes = []
+    for key in sorted(set(left) | set(right)):
+        if left.get(key) != right.get(key):
+            said = f'campaign.json {key} is {left.get(key)!r} in BASE, {right.get(key)!r} in CANDIDATE'
+            if key not in _CAMPAIGN_NOTED:
+                raise InputError(f'not comparable: {said}')
+            notes.append(said)
+    return notes
+
+
 def comparable_key(base: Evidence, candidate: Evidence, threshold: float | None) -> tuple[str, list[str]]:
     """The violation key both are compared at, and the differences allowed (notes); raises when the two
     are not comparable.
 
     Raises:
         InputError: The searches, their settings (but the seed), the model's options, how frames reached
-            the model, or the frames themselves (by sha256) differ; the message names the first difference.
+            the model, or the frames themselves (by sha256) differ, or, of two campaigns, their
+            configurations (`_CAMPAIGN_FREE`), or one root only is a campaign; the message names the
+            first difference.
     """
+    # Campaign cells carry no search.json: the campaign's configuration stands for their settings.
+    notes = _campaign_notes(base.root, candidate.root)
     ours, theirs = _runs(base), _runs(candidate)
     if set(ours) != set(theirs):
         only = sorted(set(ours) ^ set(theirs))[0]
         side = 'BASE' if only in ours else 'CANDIDATE'
         raise InputError(f'not comparable: {only} is in {side} only (the same verify or search plan on both)')
-    notes = []
     for label in sorted(ours):
         a, b = ours[label], theirs[label]
         # The options too: the model may change, not what it is asked nor how (prompts, questions,

@@ -1,6 +1,7 @@
 """`metavlm compare` as a user runs it at a model update: the demo CLIP's verify evidence against a copy
 made worse on purpose (its patch embedding perturbed) is a regression, exit 1, a JUnit failure; against
-itself with another seed it is not; evidence of another plan is refused, exit 2."""
+itself with another seed it is not; evidence of another plan is refused, exit 2. Two campaigns compare
+when only their model differs, and are refused when their configurations differ in anything else."""
 
 import json
 import shutil
@@ -9,9 +10,15 @@ from pathlib import Path
 import pytest
 from junitparser import Failure, JUnitXml
 
+from metavlm_ros.assurance.compare import compare
+from metavlm_ros.assurance.evidence import load_evidence
 from metavlm_ros.assurance.manifest import write_manifest
+from metavlm_ros.campaign.runner import run_campaign
 from metavlm_ros.cli import main
+from metavlm_ros.common.errors import InputError
 from metavlm_ros.demo.variants import damaged_copy
+from test.campaign.configs import small_config
+from test.conftest import write_frames
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / 'config' / 'criteria' / 'aur_camera.yaml'
@@ -95,3 +102,36 @@ def test_evidence_of_another_plan_is_not_comparable(verified, tmp_path, capsys):
         err.startswith('metavlm: error: not comparable: evidence/envelope is in BASE only')
         and err.count('\n') == 1
     )
+
+
+def test_campaigns_compare_when_only_the_model_differs_and_name_any_other_setting(
+    tmp_path, tiny_clip_dir, capsys
+):
+    images = write_frames(tmp_path / 'images', 2, 48, 36, stem='img')
+    worse = damaged_copy(tiny_clip_dir, tmp_path / 'worse-clip')
+
+    def campaign(name, model=tiny_clip_dir, options=(), **settings):
+        models = [{'backend': 'clip', 'model': str(model), 'name': name, 'device': 'cpu', **dict(options)}]
+        settings = {'runs': 1, 'algorithms': ['random'], 'evaluations': 12, 'models': models, **settings}
+        config = small_config(images, model, **settings)
+        run_campaign(config, tmp_path / name, progress=False, threads=1)
+        return str(tmp_path / name)
+
+    # Other weights, path and name on the same configuration: compared (regressed or not, never exit 2).
+    base, candidate = campaign('base'), campaign('candidate', worse)
+    args = ['--threshold', '0.03', '--out', str(tmp_path / 'c')]
+    assert main(['compare', base, candidate, *args]) in (0, 1)
+    capsys.readouterr()
+    prompts = campaign('prompts', options={'prompts': 'paper'})
+    relations = campaign('relations', relations={'enabled': ['paper', 'turbidity']})
+    for other, field in (
+        (prompts, "models.0.options.prompts is 'default' in BASE, 'paper' in CANDIDATE"),
+        (relations, 'config.relations.enabled is None in BASE'),
+    ):
+        assert main(['compare', base, other, *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f'metavlm: error: not comparable: campaign.json {field}'), err
+        assert err.count('\n') == 1
+    cell = next((tmp_path / 'candidate' / 'cells').iterdir())
+    with pytest.raises(InputError, match='BASE is a campaign .campaign.json., CANDIDATE is not'):
+        compare(load_evidence(base), load_evidence(cell), threshold=0.03)
