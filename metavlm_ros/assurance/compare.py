@@ -201,11 +201,13 @@ def comparable_key(base: Evidence, candidate: Evidence, threshold: float | None)
         return iou_key(found.pop()), notes
     if threshold is None:
         found = {t for run in base.runs for t in (run.settings.get('thresholds') or [])}
+        # A campaign's cells carry no settings of their own: its campaign.json names the thresholds.
+        found = found or set((_campaign_fields(base.root) or {}).get('config.thresholds') or [])
         if len(found) != 1:
-            raise InputError(
-                f'the searches judged at thresholds {", ".join(map(str, sorted(found)))}: choose one with '
-                '--threshold'
+            judged = (
+                f'judged at thresholds {", ".join(map(str, sorted(found)))}' if found else 'name no threshold'
             )
+            raise InputError(f'the searches {judged}: choose one with --threshold')
         threshold = found.pop()
     return threshold_key(threshold), notes
 

@@ -122,6 +122,10 @@ def test_campaigns_compare_when_only_the_model_differs_and_name_any_other_settin
     args = ['--threshold', '0.03', '--out', str(tmp_path / 'c')]
     assert main(['compare', base, candidate, *args]) in (0, 1)
     capsys.readouterr()
+    # Without --threshold: the campaign's own thresholds are named (its cells record none).
+    assert main(['compare', base, candidate, '--out', str(tmp_path / 'c0')]) == 2
+    err = capsys.readouterr().err
+    assert 'the searches judged at thresholds 0.01, 0.03, 0.05: choose one with --threshold' in err, err
     prompts = campaign('prompts', options={'prompts': 'paper'})
     relations = campaign('relations', relations={'enabled': ['paper', 'turbidity']})
     for other, field in (
