@@ -214,7 +214,10 @@ class RateCriterion(Criterion):
     def searches(
         cls, criteria: Sequence[Criterion], *, evaluations: int, envelope_rounds: int
     ) -> list[SearchNeed]:
-        return [SearchNeed(f'rate-{c.id}', 'uniform', c.within.space(), c.samples, c.id) for c in criteria]
+        # Named by the kind: rate-<id>, and localisation-<id> for the kind built on this one.
+        return [
+            SearchNeed(f'{c.kind}-{c.id}', 'uniform', c.within.space(), c.samples, c.id) for c in criteria
+        ]
 
     def evidence(self) -> ClaimEvidence:
         return _Samples(self, self.within.space().as_record())
@@ -293,14 +296,6 @@ class LocalisationCriterion(RateCriterion):
             f'objects found keep IoU >= {self.at_least:g} in all but {self.limit:.3g} of samples within '
             f'{self.within.describe()}, {self.confidence:.0%} confidence'
         )
-
-    @classmethod
-    def searches(
-        cls, criteria: Sequence[Criterion], *, evaluations: int, envelope_rounds: int
-    ) -> list[SearchNeed]:
-        return [
-            SearchNeed(f'localisation-{c.id}', 'uniform', c.within.space(), c.samples, c.id) for c in criteria
-        ]
 
     def evidence(self) -> ClaimEvidence:
         return _Placed(self, self.within.space().as_record())

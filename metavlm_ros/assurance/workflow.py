@@ -11,12 +11,12 @@ from metavlm_ros.assurance.criteria import Criteria
 from metavlm_ros.assurance.evidence import load_evidence
 from metavlm_ros.assurance.gather import gather, plan
 from metavlm_ros.assurance.judge import judge
-from metavlm_ros.assurance.manifest import MANIFEST, check_manifest, write_manifest
 from metavlm_ros.assurance.report import write_compare_report, write_report
 from metavlm_ros.assurance.verdict import Verdict, overall
 from metavlm_ros.common.directories import build_aside
 from metavlm_ros.common.errors import ParameterError, ResultsError
 from metavlm_ros.common.images import Frame
+from metavlm_ros.common.manifest import MANIFEST, check_manifest, write_manifest
 
 __all__ = [
     'Comparison',

@@ -38,8 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compare; print each item's verdict; exit 1 on a regression."""
-    from metavlm_ros.assurance.manifest import MANIFEST
     from metavlm_ros.assurance.workflow import compare_results
+    from metavlm_ros.common.manifest import MANIFEST
 
     done = compare_results(args.base, args.candidate, args.out, threshold=args.threshold, junit=args.junit)
     for change in done.changes:

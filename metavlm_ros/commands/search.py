@@ -278,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
                 # Only a backend stops this search (a served model's server gone): kept, resumable.
                 why = getattr(backend, 'failure', '') or 'the model stopped answering'
                 raise ModelError(f'{frame.id}: search stopped: {why}; what finished is kept in {args.out}')
-    from metavlm_ros.assurance.manifest import write_manifest
+    from metavlm_ros.common.manifest import write_manifest
 
     # The directory as this command leaves it, for `sha256sum -c` and `metavlm verify` (docs/assurance.md).
     write_manifest(args.out)

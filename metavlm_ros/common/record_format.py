@@ -75,7 +75,7 @@ FRAMES = 'frames'
 # Source frames, one lossless PNG per distinct frame searched (named by its pixels' sha256).
 SOURCES = 'sources'
 RECORD_FILES = (EVALUATIONS, PARETO, SUMMARY)
-# The checksums of every file of the directory, as `sha256sum -c` verifies them (assurance/manifest.py),
+# The checksums of every file of the directory, as `sha256sum -c` verifies them (common/manifest.py),
 # written when a command that writes results ends.
 MANIFEST = 'SHA256SUMS'
 # What a results directory may hold: --overwrite replaces nothing else (the tester adds violations).

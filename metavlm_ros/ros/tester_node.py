@@ -20,8 +20,8 @@ from rclpy.qos import (
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 
-from metavlm_ros.assurance.manifest import write_manifest
 from metavlm_ros.common.errors import InputError, MetaVLMError, ResultsError, StorageError
+from metavlm_ros.common.manifest import write_manifest
 from metavlm_ros.common.process import finish
 from metavlm_ros.common.results import (
     ResultsStore,

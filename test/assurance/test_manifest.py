@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from metavlm_ros.assurance.manifest import MANIFEST, check_manifest, write_manifest
 from metavlm_ros.common.errors import ResultsError
+from metavlm_ros.common.manifest import MANIFEST, check_manifest, write_manifest
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from junitparser import Failure, JUnitXml
 
 from metavlm_ros.assurance.compare import compare
 from metavlm_ros.assurance.evidence import load_evidence
-from metavlm_ros.assurance.manifest import write_manifest
 from metavlm_ros.campaign.runner import run_campaign
 from metavlm_ros.cli import main
 from metavlm_ros.common.errors import InputError
+from metavlm_ros.common.manifest import write_manifest
 from metavlm_ros.demo.variants import damaged_copy
 from test.campaign.configs import small_config
 from test.conftest import write_frames

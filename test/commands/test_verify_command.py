@@ -10,8 +10,8 @@ import pytest
 import yaml
 from junitparser import Failure, JUnitXml, Skipped
 
-from metavlm_ros.assurance.manifest import write_manifest
 from metavlm_ros.cli import main
+from metavlm_ros.common.manifest import write_manifest
 from metavlm_ros.method.encoding import SearchSpace
 from test.assurance.evidence import write_run
 
