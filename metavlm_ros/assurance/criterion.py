@@ -5,49 +5,116 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
 from metavlm_ros.assurance.verdict import Verdict
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.encoding import SearchSpace
-from metavlm_ros.method.relations import RELATION_BY_ID
+from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS, Relation
 
-__all__ = ['ClaimEvidence', 'Criterion', 'Reader', 'Region', 'SearchNeed']
+__all__ = ['BASE_KEYS', 'ClaimEvidence', 'Criterion', 'Reader', 'Region', 'SearchNeed']
+
+#: The keys every kind of criterion takes.
+BASE_KEYS = frozenset({'id', 'kind', 'claim'})
+
+# Records and criteria files carry float noise: an extra this close to a bound is inside it.
+_TOLERANCE = 1e-9
+
+
+# Extras by the id records and ranges give them ('water_type' -> MR12 water, its extra 0).
+_EXTRA_BY_ID: dict[str, tuple[Relation, int]] = {
+    extra_id: (relation, k) for relation in RELATIONS for k, extra_id in enumerate(relation.extra_ids)
+}
+_EXTRA_ORDER = list(_EXTRA_BY_ID)
 
 
 @dataclass(frozen=True)
 class Region:
     """Relations and their parameter intervals: changes made of those relations only, each inside its
-    interval (the nominal value, for all but CLAHE, is the relation off)."""
+    interval (the nominal value, for all but CLAHE, is the relation off).
+
+    `conditions` narrow the relations' extras ('water_type' from II to 5C): an extra not named spans
+    what a search gives it (its whole range; a prior, its nominal value: docs/underwater.md).
+    """
 
     bounds: tuple[tuple[str, float, float], ...]
+    conditions: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def relations(self) -> tuple[str, ...]:
         return tuple(relation for relation, _, _ in self.bounds)
 
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """Each relation's interval and each named extra's, by id."""
+        return {name: (lo, hi) for name, lo, hi in self.bounds + self.conditions}
+
     def space(self) -> SearchSpace:
-        """The search space of this region: its relations enabled, their ranges narrowed to it."""
-        return SearchSpace.from_options(
-            enabled=list(self.relations), ranges={r: (lo, hi) for r, lo, hi in self.bounds}
-        )
+        """The search space of this region: its relations enabled, their ranges (and named extras')
+        narrowed to it."""
+        return SearchSpace.from_options(enabled=list(self.relations), ranges=self.ranges())
+
+    @cached_property
+    def _extras(self) -> dict[str, tuple[str, float, float, float]]:
+        """Each extra of the region's relations: (its relation, low, high, nominal)."""
+        space = self.space()
+        return {
+            extra_id: (relation.id, space.extra_low[i][k], space.extra_high[i][k], relation.extras[k].nominal)
+            for i, relation in enumerate(RELATIONS)
+            if space.enabled[i]
+            for k, extra_id in enumerate(relation.extra_ids)
+        }
 
     def holds(self, parameters: Mapping[str, float]) -> bool:
-        """Whether a composition (its record's `parameters`) lies inside the region."""
+        """Whether a composition (its record's `parameters`) lies inside the region: its relations inside
+        their intervals, and the extras of those active inside theirs (one a record lacks was nominal)."""
         inside = {relation: (lo, hi) for relation, lo, hi in self.bounds}
         for name, value in parameters.items():
             if name not in RELATION_BY_ID:
-                continue  # an extra (motion_blur_angle): its relation's bounds decide
+                continue  # an extra: checked below, with those the record lacks
             if name not in inside:
                 return False
             lo, hi = inside[name]
             if not lo <= value <= hi:
                 return False
+        for extra_id, (relation, lo, hi, nominal) in self._extras.items():
+            if relation in parameters:
+                value = parameters.get(extra_id, nominal)
+                if not lo - _TOLERANCE <= value <= hi + _TOLERANCE:
+                    return False
         return True
 
+    @property
+    def waters(self) -> str | None:
+        """The region of the relations that say themselves in their own words (MR12: 'Jerlov II to 5C,
+        up to 4 m, at the surface'), None when it has none."""
+        ranges = self.space_ranges()
+        said = [RELATION_BY_ID[r].phrase(ranges) for r in self.relations if RELATION_BY_ID[r].phrase]
+        return '; '.join(said) or None
+
+    def space_ranges(self) -> dict[str, tuple[float, float]]:
+        """Every range of the region's space by id: its relations' and all their extras'."""
+        extras = {extra_id: (lo, hi) for extra_id, (_, lo, hi, _) in self._extras.items()}
+        return {**{r: (lo, hi) for r, lo, hi in self.bounds}, **extras}
+
     def describe(self) -> str:
-        return ', '.join(f'{r} in [{lo:g}, {hi:g}]' for r, lo, hi in self.bounds)
+        """The region in words: each relation's interval, or its own phrase where it has one (MR12),
+        then the named extras of the others."""
+        ranges = self.space_ranges()
+        parts = []
+        for r, lo, hi in self.bounds:
+            relation = RELATION_BY_ID[r]
+            if relation.phrase is not None:
+                parts.append(f'{r}: {relation.phrase(ranges)}')
+                continue
+            parts.append(f'{r} in [{lo:g}, {hi:g}]')
+            for extra_id, elo, ehi in self.conditions:
+                owner, k = _EXTRA_BY_ID[extra_id]
+                if owner.id == r:
+                    extra = owner.extras[k]
+                    parts.append(f'{extra_id} in [{extra.text(elo)}, {extra.text(ehi)}]')
+        return ', '.join(parts)
 
 
 class Reader:
@@ -83,23 +150,79 @@ class Reader:
         return value
 
     def region(self, where: str, value: Any) -> Region:
+        """A `within`: relation ids and the extras of those relations ('water_type', by name or index),
+        each to [low, high]."""
         if not isinstance(value, Mapping) or not value:
             raise self.fail(where, 'must map relation ids to [low, high], e.g. {rotation: [-5, 5]}')
-        bounds = []
-        for relation, interval in value.items():
-            here = f'{where}.{relation}'
-            if relation not in RELATION_BY_ID:
-                raise self.fail(here, f'unknown relation (known: {", ".join(RELATION_BY_ID)})')
-            if not isinstance(interval, (list, tuple)) or len(interval) != 2:
-                raise self.fail(here, f'must be [low, high], got {interval!r}')
-            spec = RELATION_BY_ID[relation]
-            lo, hi = (self.number(here, v, spec.low, spec.high, open_low=False) for v in interval)
-            if lo > hi:
-                raise self.fail(here, f'low {lo:g} is above high {hi:g}')
-            bounds.append((relation, lo, hi))
+        bounds, conditions = [], []
+        for name, interval in value.items():
+            here = f'{where}.{name}'
+            if name in RELATION_BY_ID:
+                spec = RELATION_BY_ID[name]
+                self._pair(here, interval)
+                lo, hi = (self.number(here, v, spec.low, spec.high, open_low=False) for v in interval)
+                if lo > hi:
+                    raise self.fail(here, f'low {lo:g} is above high {hi:g}')
+                bounds.append((name, lo, hi))
+            elif name in _EXTRA_BY_ID:
+                conditions.append((name, *self._extra(here, name, interval)))
+            else:
+                extras = ', '.join(_EXTRA_ORDER)
+                raise self.fail(
+                    here, f'unknown relation (known: {", ".join(RELATION_BY_ID)}; and their extras: {extras})'
+                )
+        named = {name for name, _, _ in bounds}
+        for name, _, _ in conditions:
+            owner = _EXTRA_BY_ID[name][0].id
+            if owner not in named:
+                raise self.fail(
+                    f'{where}.{name}', f'is a condition of {owner}, which the region does not name'
+                )
         # In the fixed relation order, so that equal regions compare equal whatever the file's order.
         order = list(RELATION_BY_ID)
-        return Region(tuple(sorted(bounds, key=lambda b: order.index(b[0]))))
+        return Region(
+            tuple(sorted(bounds, key=lambda b: order.index(b[0]))),
+            tuple(sorted(conditions, key=lambda c: _EXTRA_ORDER.index(c[0]))),
+        )
+
+    def conditions(self, where: str, value: Any, relation: str) -> tuple[tuple[str, float, float], ...]:
+        """An envelope's `within`: the conditions (extras) of its relation only, each to [low, high]."""
+        own = RELATION_BY_ID[relation].extra_ids
+        if not own:
+            raise self.fail(where, f'{relation} has no conditions to name')
+        if not isinstance(value, Mapping) or not value:
+            raise self.fail(where, f'must map conditions of {relation} ({", ".join(own)}) to [low, high]')
+        found = []
+        for name, interval in value.items():
+            if name not in own:
+                raise self.fail(f'{where}.{name}', f'not a condition of {relation} (its: {", ".join(own)})')
+            found.append((name, *self._extra(f'{where}.{name}', name, interval)))
+        return tuple(sorted(found, key=lambda c: own.index(c[0])))
+
+    def _pair(self, here: str, interval: Any) -> None:
+        if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+            raise self.fail(here, f'must be [low, high], got {interval!r}')
+
+    def _extra(self, here: str, name: str, interval: Any) -> tuple[float, float]:
+        """An extra's interval, each end a number or, where the extra names its values, a name."""
+        relation, k = _EXTRA_BY_ID[name]
+        extra = relation.extras[k]
+        allowed = f'[{extra.text(extra.low)}, {extra.text(extra.high)}]'
+
+        def read(v: Any) -> float:
+            try:
+                number = extra.read(v)
+            except ParameterError as exc:
+                raise self.fail(here, str(exc)) from None
+            if not extra.low <= number <= extra.high:
+                raise self.fail(here, f'must lie in {allowed}, got {v!r}')
+            return number
+
+        self._pair(here, interval)
+        lo, hi = (read(v) for v in interval)
+        if lo > hi:
+            raise self.fail(here, f'low {extra.text(lo)} is above high {extra.text(hi)}')
+        return lo, hi
 
 
 @dataclass(frozen=True)
@@ -160,6 +283,15 @@ class Criterion:
         """An empty gathering of this criterion's evidence."""
         raise NotImplementedError
 
+    def waters(self) -> str | None:
+        """The waters the claim is about in words ('Jerlov II to 5C, up to 4 m, at the surface'), where
+        it is about MR12 (docs/underwater.md); None otherwise."""
+        return None
+
     def verdict(self, status: str, reason: str, figures: dict, counterexample: dict | None = None) -> Verdict:
-        """This criterion judged: `status` for `reason`, on `figures`."""
+        """This criterion judged: `status` for `reason`, on `figures`; a claim about waters says which,
+        in the reason and as the figure `waters`."""
+        waters = self.waters()
+        if waters is not None:
+            reason, figures = f'{reason}; in {waters}', {**figures, 'waters': waters}
         return Verdict(self.id, self.kind, status, self.claim, reason, figures, counterexample)

@@ -1,24 +1,22 @@
 """The kinds of acceptance criteria, each declared once: its keys, claim, searches and evidence.
 
-A fourth kind is one more `Criterion` subclass here, with its `ClaimEvidence`, and a row in `KINDS`.
+A further kind is one more `Criterion` subclass here (or in a module of its own, as the envelope's in
+assurance/envelope_claim.py), with its `ClaimEvidence`, and a row in `KINDS`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from metavlm_ros.assurance.criterion import ClaimEvidence, Criterion, Reader, Region, SearchNeed
-from metavlm_ros.assurance.stats import judge_envelope, judge_rate, rate_bounds, samples_to_decide
+from metavlm_ros.assurance.criterion import BASE_KEYS, ClaimEvidence, Criterion, Reader, Region, SearchNeed
+from metavlm_ros.assurance.envelope_claim import EnvelopeCriterion
+from metavlm_ros.assurance.stats import judge_rate, rate_bounds, samples_to_decide
 from metavlm_ros.assurance.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
-from metavlm_ros.method.algorithms import ENVELOPE
 from metavlm_ros.method.encoding import SearchSpace
-from metavlm_ros.method.envelope import ENVELOPE_POINTS, Bracket, directions
 from metavlm_ros.method.envelope import violated as violated_by
-from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
 
 __all__ = [
     'KINDS',
@@ -28,9 +26,6 @@ __all__ = [
     'RateCriterion',
     'render_command',
 ]
-
-_BASE_KEYS = frozenset({'id', 'kind', 'claim'})
-_DIRECTIONS = ('-', '+', 'both')
 
 
 # --- existence: "no violation with f_trans <= x (within a region)" -------------------------------
@@ -46,7 +41,7 @@ class ExistenceCriterion(Criterion):
     #: of the class lost, new or displaced); None: any.
     classes: tuple[str, ...] | None = None
     kind: ClassVar[str] = 'existence'
-    keys: ClassVar[frozenset[str]] = _BASE_KEYS | {'within', 'f_trans_max', 'classes'}
+    keys: ClassVar[frozenset[str]] = BASE_KEYS | {'within', 'f_trans_max', 'classes'}
 
     @classmethod
     def read(cls, reader: Reader, where: str, item: Mapping, cid: str, confidence: float) -> Criterion:
@@ -96,6 +91,9 @@ class ExistenceCriterion(Criterion):
 
     def evidence(self) -> ClaimEvidence:
         return _Inside(self)
+
+    def waters(self) -> str | None:
+        return None if self.within is None else self.within.waters
 
     def holds_record(self, record: dict) -> bool:
         """Whether an evaluation record lies inside the claim (f_trans and region)."""
@@ -193,7 +191,7 @@ class RateCriterion(Criterion):
     samples: int
     confidence: float
     kind: ClassVar[str] = 'rate'
-    keys: ClassVar[frozenset[str]] = _BASE_KEYS | {'within', 'limit', 'confidence', 'samples'}
+    keys: ClassVar[frozenset[str]] = BASE_KEYS | {'within', 'limit', 'confidence', 'samples'}
 
     @classmethod
     def read(cls, reader: Reader, where: str, item: Mapping, cid: str, confidence: float) -> Criterion:
@@ -221,6 +219,9 @@ class RateCriterion(Criterion):
 
     def evidence(self) -> ClaimEvidence:
         return _Samples(self, self.within.space().as_record())
+
+    def waters(self) -> str | None:
+        return self.within.waters
 
 
 @dataclass
@@ -312,132 +313,6 @@ class _Placed(_Samples):
             return
         displaced = any(iou < self.criterion.at_least for _, _, iou in matched)
         super().take(directory, settings, record, displaced, key)
-
-
-# --- envelope: "rotation holds to +-1 deg on >= 80 % of frames" ---------------------------------
-
-
-@dataclass(frozen=True)
-class EnvelopeCriterion(Criterion):
-    """A relation's boundary is >= at_least on >= `frames` of frames (order statistics of brackets)."""
-
-    relation: str
-    direction: str
-    at_least: float
-    frames: float
-    confidence: float
-    kind: ClassVar[str] = 'envelope'
-    keys: ClassVar[frozenset[str]] = _BASE_KEYS | {
-        'relation',
-        'direction',
-        'at_least',
-        'frames',
-        'confidence',
-    }
-
-    @classmethod
-    def read(cls, reader: Reader, where: str, item: Mapping, cid: str, confidence: float) -> Criterion:
-        relation = reader.required(where, item, 'relation')
-        if relation not in RELATION_BY_ID:
-            raise reader.fail(f'{where}.relation', f'unknown relation (known: {", ".join(RELATION_BY_ID)})')
-        direction = str(item.get('direction', 'both'))
-        sides = {d.name[-1]: d.end for d in directions(SearchSpace.from_options([relation]))}
-        if direction not in _DIRECTIONS or (direction != 'both' and direction not in sides):
-            raise reader.fail(
-                f'{where}.direction', f'{relation} has the directions {", ".join(sides)}; got {direction!r}'
-            )
-        ends = [end for side, end in sides.items() if direction in ('both', side)]
-        at_least = reader.number(f'{where}.at_least', reader.required(where, item, 'at_least'), 0, min(ends))
-        frames = reader.number(f'{where}.frames', reader.required(where, item, 'frames'), 0, 1)
-        return cls(cid, '', relation, direction, at_least, frames, reader.confidence(where, item, confidence))
-
-    def default_claim(self) -> str:
-        side = {'both': '+-', '+': '+', '-': '-'}[self.direction]
-        return (
-            f'{self.relation} holds to {side}{self.at_least:g} on >= {self.frames:.0%} of frames, '
-            f'{self.confidence:.0%} confidence'
-        )
-
-    @property
-    def direction_names(self) -> list[str]:
-        """The directions the claim is about: 'rotation-', 'rotation+', ..."""
-        sides = ('-', '+') if self.direction == 'both' else (self.direction,)
-        return [f'{self.relation}{side}' for side in sides]
-
-    @classmethod
-    def searches(
-        cls, criteria: Sequence[Criterion], *, evaluations: int, envelope_rounds: int
-    ) -> list[SearchNeed]:
-        # One boundary search over every relation the claims name.
-        order = list(DEFAULT_RELATIONS) + [c.relation for c in criteria]
-        relations = sorted({c.relation for c in criteria}, key=order.index)
-        space = SearchSpace.from_options(relations)
-        budget = ENVELOPE_POINTS * len(directions(space)) * envelope_rounds
-        return [SearchNeed('envelope', ENVELOPE, space, budget, ', '.join(c.id for c in criteria))]
-
-    def evidence(self) -> ClaimEvidence:
-        return _Boundaries(self)
-
-
-def _frames_for_a_bound(q: float, confidence: float) -> int:
-    """The fewest frames whose smallest value bounds the q-quantile from below at `confidence`."""
-    return math.ceil(math.log(1 - confidence) / math.log(1 - q))
-
-
-@dataclass
-class _Boundaries(ClaimEvidence):
-    """An envelope claim's evidence: each frame's bracket in its direction(s), from the tally."""
-
-    criterion: EnvelopeCriterion
-
-    def frame_brackets(self, tally: Any) -> tuple[list[Bracket], int]:
-        """One bracket per frame the tally saw (the smaller of the claim's directions), and how many
-        frames have evidence; a frame without any counts as holding to 0 with no upper end."""
-        names, merged = self.criterion.direction_names, tally.brackets.merged()
-        brackets, with_evidence = [], 0
-        for image in sorted(tally.frames):
-            per = [merged[(image, name)] for name in names if (image, name) in merged]
-            if len(per) != len(names):
-                brackets.append(Bracket(0.0, None))
-                continue
-            brackets.append(Bracket.smaller(per))
-            with_evidence += 1
-        return brackets, with_evidence
-
-    def verdict(self, tally: Any) -> Verdict:
-        c = self.criterion
-        brackets, with_evidence = self.frame_brackets(tally)
-        censored = sum(b.censored for b in brackets)
-        figures: dict = {
-            'frames': len(brackets),
-            'frames_with_evidence': with_evidence,
-            'censored': censored,
-            'at_least': c.at_least,
-            'share': c.frames,
-        }
-        if not with_evidence:
-            reason = f'no evaluation of {c.relation} alone on any frame (metavlm verify searches them)'
-            return c.verdict(INCONCLUSIVE, reason, figures)
-        # "On every frame" (frames 1.0, q 0) is about these frames only, no population to bound.
-        judged = judge_envelope(brackets, 1 - c.frames, c.at_least, c.confidence)
-        lower, upper = judged.bounds.lower, judged.bounds.upper
-        figures.update(lower=lower, upper=upper, confidence=c.confidence)
-        share = f'{c.frames:.0%}'
-        if judged.status == PASS:
-            reason = f'on {share} of frames it holds to at least {lower:.4g} ({c.confidence:.0%} lower bound)'
-        elif judged.status == FAIL:
-            reason = f'on more than {1 - c.frames:.0%} of frames it breaks by {upper:.4g} (upper bound)'
-        else:
-            shown = lambda v: 'none' if v is None else f'{v:.4g}'  # noqa: E731
-            reason = (
-                f'bounds [{shown(lower)}, {shown(upper)}] on the boundary {share} of frames clear, from '
-                f'{with_evidence} of {len(brackets)} frames ({censored} hold to the searched end)'
-            )
-            if lower is None and c.frames < 1:
-                needed = _frames_for_a_bound(1 - c.frames, c.confidence)
-                reason += f'; a lower bound needs at least {needed} frames'
-                figures['frames_for_a_lower_bound'] = needed
-        return c.verdict(judged.status, reason, figures)
 
 
 KINDS: dict[str, type[Criterion]] = {

@@ -96,17 +96,18 @@ class SearchSpace:
     Every range must lie inside its relation's range (docs/method.md §1, §12). The genotype holds a
     flag and a value for each enabled relation only, then the extras of those relations (MR10's
     angle), so it grows with the relations a search uses; the default enables the paper's six (12
-    variables). `extra_low` and `extra_high` hold one tuple per relation, one range per extra.
+    variables). `extra_low` and `extra_high` hold one tuple per relation, one range per extra; an
+    extra not narrowed spans its whole range, a prior (MR12's lamps and range prior) its nominal value.
     """
 
     enabled: tuple[bool, ...] = tuple(relation.id in DEFAULT_RELATIONS for relation in RELATIONS)
     low: tuple[float, ...] = tuple(relation.low for relation in RELATIONS)
     high: tuple[float, ...] = tuple(relation.high for relation in RELATIONS)
     extra_low: tuple[tuple[float, ...], ...] = tuple(
-        tuple(extra.low for extra in relation.extras) for relation in RELATIONS
+        tuple(extra.span[0] for extra in relation.extras) for relation in RELATIONS
     )
     extra_high: tuple[tuple[float, ...], ...] = tuple(
-        tuple(extra.high for extra in relation.extras) for relation in RELATIONS
+        tuple(extra.span[1] for extra in relation.extras) for relation in RELATIONS
     )
 
     def __post_init__(self) -> None:
@@ -139,7 +140,8 @@ class SearchSpace:
     @classmethod
     def from_record(cls, record: Mapping) -> SearchSpace:
         """The space a search stored (`as_record`, the `relations` of its settings): relations past the
-        lists' end are off, at their full ranges.
+        lists' end are off, at their full ranges; extras it does not name span their defaults (a prior
+        stored before it existed was at its nominal value, as it is rendered).
 
         Raises:
             ParameterError: The record does not describe a space.
@@ -154,8 +156,8 @@ class SearchSpace:
         n = len(enabled)
         if not n <= N_RELATIONS or len(low) != n or len(high) != n:
             raise ParameterError(f'not a stored search space: {record!r}')
-        extra_low = [[e.low for e in r.extras] for r in RELATIONS]
-        extra_high = [[e.high for e in r.extras] for r in RELATIONS]
+        extra_low = [[e.span[0] for e in r.extras] for r in RELATIONS]
+        extra_high = [[e.span[1] for e in r.extras] for r in RELATIONS]
         for i, relation in enumerate(RELATIONS):
             for k, extra_id in enumerate(relation.extra_ids):
                 if extra_id in extras:
@@ -196,8 +198,8 @@ class SearchSpace:
             raise ParameterError('at least one relation must be enabled')
         low = [relation.low for relation in RELATIONS]
         high = [relation.high for relation in RELATIONS]
-        extra_low = [[extra.low for extra in relation.extras] for relation in RELATIONS]
-        extra_high = [[extra.high for extra in relation.extras] for relation in RELATIONS]
+        extra_low = [[extra.span[0] for extra in relation.extras] for relation in RELATIONS]
+        extra_high = [[extra.span[1] for extra in relation.extras] for relation in RELATIONS]
         for name, bounds in (ranges or {}).items():
             relation, k = _target(name)
             try:

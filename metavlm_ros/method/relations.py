@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -12,8 +12,9 @@ import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
+from metavlm_ros.method.extra import Extra
 from metavlm_ros.method.underwater import UNDERWATER_EXTRAS, UNDERWATER_FUNCTIONS, UNDERWATER_PARAMETERS
-from metavlm_ros.method.water import WATER_EXTRAS, WATER_FUNCTIONS, WATER_PARAMETERS
+from metavlm_ros.method.water_scene import WATER_EXTRAS, WATER_FUNCTIONS, WATER_PARAMETERS, WATER_PHRASES
 
 __all__ = [
     'DEFAULT_RELATIONS',
@@ -118,21 +119,6 @@ def _translation_matrix(shift: float, width: int, height: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Extra:
-    """A secondary parameter of a relation, searched with it but no part of f_trans (docs/method.md §12).
-
-    E.g. the direction of MR10's motion blur: a direction has no magnitude, and at the relation's
-    nominal value (length 0) every direction is the identity.
-    """
-
-    name: str
-    unit: str
-    nominal: float
-    low: float
-    high: float
-
-
-@dataclass(frozen=True)
 class Relation:
     """One metamorphic relation: its parameter, nominal value, range, maximum deviation (f_trans) and
     how it transforms a frame.
@@ -143,7 +129,8 @@ class Relation:
     relations then fuse into one warp (docs/method.md §8). `changes_at_nominal` marks a relation
     whose nominal value still changes a frame (MR3: CLAHE at clip 1). A relation with `extras`
     (secondary parameters, e.g. MR10's angle) receives their values after its own:
-    `apply(frame, value, *extras)`.
+    `apply(frame, value, *extras)`. `phrase`, where given, says a region of the relation in its own
+    words: `phrase(ranges)`, ranges by id for the relation and each extra ('Jerlov II to 5C, up to 4 m').
     """
 
     number: int
@@ -157,6 +144,9 @@ class Relation:
     matrix: Callable[[float, int, int], np.ndarray] | None = field(default=None, compare=False, repr=False)
     changes_at_nominal: bool = False
     extras: tuple[Extra, ...] = ()
+    phrase: Callable[[Mapping[str, tuple[float, float]]], str] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if (self.apply is None) == (self.matrix is None):
@@ -246,10 +236,12 @@ PAPER_RELATIONS: tuple[Relation, ...] = (
 def _opt_in(
     parameters: dict[str, tuple[str, str, float, float, float, float]],
     functions: dict[str, Callable[..., np.ndarray]],
-    extras: dict[str, tuple[tuple[str, str, float, float, float], ...]],
+    extras: Mapping[str, tuple[tuple[str, str, float, float, float] | Extra, ...]],
     first: int,
+    phrases: Mapping[str, Callable[[Mapping[str, tuple[float, float]]], str]] | None = None,
 ) -> tuple[Relation, ...]:
-    """Relations from a module's parameter table, numbered from `first` in the table's order."""
+    """Relations from a module's parameter table, numbered from `first` in the table's order; extras
+    given as (name, unit, nominal, low, high) rows or as `Extra`s."""
     return tuple(
         Relation(
             number,
@@ -260,7 +252,10 @@ def _opt_in(
             high,
             deviation,
             apply=functions[rid],
-            extras=tuple(Extra(*extra) for extra in extras.get(rid, ())),
+            extras=tuple(
+                extra if isinstance(extra, Extra) else Extra(*extra) for extra in extras.get(rid, ())
+            ),
+            phrase=(phrases or {}).get(rid),
         )
         for number, (rid, (name, _, nominal, low, high, deviation)) in enumerate(
             parameters.items(), start=first
@@ -274,7 +269,11 @@ UNDERWATER_RELATIONS: tuple[Relation, ...] = _opt_in(
     UNDERWATER_PARAMETERS, UNDERWATER_FUNCTIONS, UNDERWATER_EXTRAS, len(PAPER_RELATIONS) + 1
 )
 OPTICS_RELATIONS: tuple[Relation, ...] = _opt_in(
-    WATER_PARAMETERS, WATER_FUNCTIONS, WATER_EXTRAS, len(PAPER_RELATIONS) + len(UNDERWATER_RELATIONS) + 1
+    WATER_PARAMETERS,
+    WATER_FUNCTIONS,
+    WATER_EXTRAS,
+    len(PAPER_RELATIONS) + len(UNDERWATER_RELATIONS) + 1,
+    WATER_PHRASES,
 )
 # Every relation a search may use, in the fixed order a composition applies them.
 RELATIONS: tuple[Relation, ...] = PAPER_RELATIONS + UNDERWATER_RELATIONS + OPTICS_RELATIONS

@@ -5,12 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from metavlm_ros.common.errors import ParameterError
-from metavlm_ros.common.images import check_frame
-from metavlm_ros.method.underwater import linear_light_lut
 
 __all__ = [
     'BACKSCATTER_RATIO',
@@ -18,16 +15,14 @@ __all__ = [
     'CAMERA_WIDTH',
     'DAYLIGHT',
     'FACE_IRRADIANCE_RATIO',
-    'WATER_EXTRAS',
-    'WATER_FUNCTIONS',
-    'WATER_PARAMETERS',
     'WATER_TYPES',
     'WAVELENGTHS',
     'ChannelCoefficients',
     'WaterOptics',
     'camera_response',
     'channel_coefficients',
-    'water',
+    'lamp_transmission',
+    'path_coefficients',
     'water_index',
     'water_optics',
     'water_type_name',
@@ -104,21 +99,6 @@ BACKSCATTER_RATIO = 0.0183
 # fraction of the down-welling irradiance.
 FACE_IRRADIANCE_RATIO = 0.3
 _GREEN = 1
-
-# The water index names Jerlov's types by their position in WATER_TYPES.
-_INDEX_UNIT = 'Jerlov water index: ' + ', '.join(f'{i} {name}' for i, name in enumerate(WATER_TYPES))
-
-# The relation (docs/underwater.md): (name, unit, nominal, low, high, max_deviation) as in
-# UNDERWATER_PARAMETERS; its extras (name, unit, nominal, low, high) as in UNDERWATER_EXTRAS.
-WATER_PARAMETERS: dict[str, tuple[str, str, float, float, float, float]] = {
-    'water': ('range', 'metres of water added between camera and scene', 0.0, 0.0, 10.0, 10.0),
-}
-WATER_EXTRAS: dict[str, tuple[tuple[str, str, float, float, float], ...]] = {
-    'water': (
-        ('type', _INDEX_UNIT, 0.0, 0.0, float(len(WATER_TYPES) - 1)),
-        ('depth', 'metres below the surface', 0.0, 0.0, 40.0),
-    ),
-}
 
 
 def water_index(water_type: str | float) -> float:
@@ -238,13 +218,9 @@ def channel_coefficients(
         raise ParameterError(f'depth and distance must be finite and >= 0, got {depth!r} and {distance!r}')
     s = camera_response() if response is None else np.asarray(response, dtype=np.float64)
     c = optics.c
-    light = DAYLIGHT * np.exp(-optics.kd * depth)
+    light, lit, white, exposure, b_inf = _ambient(optics, depth, s)
     path = np.exp(-c * distance)
-    lit = s @ light
     transmission = (s @ (light * path)) / lit
-    white = s @ DAYLIGHT * FACE_IRRADIANCE_RATIO
-    exposure = white[_GREEN] / (FACE_IRRADIANCE_RATIO * lit[_GREEN])
-    b_inf = BACKSCATTER_RATIO * optics.b * light / (2.0 * c)  # times pi, as the white's radiance is
     veiling_light = exposure * (s @ b_inf) / white
     veil = exposure * (s @ (b_inf * (1.0 - path))) / white
     with np.errstate(divide='ignore', invalid='ignore'):
@@ -253,26 +229,50 @@ def channel_coefficients(
     return ChannelCoefficients(float(distance), transmission, veil, veiling_light, beta_d, beta_b)
 
 
-def water(frame: np.ndarray, distance: float, water_type: float = 0.0, depth: float = 0.0) -> np.ndarray:
-    """The scene `distance` metres farther away through water of a Jerlov type, at `depth` metres.
+def _ambient(optics: WaterOptics, depth: float, s: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The light at `depth` (per wavelength), its channel sums, the white face's, the exposure and B_inf."""
+    light = DAYLIGHT * np.exp(-optics.kd * depth)
+    lit = s @ light
+    white = s @ DAYLIGHT * FACE_IRRADIANCE_RATIO
+    exposure = white[_GREEN] / (FACE_IRRADIANCE_RATIO * lit[_GREEN])
+    b_inf = BACKSCATTER_RATIO * optics.b * light / (2.0 * optics.c)  # times pi, as the white's radiance is
+    return light, lit, white, exposure, b_inf
 
-    I_c = J_c exp(-beta_D_c z) + B_inf_c (1 - exp(-beta_B_c z)) in linear light, channel by channel,
-    with the coefficients of `channel_coefficients`. 0 metres is the identity at every type and depth.
 
-    Raises:
-        InputError: when the frame is not RGB uint8 (H, W, 3).
-        ParameterError: for a negative or non-finite distance or depth, or an unknown type.
+def _distances(distances: np.ndarray | float) -> np.ndarray:
+    z = np.atleast_1d(np.asarray(distances, dtype=np.float64))
+    if not np.all(np.isfinite(z) & (z >= 0.0)):
+        raise ParameterError('distances must be finite and >= 0')
+    return z
+
+
+def path_coefficients(
+    water_type: str | float, depth: float, distances: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`channel_coefficients` at many distances at once: (transmission, veil), each (n, 3), and the
+    ambient white (3,): what a white face lit by the light at `depth` reads per channel (green 1).
+
+    The ambient white is (sum S_c E / sum S_c D65) over the same ratio in green: the camera's daylight
+    white balance sees the light left at depth as a colour (blue in oceanic water, green in coastal).
     """
-    frame = check_frame(frame)
-    try:
-        distance, depth = float(distance), float(depth)
-    except (TypeError, ValueError):
-        raise ParameterError(f'water range and depth must be numbers, got {distance!r}, {depth!r}') from None
-    coefficients = channel_coefficients(water_type, depth, distance)
-    if distance == 0.0:
-        return frame.copy()
-    return cv2.LUT(frame, linear_light_lut(coefficients.transmission, coefficients.veil))
+    optics = water_optics(water_type)
+    if not (math.isfinite(depth) and depth >= 0.0):
+        raise ParameterError(f'depth must be finite and >= 0, got {depth!r}')
+    z = _distances(distances)
+    s = camera_response()
+    light, lit, white, exposure, b_inf = _ambient(optics, depth, s)
+    path = np.exp(-np.multiply.outer(z, optics.c))  # (n, wavelengths)
+    transmission = (light * path) @ s.T / lit
+    veil = exposure * ((b_inf * (1.0 - path)) @ s.T) / white
+    daylight = s @ DAYLIGHT
+    ambient_white = (lit / daylight) / (lit[_GREEN] / daylight[_GREEN])
+    return transmission, veil, ambient_white
 
 
-# The relation's function: what the relation registry applies.
-WATER_FUNCTIONS = {'water': water}
+def lamp_transmission(water_type: str | float, distances: np.ndarray | float) -> np.ndarray:
+    """What is left, per channel, of a white lamp's light (D65, which the daylight-balanced camera sees
+    white) after each of `distances` metres of water: sum S_c D65 exp(-c r) / sum S_c D65, (n, 3)."""
+    optics = water_optics(water_type)
+    z = _distances(distances)
+    s = camera_response()
+    return (DAYLIGHT * np.exp(-np.multiply.outer(z, optics.c))) @ s.T / (s @ DAYLIGHT)

@@ -77,15 +77,16 @@ def _range_parameter(relation_id: str) -> str:
     return f'ranges.{relation_id}'
 
 
-# Every range the tester takes, (id, what, low, high): each relation's parameter, then its extras'
-# (`ranges.motion_blur_angle`), which SearchSpace.from_options narrows alike.
-_RANGES: tuple[tuple[str, str, float, float], ...] = tuple(
+# Every range the tester takes, (id, what, low, high, default): each relation's parameter, then its
+# extras' (`ranges.motion_blur_angle`), which SearchSpace.from_options narrows alike; an extra's default
+# is the span a search gives it (a prior's nominal value: MR12's lamps and range prior).
+_RANGES: tuple[tuple[str, str, float, float, tuple[float, float]], ...] = tuple(
     entry
     for r in RELATIONS
     for entry in (
-        (r.id, f'MR{r.number} {r.parameter}', r.low, r.high),
+        (r.id, f'MR{r.number} {r.parameter}', r.low, r.high, (r.low, r.high)),
         *(
-            (extra_id, f'MR{r.number} {e.name} ({e.unit})', e.low, e.high)
+            (extra_id, f'MR{r.number} {e.name} ({e.unit})', e.low, e.high, e.span)
             for extra_id, e in zip(r.extra_ids, r.extras, strict=True)
         ),
     )
@@ -115,12 +116,12 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
     *(
         ParameterSpec(
             _range_parameter(rid),
-            [float(low), float(high)],
+            [float(default[0]), float(default[1])],
             f'[low, high] of {what}, inside [{low:g}, {high:g}]',
             low=low,
             high=high,
         )
-        for rid, what, low, high in _RANGES
+        for rid, what, low, high, default in _RANGES
     ),
     ParameterSpec(
         'thresholds', list(DEFAULT_THRESHOLDS), 'confidence change thresholds (Eq. 5)', low=1e-9, high=_UNIT

@@ -132,7 +132,7 @@ def test_default_space_is_the_papers_six_and_the_genotype_grows_with_the_chosen_
     # A flag and a value per relation, then MR10's angle (docs/method.md §2).
     assert underwater.enabled_ids == RELATION_GROUPS['underwater'] and underwater.n_var == 11
     extras = sum(len(relation.extras) for relation in RELATIONS)
-    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(RELATIONS) + extras == 27
+    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(RELATIONS) + extras == 31
 
 
 def test_opt_in_relations_decode_encode_and_label_after_the_papers_six():

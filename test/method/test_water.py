@@ -207,8 +207,24 @@ def test_water_is_one_opt_in_row_of_the_registry():
         0.0,
         10.0,
     )
-    assert relation.max_deviation == 10.0 and relation.extra_ids == ('water_type', 'water_depth')
-    assert [(e.low, e.high) for e in relation.extras] == [(0.0, 9.0), (0.0, 40.0)]
+    assert relation.max_deviation == 10.0 and relation.extra_ids == (
+        'water_type',
+        'water_depth',
+        'water_lamp_power',
+        'water_scene_range',
+        'water_tilt',
+        'water_fov',
+    )
+    assert [(e.low, e.high) for e in relation.extras] == [
+        (0.0, 9.0),
+        (0.0, 40.0),
+        (0.0, 100.0),
+        (0.3, 20.0),
+        (0.0, 90.0),
+        (10.0, 150.0),
+    ]
+    # The water is searched; what the user states about the footage (lamps, range prior) is held.
+    assert [e.span for e in relation.extras] == [(0.0, 9.0), (0.0, 40.0), (0, 0), (2, 2), (0, 0), (60, 60)]
     assert RELATION_GROUPS['optics'] == ('water',)
     assert 'water' in RELATION_GROUPS['all'] and 'water' not in RELATION_GROUPS['underwater']
     # f_trans counts the metres, normalised like the others; the type and depth are conditions.
@@ -227,14 +243,23 @@ def test_a_search_in_jerlov_II_to_5C_water_up_to_4_m_records_its_waters(algorith
     assert result.relations == ('rotation', 'water')
     waters = []
     for ev in result.evaluations:
-        assert ev.genotype.shape == (6,) and decode(ev.genotype, space) == ev.composition
+        assert ev.genotype.shape == (10,) and decode(ev.genotype, space) == ev.composition
         if 'water' in ev.composition.parameters:
             parameters = ev.composition.parameters
             assert 0.0 <= parameters['water'] <= 4.0 and 3.0 <= parameters['water_type'] <= 7.0
+            # The priors (no lamps, the same range over the frame) are held, and recorded.
+            assert (parameters['water_lamp_power'], parameters['water_tilt']) == (0.0, 0.0)
             waters.append(parameters['water'])
     assert waters and max(ev.f_pred for ev in result.evaluations) > 0
     assert summary_record(result)['relations'] == ['rotation', 'water']
     record = space.as_record()
-    assert record['extras'] == {'water_type': [3.0, 7.0], 'water_depth': [0.0, 40.0]}
+    assert record['extras'] == {
+        'water_type': [3.0, 7.0],
+        'water_depth': [0.0, 40.0],
+        'water_lamp_power': [0.0, 0.0],
+        'water_scene_range': [2.0, 2.0],
+        'water_tilt': [0.0, 0.0],
+        'water_fov': [60.0, 60.0],
+    }
     assert len(record['enabled']) == 12 and record['high'][11] == 4.0
     assert not math.isnan(result.hypervolume)
