@@ -1,4 +1,4 @@
-"""The catalogue written out: modes.json (a mode a line), modes.md and modes.html, from one Document."""
+"""The catalogue written out: modes.json (a mode a line), modes.md and modes.html, and its maps."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from metavlm_ros.common.document import (
     Bullets,
     Code,
     Document,
+    Figure,
+    Link,
     Paragraph,
     Section,
     Strong,
@@ -19,20 +21,33 @@ from metavlm_ros.common.document import (
 )
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.record_format import to_jsonable
+from metavlm_ros.explain.attribution import GRID, INTEGRATED_GRADIENTS, ExampleMaps, Maps
 from metavlm_ros.explain.catalogue import Catalogue, FailureMode
+from metavlm_ros.explain.overlays import map_files, write_maps
 
-__all__ = ['MODES', 'catalogue_document', 'modes_lines', 'write_catalogue']
+__all__ = ['MODES', 'catalogue_document', 'check_out', 'modes_lines', 'write_catalogue']
 
 #: The files the catalogue writes, by stem.
 MODES = 'modes'
 
 
-def modes_lines(catalogue: Catalogue) -> bytes:
-    """One whole JSON record a mode, a line each, best first (jq, pandas lines=True, DuckDB)."""
-    lines = [
-        json.dumps(to_jsonable(mode.as_record(rank)), sort_keys=True, allow_nan=False)
-        for rank, mode in enumerate(catalogue.modes, start=1)
-    ]
+def _maps_record(maps: Maps, rank: int) -> dict | None:
+    made = maps.by_rank.get(rank)
+    if made is None:
+        return None
+    return {**made.as_record(), 'backend': maps.backend, 'model': maps.model, 'files': map_files(rank)}
+
+
+def modes_lines(catalogue: Catalogue, maps: Maps | None = None) -> bytes:
+    """One whole JSON record a mode, a line each, best first (jq, pandas lines=True, DuckDB).
+
+    With `maps`, each record also holds `maps`: its attribution maps' numbers and files (null for a
+    mode without); without, the records are the catalogue's alone.
+    """
+    records = [mode.as_record(rank) for rank, mode in enumerate(catalogue.modes, start=1)]
+    if maps is not None:
+        records = [{**record, 'maps': _maps_record(maps, record['rank'])} for record in records]
+    lines = [json.dumps(to_jsonable(record), sort_keys=True, allow_nan=False) for record in records]
     return ''.join(line + '\n' for line in lines).encode('utf-8')
 
 
@@ -40,7 +55,50 @@ def _texts(mode: FailureMode) -> list[str]:
     return [c.describe() for c in mode.conditions]
 
 
-def _mode_section(rank: int, mode: FailureMode) -> Section:
+def _where(cell: dict | None) -> str:
+    return 'nowhere' if cell is None else f'row {cell["row"] + 1}, column {cell["col"] + 1}'
+
+
+def _share(value: float | None) -> str:
+    return 'n/a' if value is None else f'{value:.0%}'
+
+
+def _score(value: float | None) -> str:
+    return 'n/a' if value is None else f'{value:.3g}'
+
+
+def _map_blocks(rank: int, made: ExampleMaps) -> list:
+    record, files = made.as_record(), map_files(rank)
+    source, followup, moved = record['source'], record['followup'], record['difference']
+    method = 'integrated gradients' if record['method'] == INTEGRATED_GRADIENTS else 'occlusion'
+    caption = (
+        f"Top: the source, the follow-up, the pixels that changed. Bottom: where the model's "
+        f'{record["class"]} score came from on each ({method}), and how that moved (red: more on the '
+        'follow-up, blue: less).'
+    )
+    recorded = record['recorded']
+    return [
+        Figure(files['montage'], caption),
+        Bullets([
+            f'{record["class"]} score {_score(source["score"])} on the source, '
+            f'{_score(followup["score"])} on the follow-up (the evidence recorded '
+            f'{_score(recorded["source"])} and {_score(recorded["followup"])})',
+            f'most mass at {_where(source["top_cell"])} of a {GRID} x {GRID} grid on the source '
+            f'({_share((source["top_cell"] or {}).get("share"))}), {_where(followup["top_cell"])} on the '
+            f'follow-up ({_share((followup["top_cell"] or {}).get("share"))}); half the mass on '
+            f'{_share(source["area_50"])} and {_share(followup["area_50"])} of the frame',
+            f'{_share(moved["moved"])} of the mass moved; most gained at {_where(moved["top_gain"])}, '
+            f'most lost at {_where(moved["top_loss"])}',
+            f'{method}: {record["frames_judged"]} frames judged',
+        ]),
+        Paragraph(
+            'Maps: ', Link('source', files['source']), ', ', Link('follow-up', files['followup']), ', ',
+            Link('difference', files['difference']), '; numbers: ', Link(files['numbers'], files['numbers']),
+        ),
+    ]  # fmt: skip
+
+
+def _mode_section(rank: int, mode: FailureMode, maps: Maps | None = None) -> Section:
     blocks = [
         Paragraph(Strong(mode.change.label), ' when ', ' and '.join(_texts(mode)), '.'),
         Bullets([
@@ -59,11 +117,31 @@ def _mode_section(rank: int, mode: FailureMode) -> Section:
                 Code(e['render']),
             )
         )
+    if maps is not None and rank in maps.by_rank:
+        blocks += _map_blocks(rank, maps.by_rank[rank])
     return Section(f'{rank}. {mode.rule}', blocks)
 
 
-def catalogue_document(catalogue: Catalogue, roots: Sequence[str | Path]) -> Document:
-    """The catalogue as a document: the modes' table, a section a mode, what it was learnt from."""
+def _maps_paragraph(maps: Maps) -> Paragraph:
+    s = maps.settings
+    how = (
+        f"integrated gradients in the frame's pixels ({s.steps} steps from the frame's mean colour)"
+        if maps.method == INTEGRATED_GRADIENTS
+        else f'occlusion (cells of the frame set to its mean colour in turn; budget {s.budget} frames)'
+    )
+    return Paragraph(
+        f'Attribution maps of backend {maps.backend}, model ',
+        Code(maps.model),
+        f": {how}, of the class whose answer changed, on each mode's smallest example; "
+        f'{maps.frames_judged} frames judged in all (docs/explain.md).',
+    )
+
+
+def catalogue_document(
+    catalogue: Catalogue, roots: Sequence[str | Path], maps: Maps | None = None
+) -> Document:
+    """The catalogue as a document: the modes' table, a section a mode (with `maps`, its maps), what it
+    was learnt from."""
     s = catalogue.settings
     changes = ', '.join(f'{label} {n}' for label, n in sorted(catalogue.violations.items())) or 'none'
     table = Table(
@@ -90,31 +168,51 @@ def catalogue_document(catalogue: Catalogue, roots: Sequence[str | Path]) -> Doc
             f'{s.min_violations} violations, is a mode (docs/explain.md).'
             + (f' Confidence threshold {s.threshold:g}.' if s.threshold else ''),
         ),
+        *([_maps_paragraph(maps)] if maps is not None else []),
         table.section(),
-        *[_mode_section(rank, m) for rank, m in enumerate(catalogue.modes, start=1)],
+        *[_mode_section(rank, m, maps) for rank, m in enumerate(catalogue.modes, start=1)],
     ]  # fmt: skip
-    if catalogue.notes:
-        blocks.append(Section('Notes', [Bullets(catalogue.notes)]))
+    notes = [*catalogue.notes, *(maps.notes if maps is not None else [])]
+    if notes:
+        blocks.append(Section('Notes', [Bullets(notes)]))
     return Document('Failure modes', blocks, page_title='metavlm modes')
 
 
-def write_catalogue(catalogue: Catalogue, out: str | Path, roots: Sequence[str | Path]) -> list[Path]:
-    """Write modes.json, modes.md and modes.html into the new directory `out`, whole or not at all.
+def check_out(out: str | Path, roots: Sequence[str | Path]) -> Path:
+    """`out` as a Path, checked before any work: a new directory, outside the evidence.
 
     Raises:
         InputError: `out` exists or lies inside one of the evidence `roots`.
-        StorageError: `out` could not be written.
     """
     out = Path(out)
     for root in roots:
         if out.resolve().is_relative_to(Path(root).resolve()):
             raise InputError(f'{out}: inside the evidence {root}; name a directory outside it')
-    document = catalogue_document(catalogue, roots)
+    if out.exists():
+        raise InputError(f'{out}: exists; name a new directory')
+    return out
+
+
+def write_catalogue(
+    catalogue: Catalogue, out: str | Path, roots: Sequence[str | Path], maps: Maps | None = None
+) -> list[Path]:
+    """Write modes.json, modes.md and modes.html (with `maps`, and maps/) into the new directory `out`,
+    whole or not at all.
+
+    Raises:
+        InputError: `out` exists or lies inside one of the evidence `roots`.
+        StorageError: `out` could not be written.
+    """
+    out = check_out(out, roots)
+    document = catalogue_document(catalogue, roots, maps)
 
     def fill(directory: Path) -> list[str]:
-        write_file_atomic(directory / f'{MODES}.json', modes_lines(catalogue))
+        written = []
+        for rank, made in (maps.by_rank if maps is not None else {}).items():
+            written += write_maps(directory, rank, made)
+        write_file_atomic(directory / f'{MODES}.json', modes_lines(catalogue, maps))
         write_document(document, directory / f'{MODES}.md')
         write_document(document, directory / f'{MODES}.html')
-        return [f'{MODES}.json', f'{MODES}.md', f'{MODES}.html']
+        return [f'{MODES}.json', f'{MODES}.md', f'{MODES}.html', *written]
 
     return [out / name for name in build_aside(out, fill)]

@@ -19,6 +19,9 @@ PREPROCESS = ('batched', 'processor')
 #: (docs/performance.md gives the measured difference for larger ones).
 REDUCING_GAP = 2.0
 
+# PIL's number for its bicubic filter (Image.Resampling.BICUBIC), which the CLIP family resizes with.
+_PIL_BICUBIC = 3
+
 
 @dataclass(frozen=True)
 class PixelPath:
@@ -120,3 +123,26 @@ class PixelPath:
         std = torch.tensor(self.std, device=device).view(1, 3, 1, 1)
         pixels = batch.permute(0, 3, 1, 2).float().mul_(self.scale).sub_(mean).div_(std)
         return pixels.to(dtype).contiguous()
+
+    def differentiable_pixel_values(self, pixels: Any, dtype: Any) -> Any:
+        """pixel_values (N, 3, h, w) from frames given as a float tensor (N, 3, H, W) of 0..255 values,
+        differentiable in them (gradient attribution, explain/attribution.py).
+
+        The resize is torch's antialiased interpolation with the processor's filter (bicubic, else
+        bilinear): close to PIL's, not the same to the bit, so it serves gradients, never answers.
+        """
+        import torch
+        import torch.nn.functional as functional
+
+        height, width = self.resized_shape(*pixels.shape[-2:])
+        if (height, width) != tuple(pixels.shape[-2:]):
+            mode = 'bicubic' if self.resample == _PIL_BICUBIC else 'bilinear'
+            pixels = functional.interpolate(
+                pixels, size=(height, width), mode=mode, antialias=True, align_corners=False
+            )
+        if self.crop:
+            top, left = (height - self.crop[0]) // 2, (width - self.crop[1]) // 2
+            pixels = pixels[..., top : top + self.crop[0], left : left + self.crop[1]]
+        mean = torch.tensor(self.mean, device=pixels.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=pixels.device).view(1, 3, 1, 1)
+        return ((pixels * self.scale - mean) / std).to(dtype)

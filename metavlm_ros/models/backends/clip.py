@@ -102,10 +102,20 @@ class ContrastiveBackend(HFBackend):
         self._text = embeds / embeds.norm(dim=-1, keepdim=True)
         self._scale = float(self.model.logit_scale.exp())
 
-    def _predict_batch(self, images: dict[str, Any]) -> list[Prediction]:
+    def scores(self, images: dict[str, Any]) -> Any:
+        """Per-class confidences (frames x classes) of a batch of image inputs (`image_inputs`), as the
+        tensor `predict` reads its numbers from: differentiable outside inference mode, for training and
+        attribution. The class prompts' embeddings stay as computed at load time (the text tower is not
+        trained)."""
+        import torch
+
         embeds = self._embedding(self.model.get_image_features(**images)).float()
-        cosine = (embeds / embeds.norm(dim=-1, keepdim=True)) @ self._text.T
-        rows = self._confidences(cosine).cpu().numpy().astype(float)
+        # _text was made under inference_mode: outside it, only a plain copy can take part in autograd.
+        text = self._text if torch.is_inference_mode_enabled() else self._text.clone()
+        return self._confidences((embeds / embeds.norm(dim=-1, keepdim=True)) @ text.T)
+
+    def _predict_batch(self, images: dict[str, Any]) -> list[Prediction]:
+        rows = self.scores(images).cpu().numpy().astype(float)
         return [
             Prediction('confidence', dict(zip(self.classes, map(float, row), strict=True))) for row in rows
         ]
