@@ -13,6 +13,7 @@ LAYERS = (
     'method',
     'models',
     'footage',
+    'training',
     'demo',
     'campaign',
     'assurance',

@@ -19,7 +19,18 @@ ROS_PACKAGES = (
 
 PACKAGE = Path(metavlm_ros.__path__[0])
 #: The subpackages that must run without a ROS distribution: every one but ros/ and commands/.
-ROS_FREE = ('common', 'method', 'models', 'footage', 'demo', 'campaign', 'assurance', 'explain', 'viewer')
+ROS_FREE = (
+    'common',
+    'method',
+    'models',
+    'footage',
+    'training',
+    'demo',
+    'campaign',
+    'assurance',
+    'explain',
+    'viewer',
+)
 
 # A finder placed first on sys.meta_path that refuses every ROS package, as on a machine without them.
 BLOCK_AND_IMPORT = f"""

@@ -33,6 +33,7 @@ __all__ = [
     'REGRESSED',
     'compare',
     'comparable_key',
+    'comparison_outcome',
 ]
 
 REGRESSED, IMPROVED, NO_CHANGE = 'regressed', 'improved', 'no significant change'
@@ -361,6 +362,13 @@ def compare(
                     f'{len(changes)} items; verify on at least {needed} frames to decide it'
                 )
     return changes, notes
+
+
+def comparison_outcome(changes: list[Change]) -> str:
+    """The gate's word for a comparison: 'REGRESSED' when any item regressed (whatever else improved),
+    else 'IMPROVED' when any item improved, else 'no regression'."""
+    verdicts = {change.verdict for change in changes}
+    return 'REGRESSED' if REGRESSED in verdicts else 'IMPROVED' if IMPROVED in verdicts else 'no regression'
 
 
 def _frames_to_call(items: int, alpha: float) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from metavlm_ros import __version__
+from metavlm_ros.assurance.compare import comparison_outcome
 from metavlm_ros.assurance.criteria import Criteria
 from metavlm_ros.assurance.evidence import Evidence, merged_boundaries
 from metavlm_ros.assurance.judge import envelope_table
@@ -267,7 +268,6 @@ def write_report(
 
 def compare_document(base: Path, candidate: Path, changes: list, notes: list[str], configs: dict) -> Document:
     """The comparison as a document: the gate's outcome, a row per item, what differed, the configurations."""
-    regressed = [c for c in changes if c.verdict == 'regressed']
     blocks: list[Block] = [
         Paragraph(
             'Base ', Code(str(base)), ', candidate ', Code(str(candidate)),
@@ -287,7 +287,7 @@ def compare_document(base: Path, candidate: Path, changes: list, notes: list[str
     configurations = json.dumps(to_jsonable(configs), indent=1, sort_keys=True)
     blocks.append(Section('Configurations', [Preformatted(configurations, 'json')]))
     return Document(
-        f'Model comparison: {"REGRESSED" if regressed else "no regression"}',
+        f'Model comparison: {comparison_outcome(changes)}',
         blocks,
         page_title=f'Comparison: {candidate} against {base}',
     )
@@ -309,6 +309,7 @@ def write_compare_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     record = {
+        'outcome': comparison_outcome(changes),
         'regressed': any(c.verdict == 'regressed' for c in changes),
         'changes': [to_jsonable(c.__dict__) for c in changes],
         'notes': notes,

@@ -19,6 +19,7 @@ COMMANDS = (
     'verify',
     'compare',
     'modes',
+    'harden',
 )
 
 

@@ -37,7 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compare; print each item's verdict; exit 1 on a regression."""
+    """Compare; print each item's verdict and the outcome (REGRESSED, IMPROVED or no regression); exit 1
+    on a regression, whatever else improved."""
+    from metavlm_ros.assurance.compare import IMPROVED, comparison_outcome
     from metavlm_ros.assurance.workflow import compare_results
     from metavlm_ros.common.manifest import MANIFEST
 
@@ -52,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     if done.unchecked:
         print(f'note: no {MANIFEST} in {", ".join(done.unchecked)}: not checked')
     regressions = len(done.regressions)
+    improved = sum(change.verdict == IMPROVED for change in done.changes)
     print(
-        f'{"REGRESSED" if regressions else "no regression"}: {args.candidate} against {args.base} '
-        f'({regressions} of {len(done.changes)} items regressed; {", ".join(map(str, done.written))})'
+        f'{comparison_outcome(done.changes)}: {args.candidate} against {args.base} ({regressions} of '
+        f'{len(done.changes)} items regressed, {improved} improved; {", ".join(map(str, done.written))})'
     )
     return 1 if regressions else 0

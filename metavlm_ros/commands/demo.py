@@ -235,6 +235,7 @@ def _assurance(
     Returns:
         The report's section (its blocks), and the outcomes (verdict, regressions per update).
     """
+    from metavlm_ros.assurance.compare import comparison_outcome
     from metavlm_ros.assurance.criteria import example_criteria, load_criteria
     from metavlm_ros.assurance.workflow import compare_results, verify_frames
     from metavlm_ros.common.document import Code, Link, Paragraph, Strong, Table
@@ -265,7 +266,7 @@ def _assurance(
         done = compare_results(out / 'verify-clip', out / f'verify-{name}', out / f'compare-{name}')
         regressed = [c.item for c in done.regressions]
         outcomes['regressions'][name] = regressed
-        verdict = 'REGRESSED' if regressed else 'no regression'
+        verdict = comparison_outcome(done.changes)
         log(f'  compare {name} ({what}): {verdict}' + (f': {", ".join(regressed)}' if regressed else ''))
         link = Link(verdict, f'assurance/compare-{name}/compare.md')
         gate.append([f'{name}: {what}', link, ', '.join(regressed) or 'none'])

@@ -1,12 +1,15 @@
 """Model comparison on stand-in evidence: a less robust candidate is called regressed by the paired
-tests, the same model is not (same seed or another), and every not-comparable case is named."""
+tests (and the other way round the more robust one improved: the gate passes), the same model is not
+(same seed or another), and every not-comparable case is named."""
 
+import json
 import shutil
 
 import pytest
 
-from metavlm_ros.assurance.compare import IMPROVED, NO_CHANGE, REGRESSED, compare
+from metavlm_ros.assurance.compare import IMPROVED, NO_CHANGE, REGRESSED, compare, comparison_outcome
 from metavlm_ros.assurance.evidence import load_evidence
+from metavlm_ros.cli import main
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.prediction import Prediction
@@ -46,9 +49,13 @@ def base(tmp_path_factory):
     return _evidence(tmp_path_factory.mktemp('base'))
 
 
-def test_a_less_robust_candidate_is_called_regressed(base, tmp_path):
-    candidate = _evidence(tmp_path / 'touchy', TouchyBackend())
-    changes, notes = compare(base, candidate, threshold=0.03)
+@pytest.fixture(scope='module')
+def touchy(tmp_path_factory):
+    return _evidence(tmp_path_factory.mktemp('touchy'), TouchyBackend())
+
+
+def test_a_less_robust_candidate_is_called_regressed(base, touchy):
+    changes, notes = compare(base, touchy, threshold=0.03)
     by_item = {c.item: c for c in changes}
     assert set(by_item) == {'rotation- boundary', 'rotation+ boundary', 'violation rate of rate',
                             'hypervolume of search'}  # fmt: skip
@@ -66,6 +73,20 @@ def test_a_less_robust_candidate_is_called_regressed(base, tmp_path):
     # Said instead: every frame moved, and how many frames would decide it (4 items: 2 * 4 / 2**8 < 0.05).
     assert [n.split(':')[0] for n in notes] == ['rotation- boundary', 'rotation+ boundary']
     assert all('all 6 frames moved the same way' in n and 'verify on at least 8 frames' in n for n in notes)
+
+
+def test_a_more_robust_candidate_is_called_improved_and_passes_the_gate(base, touchy, tmp_path, capsys):
+    changes, _ = compare(touchy, base, threshold=0.03)
+    by_item = {c.item: c for c in changes}
+    assert by_item['violation rate of rate'].verdict == IMPROVED
+    assert REGRESSED not in {c.verdict for c in changes} and comparison_outcome(changes) == 'IMPROVED'
+    out = tmp_path / 'c'
+    code = main(['compare', str(touchy.root), str(base.root), '--out', str(out), '--threshold', '0.03'])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert printed.splitlines()[-1].startswith(f'IMPROVED: {base.root} against {touchy.root}')
+    assert json.loads((out / 'compare.json').read_text())['outcome'] == 'IMPROVED'
+    assert (out / 'compare.md').read_text().startswith('# Model comparison: IMPROVED')
 
 
 def test_the_same_model_is_never_called_changed_with_the_same_seed_or_another(base, tmp_path):

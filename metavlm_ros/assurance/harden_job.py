@@ -1,0 +1,178 @@
+"""One `metavlm harden`: plan the follow-ups from criteria and evidence, train, save the model with its
+card, and run the gate on held-out frames (docs/harden.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from metavlm_ros.assurance.criteria import Criteria
+from metavlm_ros.assurance.evidence import load_evidence
+from metavlm_ros.assurance.hardening import Gate, run_gate, training_regions, violating_changes
+from metavlm_ros.assurance.workflow import checked_evidence
+from metavlm_ros.common.directories import sha256_file
+from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.images import Frame
+from metavlm_ros.footage.frames import frame_digest
+from metavlm_ros.footage.ground_truth import GroundTruthLookup
+from metavlm_ros.method.metrics import threshold_key
+from metavlm_ros.method.search import SearchConfig, searched_frame
+from metavlm_ros.models.vlm import create_backend, model_identity
+from metavlm_ros.training.card import CARD, card_record, save_model, write_card
+from metavlm_ros.training.followups import FollowupPlan
+from metavlm_ros.training.harden import CHECKPOINT, HardenSettings, TrainingFrame, harden
+
+__all__ = ['HardenJob', 'HardenOutcome', 'harden_model']
+
+
+@dataclass(frozen=True)
+class HardenJob:
+    """What to harden, with what, into where, and how the gate searches (verify_frames' settings)."""
+
+    backend: str
+    model: str
+    options: dict
+    out: Path
+    criteria: Criteria
+    results: tuple[Path, ...] = ()
+    settings: HardenSettings = field(default_factory=HardenSettings)
+    resume: bool = False
+    gate_search: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HardenOutcome:
+    """The card's record, the gate (None without one) and a summary to print."""
+
+    card: dict
+    gate: Gate | None
+    summary: str
+
+    @property
+    def regressed(self) -> bool:
+        return self.gate is not None and self.gate.regressed
+
+
+def _check_out(out: Path, resume: bool) -> None:
+    if (out / CARD).exists():
+        raise ParameterError(f'--out {out}: holds a hardened model already; name a new directory')
+    if resume and not (out / CHECKPOINT).is_file():
+        raise ParameterError(f'--resume: no {CHECKPOINT} under {out} to continue from')
+    if not resume and out.exists():
+        raise ParameterError(f'--out {out}: exists; name a new directory (or --resume a killed run)')
+
+
+def _present(frames: Sequence[Frame], classes: Sequence[str]) -> list[tuple[bool, ...] | None]:
+    lookup = GroundTruthLookup()
+    truths = [lookup(frame) for frame in frames]
+    return [None if t is None else tuple(t.counts.get(c, 0) > 0 for c in classes) for t in truths]
+
+
+def _evidence_record(roots: Sequence[Path]) -> list[dict]:
+    """Each evidence root with the sha256 of every file of records it holds."""
+    record = []
+    for root in roots:
+        files = sorted(p for p in root.rglob('*.jsonl*') if p.is_file())
+        record.append({'root': str(root), 'files': {str(p.relative_to(root)): sha256_file(p) for p in files}})
+    return record
+
+
+def harden_model(
+    job: HardenJob,
+    frames: Sequence[Frame],
+    heldout: Sequence[Frame] | None,
+    *,
+    log: Callable[[str], None] = print,
+) -> HardenOutcome:
+    """Harden `job.model` on `frames` and gate it on `heldout` (None: no gate).
+
+    Raises:
+        ParameterError: --out exists (or holds no checkpoint to resume), a bad setting.
+        InputError: Too few frames, evidence that fails its SHA256SUMS, no held-out frame.
+    """
+    from tqdm import tqdm
+
+    job.settings.validate()
+    _check_out(job.out, job.resume)
+    if heldout is not None and not heldout:
+        raise InputError('--heldout selects no frame')
+    for root in job.results:
+        checked_evidence(root)  # a damaged or altered root is refused before anything is trained
+    evidence = [load_evidence(root) for root in job.results]
+    plan = FollowupPlan.of(
+        training_regions(job.criteria), violating_changes(evidence, threshold_key(job.settings.threshold))
+    )
+    backend = create_backend(job.backend, job.model, **job.options)
+    base = {**model_identity(job.backend, job.model, job.options), 'weights_sha256': backend.weights_hash()}
+    present = _present(frames, backend.classes)
+    prepared = [searched_frame(f.rgb, SearchConfig(), backend) for f in frames]
+    training = [
+        TrainingFrame(f.id, rgb, frame_digest(rgb), p)
+        for f, rgb, p in zip(frames, prepared, present, strict=True)
+    ]
+    log(
+        f'harden: {len(training)} frame(s), {len(plan.regions)} region(s) from {job.criteria.path.name}, '
+        f'{len(plan.broken)} breaking change(s) from {len(job.results)} evidence root(s)'
+    )
+    with tqdm(total=job.settings.steps, desc='harden', unit='step', leave=False) as bar:
+
+        def progress(step: int, steps: int, loss: float) -> None:
+            bar.n = step
+            bar.set_postfix(loss=f'{loss:.3g}', refresh=False)
+            bar.refresh()
+
+        hardened = harden(
+            backend, training, plan, job.out, job.settings, resume=job.resume, progress=progress
+        )
+    weights = save_model(backend, job.out)
+    record = card_record(
+        base=base,
+        model={'name': job.out.name, 'path': str(job.out), 'weights_sha256': weights},
+        frames={'train': hardened.train, 'validation': hardened.validation},
+        evidence=_evidence_record(job.results),
+        criteria={'path': str(job.criteria.path), 'sha256': job.criteria.sha256},
+        plan=plan.as_record(),
+        settings=dataclasses.asdict(job.settings),
+        training={
+            'method': hardened.method,
+            'steps': job.settings.steps,
+            'trainable_parameters': hardened.trainable_parameters,
+            'resumed_at': hardened.resumed_at,
+            'seconds': round(hardened.seconds, 1),
+            'loss': {'first': hardened.losses[0], 'last': hardened.losses[-1], 'every_step': hardened.losses},
+            'alpha': hardened.alpha,
+            'notes': hardened.notes,
+        },
+        validation={f'{a:g}': f.as_record() for a, f in hardened.blends.items()},
+    )
+    write_card(job.out, record)
+    lines = [
+        f'hardened: {job.out} ({hardened.method}, blend {hardened.alpha:g}); validation violation rate '
+        f'{hardened.before.violation_rate:.1%} -> {hardened.after.violation_rate:.1%}'
+    ]
+    gate = None
+    if heldout is not None:
+        del backend  # the gate loads both models afresh, from disk
+        options = job.options
+        backends = {
+            'base': (create_backend(job.backend, job.model, **options), base),
+            'hardened': (
+                create_backend(job.backend, str(job.out), **options),
+                model_identity(job.backend, str(job.out), options),
+            ),
+        }
+        truth = _present(heldout, backends['base'][0].classes)
+        present = np.array(truth, bool) if all(t is not None for t in truth) else None
+        gate = run_gate(
+            job.criteria, heldout, backends, job.out / 'gate', present=present, log=log, **job.gate_search
+        )
+        record = {**record, 'frames': {**record['frames'], 'heldout': [frame_digest(f.rgb) for f in heldout]}}
+        record['gate'] = gate.as_record()
+        write_card(job.out, record)
+        lines.append(record['gate']['summary'])
+        lines += [f'  {c["verdict"]:22} {c["item"]}: {c["effect_text"]}' for c in record['gate']['changes']]
+    return HardenOutcome(record, gate, '\n'.join(lines))

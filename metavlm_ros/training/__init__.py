@@ -1,0 +1,1 @@
+"""Fine-tuning a model on the follow-ups that broke it (`metavlm harden`, docs/harden.md)."""

@@ -1,0 +1,116 @@
+"""What is trained and how it goes back into the model: LoRA adapters (peft) or the full vision tower, and
+the weight-space blend with the base model (WiSE-FT)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from metavlm_ros.common.errors import ParameterError
+
+__all__ = [
+    'FULL_LIMIT',
+    'METHODS',
+    'Tuning',
+    'attach',
+    'blend',
+    'choose_method',
+    'vision_parameters',
+]
+
+METHODS = ('auto', 'lora', 'full')
+#: 'auto' fine-tunes a vision tower of fewer parameters than this in full, and larger ones with LoRA:
+#: a small tower's full update costs little and adapts it most; a ViT-B's (86 M) wants adapters.
+FULL_LIMIT = 20_000_000
+#: The vision tower's modules by name, in the Hugging Face families the tool loads (CLIP, SigLIP: the
+#: tower and CLIP's projection of its output into the shared space).
+_VISION = re.compile(r'^(vision_model|visual_projection)\b')
+#: The linear layers LoRA adapts, inside the vision tower only: attention and the MLP.
+_LORA_TARGETS = r'.*vision_model\..*\.(q_proj|k_proj|v_proj|out_proj|fc1|fc2)'
+
+
+def vision_parameters(model: Any) -> dict[str, Any]:
+    """The vision tower's parameters by name (empty: the model has no tower this module knows)."""
+    return {name: p for name, p in model.named_parameters() if _VISION.match(name)}
+
+
+def choose_method(model: Any, method: str) -> str:
+    """'lora' or 'full' for `method` ('auto': by the vision tower's size, `FULL_LIMIT`).
+
+    Raises:
+        ParameterError: An unknown method, or a model without a vision tower to train.
+    """
+    if method not in METHODS:
+        raise ParameterError(f'--method must be one of {", ".join(METHODS)}, got {method!r}')
+    tower = vision_parameters(model)
+    if not tower:
+        raise ParameterError(f'{type(model).__name__} has no vision tower (vision_model) to harden')
+    if method != 'auto':
+        return method
+    return 'full' if sum(p.numel() for p in tower.values()) < FULL_LIMIT else 'lora'
+
+
+@dataclass
+class Tuning:
+    """A model made ready to train: its trainable parameters by name; `finish()` gives back the model in
+    its own class and layout (LoRA merged), ready to blend and save."""
+
+    model: Any
+    method: str
+    rank: int
+    trainable: dict[str, Any] = field(default_factory=dict)
+    _peft: Any = None
+
+    def finish(self) -> Any:
+        """The plain model: adapters merged into the weights they adapt (peft's merge_and_unload)."""
+        if self._peft is not None:
+            self.model = self._peft.merge_and_unload()
+            self._peft = None
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        return self.model
+
+
+def attach(model: Any, method: str, *, rank: int = 8) -> Tuning:
+    """Freeze `model` but what `method` trains: LoRA adapters of rank `rank` on the vision tower's linear
+    layers (peft), or the whole vision tower ('full'). The text tower is never trained: the class prompts'
+    embeddings, which every answer is measured against, stay as they are.
+
+    Raises:
+        ParameterError: A rank below 1.
+    """
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if method == 'full':
+        tower = vision_parameters(model)
+        for p in tower.values():
+            p.requires_grad_(True)
+        return Tuning(model, method, 0, tower)
+    if rank < 1:
+        raise ParameterError(f'--rank must be at least 1, got {rank}')
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=_LORA_TARGETS)
+    # get_peft_model adds the adapters inside `model` itself: the backend holding it runs them.
+    wrapped = get_peft_model(model, config)
+    trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    return Tuning(model, method, rank, trainable, wrapped)
+
+
+def blend(base: Mapping[str, Any], tuned: Mapping[str, Any], alpha: float) -> dict[str, Any]:
+    """WiSE-FT's weight-space ensemble: (1 - alpha) * base + alpha * tuned for every floating-point
+    tensor (others, such as position ids, from `tuned`). alpha 0 is the base model, 1 the fine-tuned one.
+
+    Raises:
+        ParameterError: alpha outside [0, 1], or state dicts of different tensors.
+    """
+    if not 0 <= alpha <= 1:
+        raise ParameterError(f'blend alpha must lie in [0, 1], got {alpha}')
+    if set(base) != set(tuned):
+        raise ParameterError('cannot blend models of different layouts')
+    return {
+        name: (base[name] * (1 - alpha) + value * alpha) if value.is_floating_point() else value
+        for name, value in tuned.items()
+    }

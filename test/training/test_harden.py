@@ -1,0 +1,79 @@
+"""Hardening a tiny CLIP and a tiny SigLIP: the blend chosen on held-out frames, a run killed and resumed
+ends with the weights of an uninterrupted one, and the saved model loads again in its backend."""
+
+import numpy as np
+import pytest
+import torch
+
+from metavlm_ros.common.errors import InputError
+from metavlm_ros.method.encoding import SearchSpace
+from metavlm_ros.models.vlm import create_backend
+from metavlm_ros.training.card import save_model
+from metavlm_ros.training.followups import FollowupPlan, TrainingRegion
+from metavlm_ros.training.harden import ALPHAS, CHECKPOINT, HardenSettings, harden
+
+PLAN = FollowupPlan.of(
+    [TrainingRegion('roll', SearchSpace.from_options(enabled=['rotation'], ranges={'rotation': (-5, 5)}))]
+)
+SETTINGS = HardenSettings(steps=4, batch=3, checkpoint_every=2, validation_followups=2, method='full')
+
+
+class Interrupt:
+    """A progress callback that presses Ctrl-C after `at` steps."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def __call__(self, step, steps, loss):
+        if step == self.at:
+            raise KeyboardInterrupt
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tiny_clip_dir, training_frames, tmp_path_factory):
+    backend = create_backend('clip', str(tiny_clip_dir))
+    done = harden(backend, training_frames, PLAN, tmp_path_factory.mktemp('whole'), SETTINGS)
+    return done, {k: v.clone() for k, v in backend.model.state_dict().items()}
+
+
+def test_the_blend_is_chosen_on_frames_never_trained_on(uninterrupted, training_frames):
+    done, _ = uninterrupted
+    assert set(done.blends) == set(ALPHAS) and done.alpha in ALPHAS
+    assert not set(done.train) & set(done.validation)
+    assert len(done.train) + len(done.validation) == len(training_frames)
+    assert len(done.losses) == SETTINGS.steps and all(np.isfinite(done.losses))
+    # The blend kept has the lowest violation rate of those that keep the clean accuracy (ground truth
+    # on every frame here), the base always among them.
+    base = done.blends[0.0]
+    kept = {a: f for a, f in done.blends.items() if f.accuracy >= base.accuracy - SETTINGS.max_accuracy_drop}
+    assert done.after.violation_rate == min(f.violation_rate for f in kept.values())
+
+
+def test_a_killed_run_resumes_to_the_same_weights(tiny_clip_dir, training_frames, uninterrupted, tmp_path):
+    backend = create_backend('clip', str(tiny_clip_dir))
+    with pytest.raises(KeyboardInterrupt):
+        harden(backend, training_frames, PLAN, tmp_path, SETTINGS, progress=Interrupt(3))
+    assert torch.load(tmp_path / CHECKPOINT, weights_only=False)['step'] == 3
+    with pytest.raises(InputError, match='other settings'):
+        harden(backend, training_frames, PLAN, tmp_path, HardenSettings(steps=5), resume=True)
+    backend = create_backend('clip', str(tiny_clip_dir))
+    done = harden(backend, training_frames, PLAN, tmp_path, SETTINGS, resume=True)
+    whole, weights = uninterrupted
+    assert done.resumed_at == 3 and done.losses == pytest.approx(whole.losses, rel=1e-6)
+    assert done.alpha == whole.alpha
+    for name, value in backend.model.state_dict().items():
+        # Same process, same batches and follow-ups: equal but for the last bits of float sums.
+        torch.testing.assert_close(value, weights[name], rtol=1e-5, atol=1e-6)
+
+
+def test_a_hardened_siglip_with_lora_saves_in_its_base_form(tiny_model_dirs, training_frames, tmp_path):
+    backend = create_backend('siglip', str(tiny_model_dirs('siglip')))
+    settings = HardenSettings(steps=2, batch=2, validation_followups=1, method='lora', rank=2)
+    done = harden(backend, training_frames, PLAN, tmp_path / 'work', settings)
+    assert done.method == 'lora' and done.trainable_parameters > 0
+    save_model(backend, tmp_path / 'model')
+    frames = [f.rgb for f in training_frames[:3]]
+    again = create_backend('siglip', str(tmp_path / 'model'))
+    for ours, theirs in zip(backend.predict(frames), again.predict(frames), strict=True):
+        assert ours.values == pytest.approx(theirs.values, abs=1e-5)
+    assert not any('lora' in k for k in again.model.state_dict())
