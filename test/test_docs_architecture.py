@@ -108,8 +108,9 @@ print(json.dumps({
 
 def test_the_relation_example_runs_as_the_twelfth_relation_and_can_be_searched():
     out = run(_RELATION, example('relation'))
-    # After the paper's six and the five underwater ones; the optics relations (water) come after it.
-    assert out['number'] == 12 and out['before'] == ['water']
+    # After the paper's six and the five underwater ones; the optics relation (water) and object
+    # insertion come after it.
+    assert out['number'] == 12 and out['before'] == ['water', 'insertion']
     assert out['identity'] and out['repeatable']
     assert 0 < out['changes'][0] < out['changes'][1] < out['changes'][2]
     # Rand over a space of that one relation: every sample is order 1, {12}, at its own f_trans.

@@ -60,6 +60,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         f'(default: {DEFAULT_IOU_THRESHOLD}; docs/method.md §13)',
     )
     group.add_argument(
+        '--find-inserted',
+        action='store_true',
+        help='detection models with object insertion (--relations ... insertion): the pasted object must be '
+        'found too, its class at the IoU threshold, when it covers 0.5%% of the frame or more; without it '
+        "only the source's objects around it must stay (MetaOD's oracle; docs/method.md §13)",
+    )
+    group.add_argument(
         '--skip-wrong-sources',
         action='store_true',
         help="detection models on footage with ground truth (the project's scenes and bags): search only "
@@ -71,8 +78,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         nargs='+',
         default=None,
         metavar='ID',
-        help='the relations the search may use: ids (rotation, turbidity, ...) or the groups paper, '
-        "underwater, optics, all (default: the paper's six; docs/method.md §12)",
+        help='the relations the search may use: ids (rotation, turbidity, insertion, ...) or the groups '
+        "paper, underwater, optics, all (default: the paper's six; docs/method.md §12, §13)",
     )
     group.add_argument(
         '--range',
@@ -171,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         working_size=args.working_size,
         pareto_pngs=args.pareto_pngs,
         iou_threshold=args.iou_threshold,
+        find_inserted=args.find_inserted,
     ).validate()
     verify_sources(args.frames)
     frames = iter_frames(

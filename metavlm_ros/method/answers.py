@@ -6,7 +6,9 @@
   method/boxes.py (docs/method.md §13): f_pred = 1 - panoptic quality of the follow-up's boxes
   matched to the source's moved by the composition's warp, a violation a lost, new, reclassed or
   displaced object.
-The search judges through `ANSWERS[source.kind]`; a fourth kind is one more declaration here.
+With object insertion active (§13) each kind expects its own change (method/insertion_oracle.py): the
+source's boxes around the pasted object stay, one more of its class is counted, its confidence does
+not fall. The search judges through `ANSWERS[source.kind]`; a fourth kind is one more declaration here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD, compare_detections, expected_boxes
+from metavlm_ros.method.insertion_oracle import (
+    confidence_change,
+    count_change,
+    expected_with_insertion,
+    inserted_in,
+)
 from metavlm_ros.method.metrics import threshold_key, violation_flags, violation_strength_of
 from metavlm_ros.method.objectives import f_pred
 from metavlm_ros.method.relations import composition_matrix
@@ -44,11 +52,13 @@ def iou_key(iou_threshold: float) -> str:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """What a follow-up is judged by: the confidence thresholds (Eq. 5) and the IoU threshold below
-    which a matched box is displaced (§13)."""
+    """What a follow-up is judged by: the confidence thresholds (Eq. 5), the IoU threshold below
+    which a matched box is displaced (§13), and whether a detector must find the object insertion
+    pasted (§13's strict option; else only the source's objects around it must stay)."""
 
     thresholds: tuple[float, ...]
     iou_threshold: float = DEFAULT_IOU_THRESHOLD
+    find_inserted: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,11 @@ class CountAnswer(Answer):
         return ('count',)
 
     def judge(self, source, followup, criteria, composition, size) -> Judgement:
+        inserted = inserted_in(composition, *size)
+        if inserted is not None:
+            # One more of the pasted class is expected: the counts are judged against that (§13).
+            change, violation, strength = count_change(source, followup, inserted)
+            return Judgement(change, {'count': violation}, {'count': strength})
         return Judgement(
             f_pred(source, followup),
             violation_flags(source, followup, criteria.thresholds),
@@ -145,6 +160,10 @@ class ConfidenceAnswer(Answer):
         return threshold_key(min(criteria.thresholds))
 
     def judge(self, source, followup, criteria, composition, size) -> Judgement:
+        inserted = inserted_in(composition, *size)
+        if inserted is not None:
+            # Only the pasted class is judged, and only a fall (§13).
+            return Judgement(*confidence_change(source, followup, inserted, criteria.thresholds))
         return Judgement(
             f_pred(source, followup),
             violation_flags(source, followup, criteria.thresholds),
@@ -170,10 +189,15 @@ class DetectionAnswer(Answer):
         expected = expected_boxes(
             source.detections, composition_matrix(composition, width, height), width, height
         )
+        inserted = inserted_in(composition, width, height)
+        if inserted is not None:
+            # MetaOD's oracle: the objects around the pasted one stay; it is found under the strict option.
+            expected = expected_with_insertion(expected, inserted, criteria.find_inserted)
         match = compare_detections(expected, followup.detections, criteria.iou_threshold)
         key = iou_key(criteria.iou_threshold)
-        # Indices into the record's own lists: `expected` (each naming its source object) and the
-        # follow-up's detections, so a record reads whole (`boxes.expected[boxes.lost[0]].class`).
+        # Indices into the record's own lists: `expected` (each naming its source object, None for a
+        # pasted one) and the follow-up's detections, so a record reads whole
+        # (`boxes.expected[boxes.lost[0]].class`).
         boxes = {
             'expected': [{**e.as_record(), 'source': e.source} for e in expected],
             'lost': list(match.lost),

@@ -86,7 +86,7 @@ class ExpectedBox:
     outer: tuple[float, float, float, float]
     inner: tuple[float, float, float, float]
     required: bool
-    source: int  # the index of the source detection it carries
+    source: int | None  # the index of the source detection it carries; None: a pasted object (§13)
 
     def as_record(self) -> dict:
         return {

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from metavlm_ros.method.encoding import Composition, SearchSpace, encode
+from metavlm_ros.method.insertion_oracle import class_changes
 from metavlm_ros.method.metrics import THRESHOLD_SLACK
 from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS
 
@@ -245,6 +246,12 @@ def violated(record: dict, key: str, cls: str | None = None) -> bool:
     if cls not in source or cls not in followup:
         return False
     change = abs(followup[cls] - source[cls])
+    inserted = record.get('inserted')
+    if inserted is not None:
+        # One more of the pasted class is expected; a confidence is judged on that class alone (§13).
+        kind = 'count' if key == 'count' else 'confidence'
+        changes = class_changes(kind, source, followup, inserted['class'], bool(inserted.get('expected')))
+        change = changes.get(cls, 0.0)
     return change >= 1 if key == 'count' else change >= float(key) - THRESHOLD_SLACK
 
 

@@ -21,7 +21,8 @@ class Extra:
     footage rather than a condition to explore (MR12's range prior and lamps, docs/underwater.md): a
     search holds it at its nominal value unless the user gives it a range. `parse` reads a value given
     by name ('5C' -> 7.0) and `label` names one (7.0 -> '5C'); `step` spaces the named values (every
-    whole water index is a Jerlov type), which are the points an envelope is measured at.
+    whole water index is a Jerlov type), which are the points an envelope is measured at. A `discrete`
+    extra takes the named values only (insertion's class): a value between them is the nearest.
     """
 
     name: str
@@ -33,6 +34,7 @@ class Extra:
     parse: Callable[[Any], float] | None = field(default=None, compare=False, repr=False)
     label: Callable[[float], str] | None = field(default=None, compare=False, repr=False)
     step: float | None = None
+    discrete: bool = False
 
     @property
     def span(self) -> tuple[float, float]:
@@ -50,6 +52,12 @@ class Extra:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ParameterError(f'must be a number, got {value!r}')
         return float(value)
+
+    def snap(self, value: float) -> float:
+        """A checked value as the extra takes it: the nearest whole step for a discrete extra, else itself."""
+        if self.discrete and self.step:
+            return float(round(value / self.step) * self.step)
+        return value
 
     def text(self, value: float) -> str:
         """A value as users read it: its name where the extra names its values ('5C'), else the number."""

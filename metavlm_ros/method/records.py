@@ -52,6 +52,8 @@ class Evaluation:
     #: Detections: the follow-up's boxes matched to the source's moved by the warp (method/answers.py),
     #: in the searched frame's pixels; None for the other kinds of answer.
     boxes: dict | None = None
+    #: The object insertion pasted (class and box, in the searched frame's pixels); None without one.
+    inserted: dict | None = None
 
 
 @dataclass
@@ -179,6 +181,7 @@ def evaluation_record(ev: Evaluation, result: SearchResult, extra: dict | None =
         **({'parse_error': ev.followup.error} if ev.followup is not None and ev.followup.error else {}),
         **({'request': ev.followup.evidence} if ev.followup is not None and ev.followup.evidence else {}),
         **_detection_fields(ev, result),
+        **_inserted_field(ev, result),
     }
 
 
@@ -214,6 +217,16 @@ def _detection_fields(ev: Evaluation, result: SearchResult) -> dict:
         ]
         boxes = {**ev.boxes, 'expected': expected}
     return {'followup_detections': detections_record(ev.followup, scale), 'boxes': boxes}
+
+
+def _inserted_field(ev: Evaluation, result: SearchResult) -> dict:
+    """`inserted` (class and box in source-frame pixels) where object insertion pasted one (§13): absent
+    otherwise, so records of searches without insertion stay as they were."""
+    if ev.inserted is None:
+        return {}
+    box = ev.inserted['box']
+    scaled = None if box is None else _scaled(box, _to_source_pixels(result))
+    return {'inserted': {**ev.inserted, 'box': scaled}}
 
 
 def _relations_field(result: SearchResult) -> dict:

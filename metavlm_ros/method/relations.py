@@ -1,4 +1,4 @@
-"""Metamorphic relations: Table 2's six (docs/method.md §1), the underwater and optics ones (§12)."""
+"""Metamorphic relations: Table 2's six (docs/method.md §1), underwater and optics (§12), insertion (§13)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import numpy as np
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.extra import Extra
+from metavlm_ros.method.insertion import INSERTION_EXTRAS, INSERTION_FUNCTIONS, INSERTION_PARAMETERS
 from metavlm_ros.method.underwater import UNDERWATER_EXTRAS, UNDERWATER_FUNCTIONS, UNDERWATER_PARAMETERS
 from metavlm_ros.method.water_scene import WATER_EXTRAS, WATER_FUNCTIONS, WATER_PARAMETERS, WATER_PHRASES
 
 __all__ = [
     'DEFAULT_RELATIONS',
+    'INSERTION_RELATIONS',
     'OPTICS_RELATIONS',
     'PAPER_RELATIONS',
     'RELATIONS',
@@ -189,7 +191,7 @@ class Relation:
             ParameterError: when the value is not a finite number inside the extra's range.
         """
         extra = self.extras[k]
-        return _in_range(f'{self.name} {extra.name}', value, extra.low, extra.high)
+        return extra.snap(_in_range(f'{self.name} {extra.name}', value, extra.low, extra.high))
 
     def check_extras(self, values: Sequence[float]) -> tuple[float, ...]:
         """The extras' values checked, the missing trailing ones at their nominal values.
@@ -275,8 +277,19 @@ OPTICS_RELATIONS: tuple[Relation, ...] = _opt_in(
     len(PAPER_RELATIONS) + len(UNDERWATER_RELATIONS) + 1,
     WATER_PHRASES,
 )
+# Object insertion (docs/method.md §13), numbered last: it pastes into the follow-up as every other
+# relation left it, so its box is in the follow-up's pixels. It changes what a model should answer
+# (one more object), so it is named on its own and is no part of the group 'all'.
+INSERTION_RELATIONS: tuple[Relation, ...] = _opt_in(
+    INSERTION_PARAMETERS,
+    INSERTION_FUNCTIONS,
+    INSERTION_EXTRAS,
+    len(PAPER_RELATIONS) + len(UNDERWATER_RELATIONS) + len(OPTICS_RELATIONS) + 1,
+)
 # Every relation a search may use, in the fixed order a composition applies them.
-RELATIONS: tuple[Relation, ...] = PAPER_RELATIONS + UNDERWATER_RELATIONS + OPTICS_RELATIONS
+RELATIONS: tuple[Relation, ...] = (
+    PAPER_RELATIONS + UNDERWATER_RELATIONS + OPTICS_RELATIONS + INSERTION_RELATIONS
+)
 RELATION_BY_ID: dict[str, Relation] = {relation.id: relation for relation in RELATIONS}
 # A search that names no relations uses the paper's six, so paper mode stays the paper's.
 DEFAULT_RELATIONS: tuple[str, ...] = tuple(relation.id for relation in PAPER_RELATIONS)
@@ -285,7 +298,8 @@ RELATION_GROUPS: dict[str, tuple[str, ...]] = {
     'paper': DEFAULT_RELATIONS,
     'underwater': tuple(relation.id for relation in UNDERWATER_RELATIONS),
     'optics': tuple(relation.id for relation in OPTICS_RELATIONS),
-    'all': tuple(RELATION_BY_ID),
+    # Every relation that keeps the answer (insertion changes it: named on its own).
+    'all': tuple(relation.id for relation in PAPER_RELATIONS + UNDERWATER_RELATIONS + OPTICS_RELATIONS),
 }
 
 _IDENTITY = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])

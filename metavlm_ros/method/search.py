@@ -19,6 +19,7 @@ from metavlm_ros.method import defaults
 from metavlm_ros.method.answers import Thresholds, answer_for
 from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.method.encoding import Composition, SearchSpace, decode
+from metavlm_ros.method.insertion_oracle import check_insertable, inserted_in, inserted_record
 from metavlm_ros.method.metrics import (
     DEFAULT_THRESHOLDS,
     hypervolume,
@@ -89,11 +90,13 @@ class SearchConfig:
     pareto_pngs: int | None = defaults.PARETO_PNGS
     #: Detections: a matched box below this IoU is displaced, a violation (docs/method.md §13).
     iou_threshold: float = DEFAULT_IOU_THRESHOLD
+    #: Detections with object insertion: the pasted object must be found too (§13's strict option).
+    find_inserted: bool = False
 
     @property
     def criteria(self) -> Thresholds:
         """What a follow-up is judged by (method/answers.py)."""
-        return Thresholds(tuple(self.thresholds), float(self.iou_threshold))
+        return Thresholds(tuple(self.thresholds), float(self.iou_threshold), bool(self.find_inserted))
 
     def validate(self) -> SearchConfig:
         if self.algorithm not in ALGORITHMS:
@@ -108,6 +111,8 @@ class SearchConfig:
             raise ParameterError(f'thresholds must lie in (0, 1), got {list(self.thresholds)}')
         if not 0 < self.iou_threshold <= 1:
             raise ParameterError(f'the IoU threshold must lie in (0, 1], got {self.iou_threshold}')
+        if not isinstance(self.find_inserted, bool):
+            raise ParameterError(f'find_inserted must be true or false, got {self.find_inserted!r}')
         if self.warp not in WARPS:
             raise ParameterError(f'unknown warp {self.warp!r} (choose from {", ".join(WARPS)})')
         self.working_size = parse_working_size(self.working_size)
@@ -127,6 +132,7 @@ class SearchConfig:
             'working_size': self.working_size,
             # Only where it is not the default: the identity of every other search stays as it was.
             **({'iou_threshold': self.iou_threshold} if self.iou_threshold != DEFAULT_IOU_THRESHOLD else {}),
+            **({'find_inserted': True} if self.find_inserted else {}),
         }
 
 
@@ -168,6 +174,8 @@ class _Judge:
         self.answer = answer_for(source.kind)
         self.criteria = config.criteria
         self.size = (int(frame.shape[1]), int(frame.shape[0]))
+        if not source.error:
+            check_insertable(config.space, source.values)
         self.cache: dict[tuple, Prediction] = {}
         self.model_calls = 0
         self.frames_judged = 0
@@ -219,6 +227,7 @@ class _Judge:
                     failed=failed,
                     followup_frame=None if cached else rendered.get(comp.key),
                     boxes=judged.boxes,
+                    inserted=inserted_record(inserted_in(comp, *self.size)),
                 )
             )
         return evaluations

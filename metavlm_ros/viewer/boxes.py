@@ -63,10 +63,11 @@ def violation_outlines(
     new = set(boxes.get('new') or ())
     changed = {int(j): f'was {expected[int(i)]["class"]}' for i, j in boxes.get('reclassed') or ()}
     changed.update({int(row[1]): f'IoU {float(row[2]):.2f}' for row in boxes.get('displaced') or ()})
+    # An expected box with no source object is the one object insertion pasted (docs/method.md §13).
     outlines = [
         Outline(
             'lost' if i in lost else 'expected',
-            f'{"lost " if i in lost else ""}{e["class"]}',
+            f'{"lost " if i in lost else ""}{"pasted " if e.get("source", 0) is None else ""}{e["class"]}',
             scaled(e['box']),
         )
         for i, e in enumerate(expected)

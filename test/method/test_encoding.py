@@ -131,8 +131,11 @@ def test_default_space_is_the_papers_six_and_the_genotype_grows_with_the_chosen_
     underwater = SearchSpace.from_options(enabled='underwater')
     # A flag and a value per relation, then MR10's angle (docs/method.md §2).
     assert underwater.enabled_ids == RELATION_GROUPS['underwater'] and underwater.n_var == 11
-    extras = sum(len(relation.extras) for relation in RELATIONS)
-    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(RELATIONS) + extras == 31
+    # 'all' is every relation that keeps the answer: insertion (§13) is named on its own.
+    kept = [RELATION_BY_ID[rid] for rid in RELATION_GROUPS['all']]
+    assert [r.id for r in RELATIONS if r not in kept] == ['insertion']
+    extras = sum(len(relation.extras) for relation in kept)
+    assert SearchSpace.from_options(enabled=['all']).n_var == 2 * len(kept) + extras == 31
 
 
 def test_opt_in_relations_decode_encode_and_label_after_the_papers_six():
@@ -157,7 +160,8 @@ def test_the_stored_space_of_a_paper_search_is_what_it_was_before_the_opt_in_rel
     # The lists stop at the last relation enabled: an underwater search records what it did before
     # the optics relations came after it.
     assert len(SearchSpace.from_options(enabled=['low_light']).as_record()['enabled']) == 11
-    assert len(SearchSpace.from_options(enabled=['water']).as_record()['enabled']) == len(RELATIONS)
+    assert len(SearchSpace.from_options(enabled=['water']).as_record()['enabled']) == 12
+    assert len(SearchSpace.from_options(enabled=['insertion']).as_record()['enabled']) == len(RELATIONS)
 
 
 def test_unknown_relations_name_the_groups_too():

@@ -10,6 +10,7 @@ from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.relations import (
     DEFAULT_RELATIONS,
+    INSERTION_RELATIONS,
     OPTICS_RELATIONS,
     PAPER_RELATIONS,
     RELATION_BY_ID,
@@ -240,7 +241,8 @@ def test_the_input_frame_is_never_modified(frame):
 
 def test_underwater_relations_follow_the_papers_six_in_the_order_of_a_capture():
     assert RELATIONS[:11] == PAPER_RELATIONS + UNDERWATER_RELATIONS
-    assert RELATIONS == PAPER_RELATIONS + UNDERWATER_RELATIONS + OPTICS_RELATIONS
+    # Object insertion (§13) comes last: it pastes into the follow-up as the others left it.
+    assert RELATIONS == PAPER_RELATIONS + UNDERWATER_RELATIONS + OPTICS_RELATIONS + INSERTION_RELATIONS
     assert DEFAULT_RELATIONS == tuple(r.id for r in PAPER_RELATIONS)
     assert [(r.number, r.id, r.parameter) for r in UNDERWATER_RELATIONS] == [
         (7, 'colour_cast', 'depth'),
