@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import numbers
 import struct
@@ -197,7 +198,8 @@ def iter_frames(
     frame inside [start, end]; `start` and `end` (seconds, inclusive) select by time since the first
     message of a bag, by presentation time in a video, and by position in a folder, whose i-th image
     (0-based, sorted) counts as i seconds; `max_frames` caps the total number of frames yielded over
-    all sources.
+    all sources. A frame whose id an earlier source already gave (two folders of the same file names)
+    is yielded as '<id>~2' (then ~3, ...): each id names one frame.
 
     Args:
         sources: Paths (or one path) of images, folders, videos or bags.
@@ -222,6 +224,7 @@ def iter_frames(
     if not sources:
         raise InputError('no frame sources given')
     remaining = max_frames
+    seen: set[str] = set()
     for source in sources:
         if remaining is not None and remaining <= 0:
             return
@@ -253,6 +256,14 @@ def iter_frames(
                 files = [path]
             frames = _iter_files(files, every=every, start=start, end=end, max_frames=remaining)
         for frame in frames:
+            if frame.id in seen:
+                # Another source had a frame of this name (two folders of frame_000000.png): an id
+                # names one frame, or two frames' records would be read as one's.
+                k = 2
+                while f'{frame.id}~{k}' in seen:
+                    k += 1
+                frame = dataclasses.replace(frame, id=f'{frame.id}~{k}')
+            seen.add(frame.id)
             yield frame
             if remaining is not None:
                 remaining -= 1

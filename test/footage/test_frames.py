@@ -1,5 +1,7 @@
 """Tests of metavlm_ros.footage.frames: image loading, conversions, folder streaming and selection."""
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from metavlm_ros.common.images import (
     working_size_for,
 )
 from metavlm_ros.footage.frames import iter_frames, load_image
-from test.conftest import make_frame
+from test.conftest import make_frame, write_frames
 
 
 def write_png_rgb(path, rgb):
@@ -214,3 +216,11 @@ def test_auto_working_size_is_twice_the_model_input_side():
     assert working_size_for('full', 1920, 1080, 224) is None
     assert working_size_for(640, 1920, 1080, 224) == 640
     assert working_size_for(4000, 1920, 1080, 224) is None
+
+
+def test_two_folders_of_the_same_file_names_give_each_frame_its_own_id(tmp_path):
+    for name in ('dive1', 'dive2'):
+        write_frames(tmp_path / name, 2, 32, 24)
+    frames = list(iter_frames([tmp_path / 'dive1', tmp_path / 'dive2', tmp_path / 'dive1' / 'frame0.png']))
+    assert [f.id for f in frames] == ['frame0', 'frame1', 'frame0~2', 'frame1~2', 'frame0~3']
+    assert [Path(f.file).parent.name for f in frames] == ['dive1', 'dive1', 'dive2', 'dive2', 'dive1']
