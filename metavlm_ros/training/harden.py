@@ -16,6 +16,7 @@ import numpy as np
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.method.relations import apply_composition
 from metavlm_ros.training.followups import FollowupPlan
+from metavlm_ros.training.objectives import objective_for
 from metavlm_ros.training.tuning import METHODS, attach, blend, choose_method
 from metavlm_ros.training.validation import Figures, ValidationSet
 
@@ -168,8 +169,9 @@ def harden(
     """Fine-tune `backend`'s model in place, blend it with its base weights, and leave the chosen blend
     loaded in `backend` (the caller saves it).
 
-    The loss, per batch of training frames: the squared difference between the model's per-class
-    confidences and the base model's on the source frames (so its clean answers stay), plus
+    The loss, per batch of training frames: the objective of the backend's kind of answer
+    (training/objectives.py: confidences' squared difference, or a generated answer's cross-entropy)
+    against the base model's answers on the source frames (so its clean answers stay), plus
     `consistency` times the same on one follow-up per frame drawn from `plan` (so its answers on
     changed frames come back to those). Checkpointed under out/CHECKPOINT every `checkpoint_every`
     steps and when interrupted (KeyboardInterrupt is raised again once it is saved).
@@ -181,11 +183,7 @@ def harden(
     import torch
 
     settings.validate()
-    if not hasattr(backend, 'scores') or getattr(backend, 'kind', '') != 'confidence':
-        raise ParameterError(
-            f'{getattr(backend, "name", backend)}: hardening supports the contrastive backends '
-            '(clip, siglip) for now; see docs/harden.md'
-        )
+    objective_for(backend, [])  # a backend that cannot be trained is refused before any work
     started = time.monotonic()
     rng = np.random.default_rng(settings.seed)
     train, held = _split(frames, settings.validation_share, rng)
@@ -194,7 +192,12 @@ def harden(
     method = choose_method(model, settings.method)
     base_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     teacher = backend.predict([f.rgb for f in train])
-    targets = torch.tensor([[p.values[c] for c in backend.classes] for p in teacher], dtype=torch.float32)
+    # A source the base cannot answer (a parse failure) anchors nothing: it is not trained on.
+    train = [f for f, answer in zip(train, teacher, strict=True) if not answer.error]
+    teacher = [answer for answer in teacher if not answer.error]
+    if not train:
+        raise InputError('the base model answers none of the training frames (every answer failed to parse)')
+    objective = objective_for(backend, teacher)
     check_rng = np.random.default_rng([settings.seed, 1])
     present = None
     if all(f.present is not None for f in held):
@@ -244,10 +247,8 @@ def harden(
             changes = [plan.draw(rng) for _ in picked]
             sources = [train[i].rgb for i in picked]
             followups = [apply_composition(f, c) for f, c in zip(sources, changes, strict=True)]
-            target = targets[picked]
-            clean = backend.scores(backend.image_inputs(sources))
-            changed = backend.scores(backend.image_inputs(followups))
-            loss = ((clean - target) ** 2).mean() + settings.consistency * ((changed - target) ** 2).mean()
+            loss = objective.loss(backend, sources, picked)
+            loss = loss + settings.consistency * objective.loss(backend, followups, picked)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()

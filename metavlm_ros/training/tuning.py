@@ -27,8 +27,9 @@ FULL_LIMIT = 20_000_000
 #: The vision tower's modules by name, in the Hugging Face families the tool loads (CLIP, SigLIP: the
 #: tower and CLIP's projection of its output into the shared space).
 _VISION = re.compile(r'^(vision_model|visual_projection)\b')
-#: The linear layers LoRA adapts, inside the vision tower only: attention and the MLP.
-_LORA_TARGETS = r'.*vision_model\..*\.(q_proj|k_proj|v_proj|out_proj|fc1|fc2)'
+#: The linear layers LoRA adapts, inside the vision tower only: attention (CLIP's and SigLIP's q, k, v and
+#: out projections, BLIP's fused qkv and projection) and the MLP.
+_LORA_TARGETS = r'.*vision_model\..*\.(q_proj|k_proj|v_proj|out_proj|qkv|projection|fc1|fc2)'
 
 
 def vision_parameters(model: Any) -> dict[str, Any]:

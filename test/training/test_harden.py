@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from metavlm_ros.common.errors import InputError
+from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.models.vlm import create_backend
 from metavlm_ros.training.card import save_model
@@ -77,3 +77,30 @@ def test_a_hardened_siglip_with_lora_saves_in_its_base_form(tiny_model_dirs, tra
     for ours, theirs in zip(backend.predict(frames), again.predict(frames), strict=True):
         assert ours.values == pytest.approx(theirs.values, abs=1e-5)
     assert not any('lora' in k for k in again.model.state_dict())
+
+
+def test_a_hardened_blip_learns_its_base_answers_and_saves_in_its_base_form(
+    tiny_blip_dir, training_frames, tmp_path
+):
+    backend = create_backend('blip', str(tiny_blip_dir), max_new_tokens=8)
+    frames = [f.rgb for f in training_frames[:4]]
+    answers = [p.text for p in backend.predict(frames)]
+    inputs = backend.image_inputs(frames)
+    own = float(backend.answer_loss(inputs, answers))
+    # Teacher forcing in generate's layout: the model's own greedy answers are the likeliest it can
+    # give, so another answer costs more.
+    assert own < float(backend.answer_loss(inputs, ['animals: 7 crabs, vegetation: none'] * 4))
+    settings = HardenSettings(steps=2, batch=2, validation_followups=1, method='full')
+    done = harden(backend, training_frames[:5], PLAN, tmp_path / 'work', settings)
+    assert done.method == 'full' and len(done.losses) == 2 and all(np.isfinite(done.losses))
+    save_model(backend, tmp_path / 'model')
+    again = create_backend('blip', str(tmp_path / 'model'), max_new_tokens=8)
+    assert [p.text for p in again.predict(frames)] == [p.text for p in backend.predict(frames)]
+
+
+def test_a_backend_without_gradients_is_refused_before_any_work(training_frames, tmp_path):
+    from test.fakes import ImageStatsBackend
+
+    with pytest.raises(ParameterError, match='hardening takes in-process confidence'):
+        harden(ImageStatsBackend(), training_frames, PLAN, tmp_path, SETTINGS)
+    assert not tmp_path.joinpath(CHECKPOINT).exists()

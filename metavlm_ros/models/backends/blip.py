@@ -92,6 +92,40 @@ class BlipBackend(CountBackend):
             return output[:, inputs['input_ids'].shape[1] - 1 :]
         return output
 
+    def answer_loss(self, images: dict[str, Any], answers: Sequence[str]) -> Any:
+        """The mean cross-entropy of `answers` (one a frame) given the frames and the prompt, by teacher
+        forcing in the layout `generate` decodes in (the prompt after the decoder's start token, the
+        answer ended by [SEP]): differentiable, for `metavlm harden` (BLIP captioning checkpoints).
+
+        Raises:
+            ParameterError: A question-answering checkpoint (its answers are decoded by a second text
+                model this does not train).
+        """
+        import torch
+
+        if self.model.__class__.__name__ != 'BlipForConditionalGeneration':
+            raise ParameterError(f'{self.model_path}: hardening takes BLIP captioning checkpoints only')
+        tokenizer = self.processor.tokenizer
+        prefix = [self.model.config.text_config.bos_token_id]
+        prefix += tokenizer(self.prompt, add_special_tokens=False)['input_ids']
+        rows = [
+            tokenizer(a, add_special_tokens=False)['input_ids'] + [tokenizer.sep_token_id] for a in answers
+        ]
+        width = len(prefix) + max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(prefix) + len(row)] = torch.tensor(prefix + row)
+            labels[i, len(prefix) : len(prefix) + len(row)] = torch.tensor(row)
+        attention = (labels != -100) | (torch.arange(width)[None, :] < len(prefix))
+        output = self.model(
+            pixel_values=images['pixel_values'],
+            input_ids=ids.to(self.device),
+            attention_mask=attention.long().to(self.device),
+            labels=labels.to(self.device),
+        )
+        return output.loss
+
     @classmethod
     def build_tiny(cls, directory: Path, **variant: Any) -> None:
         from transformers import BlipConfig, BlipForConditionalGeneration, BlipProcessor
