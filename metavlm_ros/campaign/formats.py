@@ -10,7 +10,17 @@ from metavlm_ros.campaign.loading import SOLUTION_SETS
 from metavlm_ros.campaign.plots import make_plots
 from metavlm_ros.campaign.tables import WARP_NOTES, Report
 from metavlm_ros.common import document
-from metavlm_ros.common.document import Block, Bullets, Code, Document, Figure, Paragraph, Section, render_csv
+from metavlm_ros.common.document import (
+    Block,
+    Bullets,
+    Code,
+    Document,
+    Figure,
+    Paragraph,
+    Section,
+    Table,
+    render_csv,
+)
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID
 
@@ -28,7 +38,8 @@ FORMATS = ('md', 'html', 'csv')
 
 
 def campaign_document(report: Report, plots: Sequence[tuple[str, str]] = ()) -> Document:
-    """The report as a document: the header, the notes, a section per table, the plots.
+    """The report as a document: the header, the notes, a section per table, the report's own sections
+    (the failure modes), the plots.
 
     Args:
         report: The computed report.
@@ -38,6 +49,7 @@ def campaign_document(report: Report, plots: Sequence[tuple[str, str]] = ()) -> 
     if report.notes:
         blocks.append(Bullets(report.notes))
     blocks += [table.section() for table in report.tables]
+    blocks += report.sections
     if plots:
         blocks.append(Section('Plots', [Figure(path, title) for title, path in plots], anchor='plots'))
     return Document('metavlm_ros campaign report', blocks, contents=True)
@@ -93,6 +105,17 @@ def _header(report: Report) -> list[str | Paragraph]:
     return lines
 
 
+def _keyed_tables(section: Section) -> list[Table]:
+    """The tables with a key (a CSV file's name) in a section and the sections inside it, in order."""
+    found = []
+    for block in section.blocks:
+        if isinstance(block, Section):
+            found += _keyed_tables(block)
+        elif isinstance(block, Table) and block.key:
+            found.append(block)
+    return found
+
+
 def write_report(report: Report, out: str | Path, fmt: str = 'md', plots: bool = True) -> list[Path]:
     """Write the report under `out`, each file atomically: report.md, index.html, or one CSV per table;
     plots as PNG.
@@ -108,7 +131,8 @@ def write_report(report: Report, out: str | Path, fmt: str = 'md', plots: bool =
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == 'csv':
-        return [document.write_csv(table, out / f'{table.key}.csv') for table in report.tables]
+        tables = report.tables + [table for section in report.sections for table in _keyed_tables(section)]
+        return [document.write_csv(table, out / f'{table.key}.csv') for table in tables]
     images = make_plots(report.results, out) if plots else []
     links = [(title, path.relative_to(out).as_posix()) for title, path in images]
     page = out / ('report.md' if fmt == 'md' else 'index.html')

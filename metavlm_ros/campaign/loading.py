@@ -42,6 +42,8 @@ class CellResult:
     front: list[tuple[float, float]] = field(default_factory=list)  # (f_trans, f_pred) of the pareto set
     #: The anytime result: (evaluations k, hypervolume of the first k evaluations) after every batch.
     anytime: list[tuple[int, float]] = field(default_factory=list)
+    #: The cell's directory (a results directory of its own); None for a cell made in memory.
+    directory: Path | None = None
 
     @property
     def model(self) -> str:
@@ -183,6 +185,7 @@ def load_results(directory: str | Path, solutions: str = 'all') -> CampaignResul
                     solutions=chosen,
                     front=front,
                     anytime=_anytime(records, summary),
+                    directory=cell_dir,
                 )
             )
     return CampaignResults(directory=directory, campaign=campaign, solutions=solutions, cells=cells,

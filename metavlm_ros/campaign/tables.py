@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from metavlm_ros.campaign.loading import SOLUTION_SETS, CampaignResults, hypervolumes, non_identity
-from metavlm_ros.common.document import Table, slug
+from metavlm_ros.common.document import Section, Table, slug
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.answers import key_label
 from metavlm_ros.method.stats import compare, significant_a12
@@ -67,11 +67,13 @@ TOP_COMPOSITIONS = 10
 
 @dataclass
 class Report:
-    """The whole report: a header, the tables and the notes that explain them."""
+    """The whole report: a header, the tables and the notes that explain them, and sections a caller
+    adds after the tables (`metavlm report`: the failure modes, from explain/, a layer above)."""
 
     results: CampaignResults
     tables: list[Table]
     notes: list[str]
+    sections: list[Section] = field(default_factory=list)
 
     def table(self, key: str) -> Table:
         """The table with this key (KeyError when absent)."""

@@ -33,6 +33,7 @@ _DEMO_NAMES = frozenset(
         'strongest_violations.png',
         'trade_off.png',
         'assurance',
+        'modes',
         *DEMO_MODELS,
         *(f'{backend}_rand' for backend in DEMO_MODELS),
     }
@@ -319,6 +320,7 @@ def run_demo(
         strongest,
         write_demo_report,
     )
+    from metavlm_ros.explain.sections import results_modes
     from metavlm_ros.method.encoding import Composition
     from metavlm_ros.method.relations import apply_composition
     from metavlm_ros.models.registry import backend_class
@@ -386,6 +388,11 @@ def run_demo(
     log(f'[{steps - 1}/{steps}] acceptance criteria and the regression gate (demo CLIP) ...')
     assurance_lines, gate = _assurance(out / 'assurance', bag, evaluations, seed, log)
     log(f'[{steps}/{steps}] writing the report ...')
+    # The demo CLIP's failure modes, from its searches through ROS and Rand's of the same frames.
+    modes = results_modes(
+        [out / 'clip', out / 'clip_rand'], out / 'modes', 'Failure modes (demo CLIP)', link='modes'
+    )
+    log(f'  failure modes of the demo CLIP: {len(modes.records)} in {out / "modes"}')
     montage_path = None
     if panels:
         from metavlm_ros.common.images import encode_png
@@ -400,6 +407,8 @@ def run_demo(
         montage_path,
         trade_off={'plot': plot, 'hypervolume': hypervolumes},
         assurance=assurance_lines,
+        modes=modes.section,
+        modes_records=modes.records,
     )
     return {
         'bag': bag,
@@ -409,6 +418,7 @@ def run_demo(
         'montage': montage_path,
         'trade_off': plot,
         'assurance': gate,
+        'modes': out / 'modes' if modes.files else None,
         'summaries': summaries,
         'seconds': time.monotonic() - started,
     }
@@ -444,6 +454,8 @@ def run(args: argparse.Namespace) -> int:
         print(f'  strongest violations:  {done["montage"]}')
     else:
         print('  no violation found: raise --evaluations or --frames for a montage')
+    if done.get('modes') is not None:
+        print(f'  failure modes:         {done["modes"] / "modes.md"}')
     gate = done['assurance']
     print(f'  verdict (demo CLIP):   {gate["verdict"]}: {out / "assurance" / "verify-clip" / "verdict.md"}')
     for name, regressed in gate['regressions'].items():

@@ -1,4 +1,4 @@
-"""`metavlm report`: the paper's RQ1-RQ3 tables and plots from a campaign results directory."""
+"""`metavlm report`: the paper's RQ1-RQ3 tables and plots, and each model's failure modes, from a campaign."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = "write a campaign's report: RQ1-RQ3 tables (Tables 4-7) and plots"
+HELP = "write a campaign's report: RQ1-RQ3 tables (Tables 4-7), plots and failure modes"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,6 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         'baseline, else random as in the paper), or all: every pair',
     )
     parser.add_argument('--no-plots', action='store_true', help='tables only')
+    parser.add_argument(
+        '--no-modes', action='store_true', help='leave out the failure modes of each model (docs/explain.md)'
+    )
     parser.set_defaults(handler=run)
 
 
@@ -51,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.results) / 'report'
     check_output_dir(out, what='the report')
     report = build_report(args.results, solutions=args.solutions, rq3=args.rq3, baseline=args.baseline)
+    if not args.no_modes:
+        from metavlm_ros.explain.sections import campaign_modes
+
+        report.sections.append(campaign_modes(report.results))
     try:
         done = write_campaign_report(report, args.results, out, fmt=args.format, plots=not args.no_plots)
     except OSError as exc:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metavlm_ros.footage.arguments import add_frame_arguments
 from metavlm_ros.method import defaults
 from metavlm_ros.method.envelope import ENVELOPE_ROUNDS
 from metavlm_ros.models.arguments import add_model_arguments, create_backend_from_args, model_options
+
+if TYPE_CHECKING:
+    from metavlm_ros.assurance.criteria import Criteria
+    from metavlm_ros.assurance.workflow import Verification
 
 HELP = 'judge results against acceptance criteria: PASS, FAIL or INCONCLUSIVE per criterion and overall'
 
@@ -112,9 +117,11 @@ def run(args: argparse.Namespace) -> int:
             'give FRAMES to search them, or --results DIR to judge evidence already gathered'
         )
     if args.results is not None:
-        done = verify_results(criteria, args.results, args.out or Path('results/verdict'), junit=args.junit)
+        out, evidence = args.out or Path('results/verdict'), args.results
+        done = verify_results(criteria, evidence, out, junit=args.junit)
     else:
         out = args.out or Path('results/verify')
+        evidence = out / 'evidence'
         if args.envelope_rounds < 1:
             raise ParameterError(f'--envelope-rounds must be at least 1, got {args.envelope_rounds}')
         frames = _frames(args)
@@ -126,8 +133,45 @@ def run(args: argparse.Namespace) -> int:
             population=args.population, evaluations=args.evaluations, seed=args.seed,
             working_size=args.working_size, envelope_rounds=args.envelope_rounds, junit=args.junit,
         )  # fmt: skip
+    modes = _failing_modes(criteria, done, evidence, out, sealed=args.results is None)
     for verdict in done.verdicts:
         print(f'{verdict.status:12} {verdict.criterion}: {verdict.claim}\n             {verdict.reason}')
+        if verdict.criterion in modes:
+            print(f'             {modes[verdict.criterion]}')
+    if modes:
+        print(f'failure modes, and the criteria they break: {out / "modes" / "modes.md"} (docs/explain.md)')
     files = ', '.join(map(str, done.written))
     print(f'{done.outcome}: {criteria.name} ({len(done.verdicts)} criteria; {files})')
     return EXIT_CODES[done.outcome]
+
+
+#: The modes a FAIL's line names, most violations first (OUT/modes/modes.md has them all).
+SHOWN_MODES = 3
+
+
+def _failing_modes(
+    criteria: Criteria, done: Verification, evidence: Path, out: Path, *, sealed: bool
+) -> dict[str, str]:
+    """With a FAIL: the evidence's failure modes into OUT/modes/ (and, for a verification that wrote
+    OUT's SHA256SUMS, that manifest again, listing them); each failing criterion's modes as a line."""
+    from metavlm_ros.assurance.verdict import FAIL
+    from metavlm_ros.common.manifest import write_manifest
+    from metavlm_ros.explain.verdicts import failing_modes
+
+    if done.outcome != FAIL:
+        return {}
+    found = failing_modes(criteria, done.verdicts, [evidence], out / 'modes')
+    if found.catalogue is None:
+        return {}
+    if sealed:
+        write_manifest(out)
+    lines = {}
+    for broken in found.broken:
+        named = [
+            f'{rank}. {found.catalogue.modes[rank - 1].rule} ({count} of its {broken.violations} violations)'
+            for rank, count in broken.modes[:SHOWN_MODES]
+        ]
+        more = f'; {len(broken.modes) - SHOWN_MODES} more' if len(broken.modes) > SHOWN_MODES else ''
+        held = '; '.join(named) + more if named else f'none holds its {broken.violations} violations'
+        lines[broken.criterion] = f'failure modes: {held}'
+    return lines

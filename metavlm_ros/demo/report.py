@@ -300,8 +300,13 @@ def write_demo_report(
     top_compositions: int = 8,
     trade_off: Mapping[str, Any] | None = None,
     assurance: Sequence[Block] = (),
+    modes: Section | None = None,
+    modes_records: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[Path, Path]:
     """Write report.md (human) and report.json (the same tables) under `out`, each atomically.
+
+    `modes` (optional): the demo CLIP's failure modes as a section (explain/, a layer above, makes it);
+    report.json keeps `modes_records`, modes.json's records.
 
     `assurance` (optional): the acceptance criteria's verdict and the regression gate, shown as their
     own section (report.json keeps them as Markdown lines).
@@ -333,6 +338,9 @@ def write_demo_report(
     if montage_path is not None:
         blocks.append(Section('Strongest violations', [Figure(montage_path.name, 'strongest violations')]))
         data['montage'] = str(montage_path)
+    if modes is not None:
+        blocks.append(modes)
+        data['modes'] = list(modes_records)
     if assurance:
         blocks.append(Section('Acceptance criteria and the regression gate (demo CLIP)', assurance))
         data['assurance'] = markdown_text(assurance).split('\n')

@@ -148,6 +148,13 @@ class FailureMode:
     def rule(self) -> str:
         return ' and '.join(c.describe() for c in self.conditions) + f': {self.change.label}'
 
+    def inside(self, table: FeatureTable) -> np.ndarray:
+        """Which of `table`'s evaluations lie inside the rule (whatever their answer)."""
+        mask = np.ones(len(table.records), dtype=bool)
+        for c in self.conditions:
+            mask &= c.holds(table.column(c.feature.name))
+        return mask
+
     def as_record(self, rank: int) -> dict:
         return {
             'rank': rank,

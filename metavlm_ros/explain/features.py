@@ -110,18 +110,23 @@ def _search_key(record: dict) -> tuple:
     return (record.get('image'), record.get('algorithm'), record.get('seed'), record.get('run'))
 
 
-def feature_table(runs: Sequence) -> FeatureTable:
+def feature_table(runs: Sequence, frames: dict[str, dict[str, float]] | None = None) -> FeatureTable:
     """The feature table of every usable evaluation of `runs` (assurance/evidence.py `Run`s).
 
     Failed evaluations (no answer), the identity (order 0: never a violation) and records without
     `parameters` (written before records carried them) are left out and counted in the notes.
+
+    Args:
+        runs: The results directories' records and summaries.
+        frames: Source frames' attributes already measured, by sha256, filled in as frames are read:
+            a caller that builds tables again and again (the tester) reads each source frame once.
     """
     used = {rid for run in runs for rid in run.space.enabled_ids}
     relation_ids = [r.id for r in RELATIONS if r.id in used]
     features = _relation_features(relation_ids) + [Feature('order', 'order', 'order')]
     features += [Feature(name, 'frame', name, unit) for name, (_, unit) in FRAME_ATTRIBUTES.items()]
     column = {f.name: k for k, f in enumerate(features)}
-    attributes: dict[str, dict[str, float]] = {}
+    attributes: dict[str, dict[str, float]] = {} if frames is None else frames
     rows: list[list[float]] = []
     records: list[tuple[Path, dict]] = []
     search_ids: list[int] = []

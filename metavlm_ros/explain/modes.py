@@ -25,7 +25,7 @@ from metavlm_ros.explain.attribution import (
     pixel_scorer,
 )
 from metavlm_ros.explain.catalogue import DEFAULT_THRESHOLD, Catalogue, CatalogueSettings, build_catalogue
-from metavlm_ros.explain.features import feature_table
+from metavlm_ros.explain.features import FeatureTable, feature_table
 from metavlm_ros.method.prediction import VLMBackend
 from metavlm_ros.method.render import find_search, render_followup, search_evaluations
 
@@ -33,6 +33,7 @@ __all__ = [
     'attribute_modes',
     'catalogue_of',
     'example_frames',
+    'learn',
     'load_all',
     'map_settings_for',
     'settings_for',
@@ -74,22 +75,38 @@ def settings_for(*, threshold: float | None = None, **chosen: float) -> Catalogu
     return CatalogueSettings(threshold=threshold, **chosen)
 
 
-def catalogue_of(roots: Sequence[str | Path], settings: CatalogueSettings | None = None) -> Catalogue:
-    """Read every results directory under `roots` and learn their failure modes.
+def learn(
+    evidence: Sequence[Evidence], settings: CatalogueSettings | None = None
+) -> tuple[Catalogue, FeatureTable] | None:
+    """The failure modes of `evidence` and the table they were learnt from; None when no evaluation can
+    be learnt from (all failed, identities, or records without parameters).
 
     With no threshold set, confidence changes are judged at the largest threshold the records were
     judged at (the strictest reading of a violation they hold).
     """
-    evidence = load_all(roots)
     settings = settings or CatalogueSettings()
     if settings.threshold is None:
         settings = dataclasses.replace(settings, threshold=_largest_threshold(evidence) or DEFAULT_THRESHOLD)
     table = feature_table([run for e in evidence for run in e.runs])
     if not len(table.records):
+        return None
+    return build_catalogue(table, settings), table
+
+
+def catalogue_of(roots: Sequence[str | Path], settings: CatalogueSettings | None = None) -> Catalogue:
+    """Read every results directory under `roots` and learn their failure modes (`learn`).
+
+    Raises:
+        InputError: A root holds no results, the roots hold answers of different kinds, or no
+            evaluation can be learnt from.
+        ResultsError: A record file is damaged before its end.
+    """
+    learnt = learn(load_all(roots), settings)
+    if learnt is None:
         raise InputError(
             f'{", ".join(map(str, roots))}: no evaluation to learn from (all failed, or identities)'
         )
-    return build_catalogue(table, settings)
+    return learnt[0]
 
 
 def map_settings_for(*, method: str, steps: int, budget: int) -> MapSettings:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from metavlm_ros.common.directories import build_aside, write_file_atomic
@@ -25,7 +25,15 @@ from metavlm_ros.explain.attribution import GRID, INTEGRATED_GRADIENTS, ExampleM
 from metavlm_ros.explain.catalogue import Catalogue, FailureMode
 from metavlm_ros.explain.overlays import map_files, write_maps
 
-__all__ = ['MODES', 'catalogue_document', 'check_out', 'modes_lines', 'write_catalogue']
+__all__ = [
+    'MODES',
+    'changes_text',
+    'catalogue_document',
+    'check_out',
+    'modes_lines',
+    'modes_table',
+    'write_catalogue',
+]
 
 #: The files the catalogue writes, by stem.
 MODES = 'modes'
@@ -38,15 +46,20 @@ def _maps_record(maps: Maps, rank: int) -> dict | None:
     return {**made.as_record(), 'backend': maps.backend, 'model': maps.model, 'files': map_files(rank)}
 
 
-def modes_lines(catalogue: Catalogue, maps: Maps | None = None) -> bytes:
+def modes_lines(
+    catalogue: Catalogue, maps: Maps | None = None, fields: Mapping[int, dict] | None = None
+) -> bytes:
     """One whole JSON record a mode, a line each, best first (jq, pandas lines=True, DuckDB).
 
     With `maps`, each record also holds `maps`: its attribution maps' numbers and files (null for a
-    mode without); without, the records are the catalogue's alone.
+    mode without); without, the records are the catalogue's alone. `fields` adds to the record of
+    each rank it names (`metavlm verify`: the failing criteria a mode breaks).
     """
     records = [mode.as_record(rank) for rank, mode in enumerate(catalogue.modes, start=1)]
     if maps is not None:
         records = [{**record, 'maps': _maps_record(maps, record['rank'])} for record in records]
+    if fields:
+        records = [{**record, **fields.get(record['rank'], {})} for record in records]
     lines = [json.dumps(to_jsonable(record), sort_keys=True, allow_nan=False) for record in records]
     return ''.join(line + '\n' for line in lines).encode('utf-8')
 
@@ -137,39 +150,55 @@ def _maps_paragraph(maps: Maps) -> Paragraph:
     )
 
 
-def catalogue_document(
-    catalogue: Catalogue, roots: Sequence[str | Path], maps: Maps | None = None
-) -> Document:
-    """The catalogue as a document: the modes' table, a section a mode (with `maps`, its maps), what it
-    was learnt from."""
-    s = catalogue.settings
-    changes = ', '.join(f'{label} {n}' for label, n in sorted(catalogue.violations.items())) or 'none'
-    table = Table(
+def changes_text(catalogue: Catalogue) -> str:
+    """The answer changes the catalogue saw, with their violations: 'animal rose 520, trash dropped 121'."""
+    return ', '.join(f'{label} {n}' for label, n in sorted(catalogue.violations.items())) or 'none'
+
+
+def modes_table(catalogue: Catalogue, top: int | None = None, key: str = 'modes') -> Table:
+    """The modes as a table, best first (the first `top`; None: all): each rule, its support, its rates.
+
+    The one table of the catalogue, in modes.md and wherever another report shows the modes.
+    """
+    modes = catalogue.modes if top is None else catalogue.modes[:top]
+    return Table(
         columns=[
             'rank', 'rule', 'violations', 'evaluations', 'rate inside', 'rate outside', 'frames', 'searches'
         ],
         rows=[
             [rank, m.rule, m.violations_inside, m.evaluations_inside, m.rate_inside, m.rate_outside, m.frames,
              m.searches]
-            for rank, m in enumerate(catalogue.modes, start=1)
+            for rank, m in enumerate(modes, start=1)
         ],
         formats=['', '', '', '', '.1%', '.2%', '', ''],
-        key='modes',
+        key=key,
         title='Modes',
         note='Violations and evaluations inside each rule; rates inside and outside it.',
     )  # fmt: skip
+
+
+def catalogue_document(
+    catalogue: Catalogue,
+    roots: Sequence[str | Path],
+    maps: Maps | None = None,
+    sections: Sequence[Section] = (),
+) -> Document:
+    """The catalogue as a document: the modes' table, `sections` (what a caller adds: the criteria the
+    modes break), a section a mode (with `maps`, its maps), what it was learnt from."""
+    s = catalogue.settings
     blocks = [
         Paragraph(
             'Evidence: ', *[part for root in roots for part in (Code(str(root)), ' ')],
-            f'({catalogue.evaluations} evaluations judged; answer changes: {changes}). A shallow decision '
-            f'tree (depth {s.depth}) per kind of answer change over each relation\'s deviation from nominal, '
-            'the order and the source frame\'s brightness, contrast and colour cast; each leaf where the '
-            f'change is at least {s.min_lift:g} times likelier than outside, with at least '
-            f'{s.min_violations} violations, is a mode (docs/explain.md).'
+            f'({catalogue.evaluations} evaluations judged; answer changes: {changes_text(catalogue)}). '
+            f'A shallow decision tree (depth {s.depth}) per kind of answer change over each relation\'s '
+            'deviation from nominal, the order and the source frame\'s brightness, contrast and colour cast; '
+            f'each leaf where the change is at least {s.min_lift:g} times likelier than outside, with at '
+            f'least {s.min_violations} violations, is a mode (docs/explain.md).'
             + (f' Confidence threshold {s.threshold:g}.' if s.threshold else ''),
         ),
         *([_maps_paragraph(maps)] if maps is not None else []),
-        table.section(),
+        modes_table(catalogue).section(),
+        *sections,
         *[_mode_section(rank, m, maps) for rank, m in enumerate(catalogue.modes, start=1)],
     ]  # fmt: skip
     notes = [*catalogue.notes, *(maps.notes if maps is not None else [])]
@@ -194,23 +223,29 @@ def check_out(out: str | Path, roots: Sequence[str | Path]) -> Path:
 
 
 def write_catalogue(
-    catalogue: Catalogue, out: str | Path, roots: Sequence[str | Path], maps: Maps | None = None
+    catalogue: Catalogue,
+    out: str | Path,
+    roots: Sequence[str | Path],
+    maps: Maps | None = None,
+    *,
+    sections: Sequence[Section] = (),
+    fields: Mapping[int, dict] | None = None,
 ) -> list[Path]:
     """Write modes.json, modes.md and modes.html (with `maps`, and maps/) into the new directory `out`,
-    whole or not at all.
+    whole or not at all; `sections` and `fields` as `catalogue_document` and `modes_lines` take them.
 
     Raises:
         InputError: `out` exists or lies inside one of the evidence `roots`.
         StorageError: `out` could not be written.
     """
     out = check_out(out, roots)
-    document = catalogue_document(catalogue, roots, maps)
+    document = catalogue_document(catalogue, roots, maps, sections)
 
     def fill(directory: Path) -> list[str]:
         written = []
         for rank, made in (maps.by_rank if maps is not None else {}).items():
             written += write_maps(directory, rank, made)
-        write_file_atomic(directory / f'{MODES}.json', modes_lines(catalogue, maps))
+        write_file_atomic(directory / f'{MODES}.json', modes_lines(catalogue, maps, fields))
         write_document(document, directory / f'{MODES}.md')
         write_document(document, directory / f'{MODES}.html')
         return [f'{MODES}.json', f'{MODES}.md', f'{MODES}.html', *written]

@@ -35,6 +35,7 @@ from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend
 from metavlm_ros.ros.tester_criteria import CriteriaStatus
 from metavlm_ros.ros.tester_identity import check_identity, tester_model_identity
+from metavlm_ros.ros.tester_modes import ModesStatus
 from metavlm_ros.ros.tester_output import RESULT_QOS, SearchJob, TesterOutput
 from metavlm_ros.ros.tester_settings import (
     NODE_NAME,
@@ -98,6 +99,7 @@ class TesterNode(TesterOutput, ManagedNode):
         self.searches_done = 0
         # The criteria_file's criteria, judged on results_dir as searches end (/diagnostics).
         self.criteria_status = CriteriaStatus()
+        self.modes_status = ModesStatus()  # results_dir's failure modes, learnt in a thread of their own
         self.searches_stopped = 0
         self.evaluations = 0
         self.evaluations_failed = 0
@@ -180,6 +182,7 @@ class TesterNode(TesterOutput, ManagedNode):
                 f'parameter results_dir: cannot write to {settings.results_dir} ({exc})'
             ) from None
         self.criteria_status.reset(settings.criteria, settings.results_dir, self.get_logger().warning)
+        self.modes_status.reset(settings, self.get_logger().warning)
         self.violations_pub = self.create_transient_publisher(DiagnosticArray, 'violations', RESULT_QOS)
         self.violation_image_pub = self.create_transient_publisher(Image, 'violation_image', RESULT_QOS)
         self.violation_followup_pub = self.create_transient_publisher(Image, 'violation_followup', RESULT_QOS)
@@ -245,6 +248,7 @@ class TesterNode(TesterOutput, ManagedNode):
             if not busy:  # nothing writes there any more: the directory as it is left
                 self._seal(self._store.directory)
             self._store = None
+        self.modes_status.close()
         self.destroy_entities(self._made)
         self._made = []
         self._release_backend()
@@ -361,6 +365,7 @@ class TesterNode(TesterOutput, ManagedNode):
             self.settings = settings  # taken by the next search; the running one keeps its own
         if self.backend is not None:  # configured: the criteria follow the new file or results_dir
             self.criteria_status.reset(settings.criteria, settings.results_dir, self.get_logger().warning)
+            self.modes_status.reset(settings, self.get_logger().warning)
 
     # -- the model endpoint ---------------------------------------------------------------------
 

@@ -216,6 +216,7 @@ class TesterOutput:
         self.searches_done += 1
         settings = job.settings
         self.criteria_status.add(result, settings.search.identity(), job.extra, settings.results_dir)
+        self.modes_status.add(result, job.extra, job.backend)
         if not result.stopped:
             # A search that ran to its end shows that the error is past: /diagnostics clears it.
             self.last_error, self.last_error_time = '', None
@@ -461,7 +462,7 @@ class TesterOutput:
         """Publish the health status on /diagnostics."""
         array = DiagnosticArray()
         array.header.stamp = self.get_clock().now().to_msg()
-        array.status = [self.diagnostics(), *self.criteria_status.statuses()]
+        array.status = [self.diagnostics(), *self.criteria_status.statuses(), *self.modes_status.statuses()]
         self.diagnostics_pub.publish(array)
 
 

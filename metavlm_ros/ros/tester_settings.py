@@ -11,6 +11,7 @@ from typing import Any
 
 from metavlm_ros.assurance.criteria import Criteria, load_criteria
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.explain.tracker import DEFAULT_SAMPLE
 from metavlm_ros.method import defaults
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
@@ -25,6 +26,7 @@ from metavlm_ros.viewer import DEFAULT_HOST
 
 __all__ = [
     'ENDPOINTS',
+    'MODES_PERIOD_S',
     'NODE_NAME',
     'PARAMETERS',
     'PARAMETER_DEFAULTS',
@@ -42,6 +44,12 @@ ENDPOINTS = ('ros', 'inprocess')
 
 
 TRANSPORTS = ('raw', 'compressed')
+
+
+#: Least seconds between two catalogues of the failure modes on /diagnostics. At the default sample
+#: (50,000 evaluations) one takes 1 to 2 s on 2 shared cores (bench/modes.py): 2 to 3 % of a core,
+#: off the search's thread.
+MODES_PERIOD_S = 60.0
 
 
 #: The tester's results budget (MiB): 56 hours at the 190 MB an hour its defaults write (20 at the
@@ -71,6 +79,10 @@ class TesterSettings:
     model: dict = field(default_factory=dict)
     #: The acceptance criteria whose status /diagnostics keeps (criteria_file; None: none).
     criteria: Criteria | None = None
+    #: The failure modes on /diagnostics: learnt again at most this often (s; 0: off), from at most
+    #: `modes_sample` evaluations (a uniform sample of all of them).
+    modes_period_s: float = MODES_PERIOD_S
+    modes_sample: int = DEFAULT_SAMPLE
 
 
 def _range_parameter(relation_id: str) -> str:
@@ -154,6 +166,22 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         '',
         "acceptance criteria (YAML, docs/assurance.md): each one's status on /diagnostics, judged on "
         'results_dir as searches end; empty: none',
+    ),
+    ParameterSpec(
+        'modes_period_s',
+        MODES_PERIOD_S,
+        'least seconds between two catalogues of the failure modes on /diagnostics, learnt once new '
+        'violations arrived, in a thread of their own (docs/explain.md); 0: off',
+        low=0.0,
+        high=86400.0,
+    ),
+    ParameterSpec(
+        'modes_sample',
+        DEFAULT_SAMPLE,
+        'most evaluations the failure modes are learnt from: a uniform sample of all the tester judged '
+        '(memory and time a catalogue takes stay bounded)',
+        low=100,
+        high=10_000_000,
     ),
     ParameterSpec(
         'min_free_disk_mb',
@@ -330,6 +358,8 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         foxglove_host=foxglove_host,
         model=model,
         criteria=criteria,
+        modes_period_s=float(values['modes_period_s']),
+        modes_sample=int(values['modes_sample']),
     )
 
 

@@ -1,5 +1,6 @@
 """Tests of `metavlm campaign` and `metavlm report`: end to end, killed with SIGKILL and resumed."""
 
+import csv
 import json
 import os
 import resource
@@ -14,6 +15,8 @@ import cv2
 import pytest
 
 from metavlm_ros.cli import main
+from metavlm_ros.explain.modes import catalogue_of
+from metavlm_ros.explain.sections import TOP_MODES
 from test.conftest import make_frame
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,6 +122,18 @@ def test_report_formats_and_refusal(tmp_path, campaign_yaml, capsys):
     assert (out / 'report' / 'rq1.csv').read_text().startswith('model,image,runs MetaVLM,runs Rand,')
     assert main(['report', str(out), '--format', 'html', '--out', str(tmp_path / 'html')]) == 0
     assert (tmp_path / 'html' / 'index.html').is_file()
+    # The model's failure modes, learnt from every evaluation of its cells: the top modes `metavlm modes`
+    # finds there, in the page and in their CSV.
+    html = (tmp_path / 'html' / 'index.html').read_text()
+    expected = catalogue_of(sorted((out / 'cells').iterdir()))
+    assert len(expected.modes) > TOP_MODES  # the tiny CLIP breaks in many ways
+    assert '<h2 id="modes">Failure modes</h2>' in html and html.count('<td>' + expected.modes[0].rule) == 1
+    (path,) = (out / 'report').glob('modes_*.csv')
+    rows = list(csv.DictReader(path.open()))
+    assert [row['rule'] for row in rows] == [m.rule for m in expected.modes[:TOP_MODES]]
+    assert [int(row['violations']) for row in rows] == [
+        m.violations_inside for m in expected.modes[:TOP_MODES]
+    ]
     plots = sorted(p.name for p in (tmp_path / 'html' / 'plots').glob('*.png'))
     assert len(plots) == 6  # 2 fronts, VR, HV, and the anytime hypervolume of each of the 2 images
     assert sum(name.startswith('anytime-') for name in plots) == 2

@@ -11,6 +11,8 @@ from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.record_format import SEARCH_SOURCE
 from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.demo.report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
+from metavlm_ros.explain.modes import catalogue_of
+from metavlm_ros.explain.sections import NO_MODES, TOP_MODES
 from metavlm_ros.models.vlm import model_identity
 
 DEMO_MODELS = Path(__file__).resolve().parents[2] / 'metavlm_ros' / 'models'
@@ -121,6 +123,17 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         assert compared['configurations']['candidate']['models'] == [model]
         assert (gate / f'verify-{update}' / 'SHA256SUMS').is_file()
     assert (out / 'trade_off.png').stat().st_size > 10_000
+    # The demo CLIP's failure modes: what `metavlm modes` finds in its two results directories, the top
+    # ones in the report (rule, support, rates inside and outside), every one in OUT/modes.
+    expected = catalogue_of([out / 'clip', out / 'clip_rand'])
+    assert '## Failure modes (demo CLIP)' in text
+    assert [m['rule'] for m in report['modes']] == [m.rule for m in expected.modes]
+    assert f'failure modes:         {out / "modes" / "modes.md"}' in printed
+    written = (out / 'modes' / 'modes.json').read_text().splitlines()
+    assert [json.loads(line)['rule'] for line in written] == [m.rule for m in expected.modes]
+    for rank, mode in enumerate(expected.modes[:TOP_MODES], start=1):
+        assert f'| {rank} | {mode.rule} | {mode.violations_inside} | {mode.evaluations_inside} |' in text
+    assert (NO_MODES in text) == (not expected.modes)
     for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP')):
         nsga2 = read_jsonl(out / backend / 'summary.jsonl')
         rand = read_jsonl(out / f'{backend}_rand' / 'summary.jsonl')

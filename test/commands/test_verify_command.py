@@ -90,6 +90,18 @@ def test_exit_status_reports_and_junit_follow_the_verdicts(
         assert kinds == expected, name
     assert suite.failures == list(statuses.values()).count('FAIL')
     assert suite.skipped == list(statuses.values()).count('INCONCLUSIVE')
+    # A FAIL names the failure modes that hold its violations, written beside the verdict.
+    assert (out / 'modes').is_dir() == (outcome == 'FAIL')
+    if outcome == 'FAIL':
+        modes = [json.loads(line) for line in (out / 'modes' / 'modes.json').read_text().splitlines()]
+        broken = [m for m in modes if m['breaks'] == ['anything']]
+        assert broken and all(m['breaks'] == [] for m in modes if m not in broken)
+        line = printed.split('FAIL         anything: ')[1].splitlines()[2]
+        assert (
+            line.startswith('             failure modes: ')
+            and f'{broken[0]["rank"]}. {broken[0]["rule"]} (' in line
+        )
+        assert '| anything |' in (out / 'modes' / 'modes.md').read_text()
     properties = {p.name: p.value for p in suite.properties()}
     assert properties['criteria.sha256'] == record['configuration']['criteria']['sha256']
     assert properties['frame.a.sha256'] == record['configuration']['frames']['a']
@@ -148,6 +160,9 @@ def test_verify_searches_frames_as_the_criteria_need_then_judges_and_the_evidenc
     assert 'search (small-changes): nsga2, 30 evaluations a frame on 3 frame(s)' in printed
     done = subprocess.run(['sha256sum', '--check', '--quiet', 'SHA256SUMS'], cwd=out, capture_output=True)
     assert done.returncode == 0, done.stdout
+    # A FAIL's failure modes beside the verdict, listed in SHA256SUMS with it.
+    assert (out / 'modes' / 'modes.json').is_file() == (record['overall'] == 'FAIL')
+    assert ('modes/modes.json' in (out / 'SHA256SUMS').read_text()) == (record['overall'] == 'FAIL')
     # Judged again from the evidence alone: the same verdicts, and the manifest checked.
     again = tmp_path / 'again'
     code_again = main(['verify', '--criteria', str(EXAMPLE), '--results', str(out), '--out', str(again)])
@@ -185,3 +200,23 @@ def test_a_campaign_cell_that_does_not_match_its_checksums_is_refused(tmp_path, 
     assert (
         capsys.readouterr().err == f'metavlm: error: {cell}: evaluations.jsonl does not match its checksum\n'
     )
+
+
+def test_a_fail_of_searched_frames_writes_its_modes_inside_the_verification_and_its_manifest(
+    tmp_path, tiny_clip_dir, capsys
+):
+    import subprocess
+
+    from test.conftest import write_frames
+
+    frames = write_frames(tmp_path / 'frames', 1, 48, 36)
+    out = tmp_path / 'verify'
+    criteria = _criteria(tmp_path, [FAILING])
+    args = ['verify', str(frames), '--criteria', str(criteria), '--backend', 'clip', '--model',
+            str(tiny_clip_dir), '--evaluations', '40', '--population', '20', '--out', str(out)]  # fmt: skip
+    assert main(args) == 1
+    printed = capsys.readouterr().out
+    assert 'failure modes: 1. ' in printed and f'failure modes, and the criteria they break: {out}' in printed
+    assert 'modes/modes.json' in (out / 'SHA256SUMS').read_text()
+    done = subprocess.run(['sha256sum', '--check', '--quiet', 'SHA256SUMS'], cwd=out, capture_output=True)
+    assert done.returncode == 0, done.stdout

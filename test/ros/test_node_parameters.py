@@ -70,6 +70,8 @@ TESTER_WRONG = {
     'image_transport': ['theora'],
     'max_batch': [0],
     'min_free_disk_mb': [-5],
+    'modes_period_s': [-1.0],
+    'modes_sample': [10],
     'model': [5, '/no/such/model'],
     'population': [1, 'many'],
     'probe_timeout_s': [0.0],
