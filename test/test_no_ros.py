@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import metavlm_ros
+from test.test_layers import LAYERS
 
 ROS_PACKAGES = (
     'rclpy',
@@ -18,19 +19,8 @@ ROS_PACKAGES = (
 )
 
 PACKAGE = Path(metavlm_ros.__path__[0])
-#: The subpackages that must run without a ROS distribution: every one but ros/ and commands/.
-ROS_FREE = (
-    'common',
-    'method',
-    'models',
-    'footage',
-    'training',
-    'demo',
-    'campaign',
-    'assurance',
-    'explain',
-    'viewer',
-)
+#: The subpackages that must run without a ROS distribution: every layer but ros/, commands/ and cli.py.
+ROS_FREE = tuple(layer for layer in LAYERS if layer not in ('ros', 'commands', 'cli'))
 
 # A finder placed first on sys.meta_path that refuses every ROS package, as on a machine without them.
 BLOCK_AND_IMPORT = f"""
