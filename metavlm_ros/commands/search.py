@@ -139,14 +139,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
-    """Parse `ID=LOW:HIGH` strings into a ranges mapping."""
+    """Parse `ID=LOW:HIGH` strings into a ranges mapping; an extra that names its values takes them by
+    name too, as criteria files do (`water_type=II:5C`)."""
+    from metavlm_ros.method.relations import RELATIONS
+
+    named = {i: e for r in RELATIONS for i, e in zip(r.extra_ids, r.extras, strict=True) if e.parse}
     ranges = {}
     for item in items:
         try:
             name, bounds = item.split('=', 1)
-            low, high = (float(v) for v in bounds.split(':', 1))
+            texts = bounds.split(':', 1)
+            extra = named.get(name.strip())
+            low, high = (extra.read(v.strip()) if extra else float(v) for v in texts)
         except ValueError:
             raise ParameterError(f'--range {item!r}: expected ID=LOW:HIGH, e.g. rotation=-2:2') from None
+        except ParameterError as exc:
+            raise ParameterError(f'--range {item!r}: {exc}') from None
         ranges[name.strip()] = (low, high)
     return ranges
 

@@ -80,6 +80,7 @@ def test_existing_results_are_kept_unless_resume_or_overwrite(tmp_path, image_pa
         (['--range', 'rotation=-9:9'], 'rotation'),
         (['--range', 'motion_blur_angle=-95:0'], 'MR10 motion_blur angle -95.0 is outside'),
         (['--range', 'motion_blur_angle=up:down'], 'motion_blur_angle=up:down'),
+        (['--relations', 'water', '--range', 'water_type=XI:5C'], "unknown Jerlov water type 'XI'"),
         (['--relations', 'blur'], 'blur'),
         (['--algorithm', 'annealing'], 'algorithm'),
         (['--working-size', 'half'], 'working size'),
@@ -570,3 +571,11 @@ def test_mobo_searches_from_the_command_line_and_a_cut_search_resumes_to_the_sam
     capsys.readouterr()
     assert main([*args, '--out', str(out), '--resume']) == 0
     assert _records(out) == _records(full)
+
+
+def test_water_types_are_ranged_by_name_as_in_criteria_files(tmp_path, image_path, tiny_clip_dir):
+    out = tmp_path / 'res'
+    water = [str(image_path), *SMALL, '--out', str(out), '--relations', 'water']
+    assert search([*water, '--range', 'water_type=II:5C'], tiny_clip_dir) == 0
+    types = {r['parameters']['water_type'] for r in read_jsonl(out / 'evaluations.jsonl') if r['parameters']}
+    assert types and all(3.0 <= t <= 7.0 for t in types)  # II is index 3, 5C index 7
