@@ -13,6 +13,7 @@ from metavlm_ros.assurance.criteria import Criteria, load_criteria
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.explain.tracker import DEFAULT_SAMPLE
 from metavlm_ros.method import defaults
+from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATIONS
@@ -140,6 +141,18 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
     ),
     ParameterSpec(
         'report_threshold', 0.05, 'the threshold whose violations are published', low=1e-9, high=_UNIT
+    ),
+    ParameterSpec(
+        'iou_threshold',
+        DEFAULT_IOU_THRESHOLD,
+        'detections: a matched box below this IoU is displaced (docs/method.md §13)',
+        low=1e-9,
+        high=_UNIT,
+    ),
+    ParameterSpec(
+        'find_inserted',
+        False,
+        'object insertion (MR13): the pasted object must be found, not only the others kept',
     ),
     ParameterSpec(
         'working_size',
@@ -309,6 +322,8 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         thresholds=thresholds,
         working_size='auto' if working_size == -1 else working_size or None,
         pareto_pngs=int(values['pareto_pngs']),
+        iou_threshold=float(values['iou_threshold']),
+        find_inserted=bool(values['find_inserted']),
     ).validate()
     report_threshold = float(values['report_threshold'])
     if not any(math.isclose(report_threshold, t) for t in thresholds):

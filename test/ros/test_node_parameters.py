@@ -77,6 +77,8 @@ TESTER_WRONG = {
     'probe_timeout_s': [0.0],
     'prompt': [5],
     'publish_violation_images': ['yes'],
+    'find_inserted': ['yes'],
+    'iou_threshold': [0.0, 1.5],
     'ranges.downsampling': [[0.5, 1.0]],
     'ranges.histogram_equalization': [[0.0, 3.0]],
     'ranges.rotation': [[-9.0, 5.0], [1.0]],
@@ -201,3 +203,13 @@ def test_both_nodes_declare_the_model_parameters_from_one_table():
     from metavlm_ros.models.registry import resolve_options
 
     assert resolve_options('clip', {})['batch_size'] == DEFAULT_BATCH_SIZE
+
+
+def test_the_box_criteria_reach_the_testers_searches():
+    from metavlm_ros.ros.tester_settings import PARAMETERS, settings_from_parameters
+
+    values = {p.name: p.default for p in PARAMETERS}
+    assert (settings_from_parameters(values).search.iou_threshold, values['find_inserted']) == (0.5, False)
+    values.update(iou_threshold=0.7, find_inserted=True)
+    search = settings_from_parameters(values).search
+    assert (search.iou_threshold, search.find_inserted) == (0.7, True)
