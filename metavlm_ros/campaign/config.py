@@ -23,6 +23,7 @@ from metavlm_ros.campaign.spec import (
 )
 from metavlm_ros.common.errors import MetaVLMError, ParameterError
 from metavlm_ros.method import defaults
+from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 
 # The configuration's types live in campaign/spec.py; `metavlm_ros.campaign.config` stays their one
@@ -189,6 +190,13 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
                     values.append(number)
             thresholds = tuple(values)
 
+    iou_threshold = problems.number('iou_threshold', data.get('iou_threshold', DEFAULT_IOU_THRESHOLD))
+    if iou_threshold is not None and not 0 < iou_threshold <= 1:
+        problems.add('iou_threshold', f'must lie in (0, 1], got {iou_threshold}')
+    find_inserted = data.get('find_inserted', False)
+    if not isinstance(find_inserted, bool):
+        problems.add('find_inserted', f'must be true or false, got {find_inserted!r}')
+
     relations = data.get('relations')
     if relations is not None:
         if not isinstance(relations, Mapping):
@@ -238,6 +246,8 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
         evaluations=evaluations,
         seed=seed,
         thresholds=thresholds,
+        iou_threshold=float(iou_threshold),
+        find_inserted=bool(find_inserted),
         working_size=working_size,
         relations=relations or None,
         warp=str(warp),

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from metavlm_ros.method import defaults
+from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 
 __all__ = [
@@ -40,6 +41,8 @@ TOP_KEYS = {
     'evaluations',
     'seed',
     'thresholds',
+    'iou_threshold',
+    'find_inserted',
     'working_size',
     'relations',
     'warp',
@@ -107,6 +110,10 @@ class CampaignConfig:
     evaluations: int = defaults.EVALUATIONS
     seed: int = defaults.SEED
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    # Detections: a matched box below this IoU is displaced; object insertion's strict oracle
+    # (docs/method.md §13). Left out of the identity at their defaults, so older campaigns keep theirs.
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD
+    find_inserted: bool = False
     working_size: int | None = None
     relations: dict | None = None
     # Campaigns reproduce the paper, which resamples after every relation (docs/method.md §8).
@@ -123,13 +130,18 @@ class CampaignConfig:
     def to_dict(self) -> dict:
         """The normalised configuration (every default filled in) as plain JSON values.
 
-        `baseline` appears only when set, so a configuration without one is what it was before.
+        `baseline` appears only when set, and pareto_pngs, iou_threshold and find_inserted only when not
+        at their defaults, so a configuration without them is what it was before.
         """
         values = json.loads(json.dumps(asdict(self)))
         if values['baseline'] is None:
             del values['baseline']
         if values['pareto_pngs'] == defaults.PARETO_PNGS:
             del values['pareto_pngs']
+        if values['iou_threshold'] == DEFAULT_IOU_THRESHOLD:
+            del values['iou_threshold']
+        if not values['find_inserted']:
+            del values['find_inserted']
         return values
 
     def identity(self) -> dict:
@@ -165,6 +177,8 @@ class CampaignConfig:
             working_size=self.working_size,
             warp=self.warp,
             pareto_pngs=self.pareto_pngs,
+            iou_threshold=self.iou_threshold,
+            find_inserted=self.find_inserted,
         )
 
 

@@ -113,3 +113,24 @@ def test_the_example_campaigns_are_valid(name):
     if name.startswith('underwater'):
         assert config.relations == {'enabled': ['turbidity', 'marine_snow']}
         assert config.algorithms == ('nsga2', 'smsemoa', 'random') and config.baseline == 'random'
+
+
+def test_the_box_criteria_are_campaign_settings_outside_the_identity_at_their_defaults(
+    image_dir, tiny_clip_dir
+):
+    base = {
+        'frames': {'sources': [str(image_dir)]},
+        'models': [{'backend': 'clip', 'model': str(tiny_clip_dir)}],
+    }
+    plain = parse_config(base, base_dir=image_dir.parent)
+    strict = parse_config({**base, 'iou_threshold': 0.7, 'find_inserted': True}, base_dir=image_dir.parent)
+    # A campaign that does not set them keeps the identity it had before they existed.
+    assert not {'iou_threshold', 'find_inserted'} & set(plain.identity())
+    assert (strict.identity()['iou_threshold'], strict.identity()['find_inserted']) == (0.7, True)
+    assert strict.fingerprint() != plain.fingerprint()
+    cell = strict.search_config('nsga2', 1)
+    assert (cell.iou_threshold, cell.find_inserted) == (0.7, True)
+    with pytest.raises(ParameterError) as info:
+        parse_config({**base, 'iou_threshold': 0, 'find_inserted': 'yes'}, base_dir=image_dir.parent)
+    assert 'iou_threshold: must lie in (0, 1], got 0' in str(info.value)
+    assert "find_inserted: must be true or false, got 'yes'" in str(info.value)
