@@ -16,7 +16,7 @@ from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import boundaries, directions, violated
 from metavlm_ros.method.search import SearchConfig, run_search
 from test.fakes import ThresholdDetector
-from test.tools_reading import same_as_ours
+from test.tools_reading import as_jq_reads, jq_records, same_as_ours
 
 
 def _scene(width: int = 320, height: int = 240) -> np.ndarray:
@@ -74,6 +74,14 @@ def test_records_carry_the_boxes_and_pandas_and_duckdb_read_them(searched):
     path = records_file(out / EVALUATIONS)
     lost = duckdb.sql(f"SELECT count(*) FROM read_json('{path}') WHERE len(boxes.lost) > 0").fetchall()[0][0]
     assert lost == sum(bool(r['boxes'] and r['boxes']['lost']) for r in records)
+    # jq (docs/results.md) too: the boxes found on each violating follow-up, as written.
+    program = 'select(.violation["iou0.5"]) | {index, found: [.followup_detections[] | .box]}'
+    expected = [
+        {'index': r['index'], 'found': [d['box'] for d in r['followup_detections']]}
+        for r in records
+        if r['violation']['iou0.5']
+    ]
+    assert expected and jq_records(path, program) == as_jq_reads(expected)
 
 
 def test_each_records_f_pred_and_violation_follow_from_the_boxes_it_holds(searched):
