@@ -1,4 +1,5 @@
-"""Interpretable features of evaluations: each relation's signed deviation, the order, the source's look."""
+"""Interpretable features of evaluations: each relation's signed deviation, the order, the source's look,
+and its objects where the footage has ground truth."""
 
 from __future__ import annotations
 
@@ -10,10 +11,20 @@ import numpy as np
 
 from metavlm_ros.common.errors import ResultsError
 from metavlm_ros.common.results import read_source_frame
+from metavlm_ros.footage.ground_truth import GroundTruthLookup
+from metavlm_ros.footage.truth import GroundTruth
 from metavlm_ros.method.relations import RELATION_BY_ID, RELATIONS
 from metavlm_ros.method.underwater import UNDERWATER_PARAMETERS
 
-__all__ = ['FRAME_ATTRIBUTES', 'Feature', 'FeatureTable', 'feature_table', 'frame_attributes']
+__all__ = [
+    'FRAME_ATTRIBUTES',
+    'TRUTH_ATTRIBUTES',
+    'Feature',
+    'FeatureTable',
+    'feature_table',
+    'frame_attributes',
+    'truth_attributes',
+]
 
 #: The source frame's attributes: name -> (what it is, unit), all from the frame's CIELAB means.
 FRAME_ATTRIBUTES: dict[str, tuple[str, str]] = {
@@ -21,6 +32,15 @@ FRAME_ATTRIBUTES: dict[str, tuple[str, str]] = {
     'contrast': ('standard deviation of L*/100 over the source frame', ''),
     'cast_a': ('mean a* of the source frame (+ red, - green)', ''),
     'cast_b': ('mean b* of the source frame (+ yellow, - blue)', ''),
+}
+
+#: What the ground truth says of the source frame, where its footage has one (the project's scenes, a
+#: bag with /metavlm/ground_truth): name -> (what it is, unit). Columns only when some frame has it.
+TRUTH_ATTRIBUTES: dict[str, tuple[str, str]] = {
+    'objects': ('objects visible in the source frame (ground truth)', ''),
+    'object_area': ('share of the frame the largest visible object covers (ground truth)', ''),
+    'object_x': ("the largest object's centre across the frame, 0 left to 1 right (ground truth)", ''),
+    'object_y': ("the largest object's centre down the frame, 0 top to 1 bottom (ground truth)", ''),
 }
 
 # Units short enough for a rule; the underwater relations state theirs in their table.
@@ -61,6 +81,21 @@ def frame_attributes(rgb: np.ndarray) -> dict[str, float]:
         'contrast': float(lightness.std()),
         'cast_a': float(lab[:, 1].mean() - 128.0),
         'cast_b': float(lab[:, 2].mean() - 128.0),
+    }
+
+
+def truth_attributes(truth: GroundTruth, width: int, height: int) -> dict[str, float]:
+    """How many objects a frame's ground truth shows, and the size and place of the largest (by its
+    visible area): the object attributes a failure mode can name."""
+    if not truth.boxes:
+        return {'objects': 0.0, 'object_area': 0.0, 'object_x': np.nan, 'object_y': np.nan}
+    largest = max(truth.boxes, key=lambda b: b['area'])
+    x0, y0, x1, y1 = largest['box']
+    return {
+        'objects': float(len(truth.boxes)),
+        'object_area': float(largest['area']),
+        'object_x': (x0 + x1) / 2 / width,
+        'object_y': (y0 + y1) / 2 / height,
     }
 
 
@@ -132,9 +167,15 @@ def feature_table(runs: Sequence, frames: dict[str, dict[str, float]] | None = N
     search_ids: list[int] = []
     search_names: dict[tuple, int] = {}
     failed = identity = unplaced = unstored = 0
+    lookup = GroundTruthLookup()
+    truth_rows: list[dict[str, float]] = []
     for run in runs:
         sources = {}
+        truths: dict[tuple, dict[str, float]] = {}
         for summary in run.summaries:
+            truth = lookup.at(summary.get('frame_file'), summary.get('stamp_ns') or 0)
+            if truth is not None and summary.get('source_size'):
+                truths[_search_key(summary)] = truth_attributes(truth, *summary['source_size'])
             sha = summary.get('source_sha256')
             if sha and sha not in attributes:
                 try:
@@ -173,6 +214,7 @@ def feature_table(runs: Sequence, frames: dict[str, dict[str, float]] | None = N
                 unstored += 1
             for name in FRAME_ATTRIBUTES:
                 row[column[name]] = looks.get(name, np.nan)
+            truth_rows.append(truths.get(_search_key(record), {}))
             key = (str(run.directory), *_search_key(record))
             search_ids.append(search_names.setdefault(key, len(search_names)))
             rows.append(row)
@@ -190,5 +232,16 @@ def feature_table(runs: Sequence, frames: dict[str, dict[str, float]] | None = N
             'outside every rule that names one'
         )
     values = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(features))
+    if any(truth_rows):
+        features += [Feature(name, 'frame', name, unit) for name, (_, unit) in TRUTH_ATTRIBUTES.items()]
+        known = np.array(
+            [[row.get(name, np.nan) for name in TRUTH_ATTRIBUTES] for row in truth_rows], dtype=np.float64
+        )
+        values = np.hstack([values, known.reshape(len(rows), len(TRUTH_ATTRIBUTES))])
+        missing = sum(not row for row in truth_rows)
+        if missing:
+            notes.append(
+                f'{missing} evaluations of frames without ground truth: outside every rule on objects'
+            )
     names = ['/'.join(str(part) for part in key if part is not None) for key in search_names]
     return FeatureTable(features, values, records, np.asarray(search_ids, dtype=np.int64), names, notes)

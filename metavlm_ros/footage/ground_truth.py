@@ -25,13 +25,17 @@ class GroundTruthLookup:
 
     def __call__(self, frame: Frame) -> GroundTruth | None:
         """The frame's ground truth, or None where its footage has none."""
-        if not frame.file:
+        return self.at(frame.file, frame.stamp_ns)
+
+    def at(self, file: str | Path | None, stamp_ns: int = 0) -> GroundTruth | None:
+        """The ground truth of the frame a record names (its `frame_file` and `stamp_ns`), or None."""
+        if not file:
             return None
-        path = Path(frame.file)
+        path = Path(file)
         if path.suffix.lower() == '.png' and path.parent.joinpath(GROUND_TRUTH_FILE).is_file():
             return self._folder(path.parent).get(path.name)
         if path.is_dir() or path.suffix.lower() in ('.mcap', '.db3', '.bag'):
-            return self._bag(path).get(frame.stamp_ns)
+            return self._bag(path).get(stamp_ns)
         return None
 
     def _folder(self, folder: Path) -> dict[str, GroundTruth]:
