@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -15,7 +14,7 @@ import numpy as np
 
 from metavlm_ros.common.errors import ModelError
 from metavlm_ros.common.images import check_frame
-from metavlm_ros.models.image_processors import load_image_processor
+from metavlm_ros.models.image_processors import input_side, load_image_processor
 
 __all__ = ['ANSWER_WORDS', 'PIXEL_SETTINGS', 'PREFIX_FAMILIES', 'ChatModel']
 
@@ -95,7 +94,9 @@ class ChatModel:
     Attributes:
         architecture: the model class that runs ('Idefics3ForConditionalGeneration', ...).
         model_type: config.model_type ('qwen2_vl', 'idefics3', ...).
-        input_side: the longer side, in pixels, the processor brings an image to (see `_input_side`).
+        input_side: the longer side, in pixels, the processor brings an image to
+            (image_processors.py `input_side`).
+        last_logits_only: whether forward() takes logits_to_keep (computes only the logits asked for).
         processor: the Hugging Face processor.
         model: the Hugging Face model, in eval mode on the given device and dtype.
     """
@@ -174,10 +175,10 @@ class ChatModel:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.to(device).eval()
-        self.input_side = _input_side(self.processor)
+        self.input_side = input_side(self.processor)
         # Only the last position's logits are needed for a yes/no answer; the whole sequence's would
         # be rows x tokens x vocabulary floats (GBs for SmolVLM's split images).
-        self._last_logits_only = 'logits_to_keep' in inspect.signature(self.model.forward).parameters
+        self.last_logits_only = 'logits_to_keep' in inspect.signature(self.model.forward).parameters
         self._answer_ids: dict[str, list[int]] | None = None
         self._question_ids: dict[tuple[str, ...], list[list[int]] | None] = {}
         forward = inspect.signature(self.model.forward).parameters
@@ -229,6 +230,11 @@ class ChatModel:
             moved[key] = value
         return moved
 
+    def prompt_inputs(self, frames: Sequence[np.ndarray], questions: Sequence[str]) -> dict[str, Any]:
+        """The batch `generate` answers from: row i is questions[i] about frames[i] in the chat prompt,
+        padded on the left for decoder-only models (on the right for encoder-decoders)."""
+        return self._inputs(frames, [self._prompt(q) for q in questions])
+
     # -- predictions -----------------------------------------------------------------------------
     def generate(self, frames: Sequence[np.ndarray], question: str, max_new_tokens: int) -> list[str]:
         """Greedy answers to one question about each frame, in one padded batch.
@@ -245,7 +251,7 @@ class ChatModel:
 
         if not frames:
             return []
-        inputs = self._inputs(frames, [self._prompt(question)] * len(frames))
+        inputs = self.prompt_inputs(frames, [question] * len(frames))
         with torch.inference_mode():
             output = self.model.generate(
                 **inputs,
@@ -280,7 +286,7 @@ class ChatModel:
         """
         import torch
 
-        ids = self.answer_tokens()
+        self.answer_tokens()  # raises before any model call
         if not frames or not questions:
             return np.zeros((len(frames), len(questions)))
         prompts = [self._prompt(q) for q in questions]
@@ -290,12 +296,26 @@ class ChatModel:
                 logits = self._logits_after_prefix(frames, prompts, suffixes)
             else:
                 logits = self._logits_of_whole_prompts(frames, prompts)
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            yes = torch.logsumexp(logp[:, ids['yes']], dim=-1)
-            no = torch.logsumexp(logp[:, ids['no']], dim=-1)
-            # P(yes) / (P(yes) + P(no)) = sigmoid(log P(yes) - log P(no)), stable when both are tiny.
-            probability = torch.sigmoid(yes - no)
+            probability = self._yes_share(logits)
         return probability.cpu().double().numpy().reshape(len(frames), len(questions))
+
+    def yes_scores(self, frames: Sequence[np.ndarray], questions: Sequence[str]) -> Any:
+        """`yes_probability` as a tensor that torch differentiates (frames x questions, on the device): one
+        whole prefill per (frame, question), outside inference mode, for training (`metavlm harden`)."""
+        logits = self._logits_of_whole_prompts(frames, [self._prompt(q) for q in questions])
+        return self._yes_share(logits).reshape(len(frames), len(questions))
+
+    def _yes_share(self, logits: Any) -> Any:
+        """P(yes) / (P(yes) + P(no)) of next-token logits (rows x vocabulary), summed over the words'
+        single-token spellings (answer_tokens): one value a row, differentiable."""
+        import torch
+
+        ids = self.answer_tokens()
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        yes = torch.logsumexp(logp[:, ids['yes']], dim=-1)
+        no = torch.logsumexp(logp[:, ids['no']], dim=-1)
+        # P(yes) / (P(yes) + P(no)) = sigmoid(log P(yes) - log P(no)), stable when both are tiny.
+        return torch.sigmoid(yes - no)
 
     def _logits_of_whole_prompts(self, frames: Sequence[np.ndarray], prompts: Sequence[str]) -> Any:
         """Next-token logits after each (frame, prompt), frame-major: one prefill per pair."""
@@ -306,7 +326,7 @@ class ChatModel:
         if self._encoder_decoder:
             start = self.model.generation_config.decoder_start_token_id
             inputs['decoder_input_ids'] = torch.full((len(pairs), 1), start, device=self.device)
-        keep = {'logits_to_keep': 1} if self._last_logits_only else {}
+        keep = {'logits_to_keep': 1} if self.last_logits_only else {}
         return self.model(**inputs, **keep).logits[:, -1, :]
 
     def _logits_after_prefix(
@@ -456,40 +476,3 @@ def _plain(value: Any) -> Any:
     if hasattr(value, 'value'):  # enums (PIL resampling filters)
         return _plain(value.value)
     return str(value)
-
-
-def _input_side(processor: Any) -> int:
-    """The longer side, in pixels, the processor brings an image to, from its own size rules.
-
-    Qwen2-VL (dynamic resolution): the side of a square image of at most max_pixels whose side is a
-    multiple of patch_size * merge_size. Idefics3 / SmolVLM (image splitting): size['longest_edge'],
-    the frame's resized longer side before it is cut into tiles; without splitting, the one square
-    tile (max_image_size). LLaVA-OneVision (AnyRes): the
-    largest grid pinpoint. Fixed-size processors (PaliGemma, LLaVA, Gemma 3): the crop or resize
-    size. 0 when the processor states none of these.
-    """
-    ip = getattr(processor, 'image_processor', processor)
-    max_pixels = getattr(ip, 'max_pixels', None)
-    if not max_pixels and getattr(ip, 'merge_size', None):
-        # transformers 5 keeps Qwen2-VL's pixel budget as size = {shortest_edge: min_pixels,
-        # longest_edge: max_pixels}: areas, not sides.
-        max_pixels = dict(getattr(ip, 'size', None) or {}).get('longest_edge')
-    if max_pixels:
-        factor = int(getattr(ip, 'patch_size', 14) or 14) * int(getattr(ip, 'merge_size', 2) or 2)
-        return int(math.isqrt(int(max_pixels)) // factor * factor)
-    tile = dict(getattr(ip, 'max_image_size', None) or {}).get('longest_edge')
-    if tile and getattr(ip, 'do_image_splitting', None) is False:
-        # Idefics3 without splitting squares every frame to one tile: that tile is all it sees.
-        return int(tile)
-    pinpoints = getattr(ip, 'image_grid_pinpoints', None)
-    if pinpoints:
-        return int(max(max(p) for p in pinpoints))
-    sizes = [dict(getattr(ip, name, None) or {}) for name in ('crop_size', 'size')]
-    if not getattr(ip, 'do_center_crop', False):
-        sizes = sizes[1:]
-    for size in sizes:
-        side = size.get('longest_edge') or max(size.get('height') or 0, size.get('width') or 0)
-        side = side or size.get('shortest_edge')
-        if side:
-            return int(side)
-    return 0

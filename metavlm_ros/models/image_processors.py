@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ __all__ = [
     'IMAGE_PROCESSORS',
     'IMAGE_PROCESSOR_OPTION',
     'image_processor_class',
+    'input_side',
     'load_image_processor',
 ]
 
@@ -90,3 +92,40 @@ def image_processor_class(model_dir: str | None, choice: str) -> str | None:
         return type(load_image_processor(model_dir, choice)).__name__
     except (ModelError, ParameterError):
         return None
+
+
+def input_side(processor: Any) -> int:
+    """The longer side, in pixels, the processor brings an image to, from its own size rules.
+
+    Qwen2-VL (dynamic resolution): the side of a square image of at most max_pixels whose side is a
+    multiple of patch_size * merge_size. Idefics3 / SmolVLM (image splitting): size['longest_edge'],
+    the frame's resized longer side before it is cut into tiles; without splitting, the one square
+    tile (max_image_size). LLaVA-OneVision (AnyRes): the
+    largest grid pinpoint. Fixed-size processors (PaliGemma, LLaVA, Gemma 3): the crop or resize
+    size. 0 when the processor states none of these.
+    """
+    ip = getattr(processor, 'image_processor', processor)
+    max_pixels = getattr(ip, 'max_pixels', None)
+    if not max_pixels and getattr(ip, 'merge_size', None):
+        # transformers 5 keeps Qwen2-VL's pixel budget as size = {shortest_edge: min_pixels,
+        # longest_edge: max_pixels}: areas, not sides.
+        max_pixels = dict(getattr(ip, 'size', None) or {}).get('longest_edge')
+    if max_pixels:
+        factor = int(getattr(ip, 'patch_size', 14) or 14) * int(getattr(ip, 'merge_size', 2) or 2)
+        return int(math.isqrt(int(max_pixels)) // factor * factor)
+    tile = dict(getattr(ip, 'max_image_size', None) or {}).get('longest_edge')
+    if tile and getattr(ip, 'do_image_splitting', None) is False:
+        # Idefics3 without splitting squares every frame to one tile: that tile is all it sees.
+        return int(tile)
+    pinpoints = getattr(ip, 'image_grid_pinpoints', None)
+    if pinpoints:
+        return int(max(max(p) for p in pinpoints))
+    sizes = [dict(getattr(ip, name, None) or {}) for name in ('crop_size', 'size')]
+    if not getattr(ip, 'do_center_crop', False):
+        sizes = sizes[1:]
+    for size in sizes:
+        side = size.get('longest_edge') or max(size.get('height') or 0, size.get('width') or 0)
+        side = side or size.get('shortest_edge')
+        if side:
+            return int(side)
+    return 0

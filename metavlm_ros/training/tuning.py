@@ -24,12 +24,22 @@ METHODS = ('auto', 'lora', 'full')
 #: 'auto' fine-tunes a vision tower of fewer parameters than this in full, and larger ones with LoRA:
 #: a small tower's full update costs little and adapts it most; a ViT-B's (86 M) wants adapters.
 FULL_LIMIT = 20_000_000
-#: The vision tower's modules by name, in the Hugging Face families the tool loads (CLIP, SigLIP: the
-#: tower and CLIP's projection of its output into the shared space).
-_VISION = re.compile(r'^(vision_model|visual_projection)\b')
+#: The vision tower's modules by name, in the Hugging Face families the tool loads: CLIP's, SigLIP's and
+#: BLIP's `vision_model` and CLIP's projection of its output into the shared space; the chat VLMs' tower
+#: (Idefics3 / SmolVLM `model.vision_model`, Qwen2-VL `model.visual` with its patch merger, LLaVA,
+#: PaliGemma, Gemma 3 `model.vision_tower`) and the connector that projects it into the language model's
+#: embeddings (Idefics3 `model.connector`, the others' `model.multi_modal_projector`).
+_VISION = re.compile(
+    r'^(vision_model|visual_projection'
+    r'|model\.(vision_model|visual|vision_tower|connector|multi_modal_projector))\b'
+)
 #: The linear layers LoRA adapts, inside the vision tower only: attention (CLIP's and SigLIP's q, k, v and
-#: out projections, BLIP's fused qkv and projection) and the MLP.
-_LORA_TARGETS = r'.*vision_model\..*\.(q_proj|k_proj|v_proj|out_proj|qkv|projection|fc1|fc2)'
+#: out projections, BLIP's and Qwen2-VL's fused qkv and projection) and the MLP (fc1 and fc2; Qwen2.5-VL's
+#: gated one; Qwen3-VL's linear_fc1 and linear_fc2). Qwen2-VL's patch embedding (a convolution) is left out.
+_LORA_TARGETS = (
+    r'.*(vision_model|visual|vision_tower)\..*\.'
+    r'(q_proj|k_proj|v_proj|out_proj|qkv|attn\.proj|projection|(linear_)?fc[12]|gate_proj|up_proj|down_proj)'
+)
 
 
 def vision_parameters(model: Any) -> dict[str, Any]:
@@ -47,7 +57,7 @@ def choose_method(model: Any, method: str) -> str:
         raise ParameterError(f'--method must be one of {", ".join(METHODS)}, got {method!r}')
     tower = vision_parameters(model)
     if not tower:
-        raise ParameterError(f'{type(model).__name__} has no vision tower (vision_model) to harden')
+        raise ParameterError(f'{type(model).__name__} has no vision tower this tool knows to harden')
     if method != 'auto':
         return method
     return 'full' if sum(p.numel() for p in tower.values()) < FULL_LIMIT else 'lora'

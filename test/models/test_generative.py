@@ -208,14 +208,14 @@ def test_a_tokenizer_that_splits_yes_is_refused(tiny_dirs, tmp_path):
 def test_the_input_side_follows_idefics3_splitting(tmp_path):
     import json
 
-    from metavlm_ros.models.generative import _input_side
+    from metavlm_ros.models.image_processors import input_side
 
     directory = build_tiny_vlm('idefics3', tmp_path / 'idefics3')
     processor = __import__('transformers').AutoProcessor.from_pretrained(directory)
     ip = processor.image_processor
-    assert ip.do_image_splitting and _input_side(processor) == ip.size['longest_edge']
+    assert ip.do_image_splitting and input_side(processor) == ip.size['longest_edge']
     config = json.loads((directory / 'processor_config.json').read_text())
     config['image_processor']['do_image_splitting'] = False
     (directory / 'processor_config.json').write_text(json.dumps(config))
     unsplit = __import__('transformers').AutoProcessor.from_pretrained(directory)
-    assert _input_side(unsplit) == unsplit.image_processor.max_image_size['longest_edge']
+    assert input_side(unsplit) == unsplit.image_processor.max_image_size['longest_edge']

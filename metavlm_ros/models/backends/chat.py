@@ -5,6 +5,7 @@ models/grounding.py), through models/generative.py."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -225,6 +226,67 @@ class ChatBackend(Backend):
                 rows = self.chat.yes_probability(chunk, self.asked.questions)
                 predictions.extend(self.asked.confidence(row) for row in rows)
         return predictions
+
+    @property
+    def model(self) -> Any:
+        """The Hugging Face model answering (what `metavlm harden` trains and saves)."""
+        return self.chat.model
+
+    def scores(self, frames: Sequence[np.ndarray]) -> Any:
+        """Per-class P(yes) / (P(yes) + P(no)) of a batch of frames (frames x classes, a tensor that torch
+        differentiates): `predict`'s confidences, from whole prefills, for `metavlm harden` (kind
+        confidence).
+
+        Raises:
+            ParameterError: This model gives another kind of answer.
+        """
+        self._trains('confidence')
+        return self.chat.yes_scores(frames, self.asked.questions)
+
+    def answer_loss(self, frames: Sequence[np.ndarray], answers: Sequence[str]) -> Any:
+        """The mean cross-entropy of `answers` (one a frame) by teacher forcing, after the chat prompt
+        `predict` asks: the same template, image placement and left padding `generate` decodes from, each
+        answer's tokens after its prompt and ended by the model's end-of-answer token, positions as
+        `generate` gives them. Differentiable, for `metavlm harden` (kind count).
+
+        Raises:
+            ParameterError: This model gives another kind of answer, or is an encoder-decoder or
+                PaliGemma (whose answer tokens attend otherwise than its prompt's).
+        """
+        import torch
+
+        self._trains('count')
+        model, tokenizer = self.chat.model, self.chat.tokenizer
+        family = self.chat.model_type
+        if getattr(model.config, 'is_encoder_decoder', False) or family == 'paligemma':
+            raise ParameterError(f'{self.model_path}: hardening does not take {family} models yet')
+        inputs = self.chat.prompt_inputs(frames, [self.asked.question] * len(frames))
+        end = model.generation_config.eos_token_id
+        end = [end[0] if isinstance(end, list) else end] if end is not None else []
+        rows = [tokenizer(a, add_special_tokens=False)['input_ids'] + end for a in answers]
+        width = max(map(len, rows))
+        answer = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        for i, row in enumerate(rows):
+            answer[i, : len(row)] = labels[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        answer, labels = answer.to(self.chat.device), labels.to(self.chat.device)
+        inputs['input_ids'] = torch.cat([inputs['input_ids'], answer], dim=1)
+        inputs['attention_mask'] = torch.cat([inputs['attention_mask'], (labels != -100).long()], dim=1)
+        for key in ('token_type_ids', 'mm_token_type_ids'):  # the answer's tokens are text
+            if key in inputs:
+                inputs[key] = torch.cat([inputs[key], torch.zeros_like(answer)], dim=1)
+        # generate() numbers positions from the attention mask (left padding; Qwen2-VL's 3-D rope):
+        # teacher forcing must see the answer where generation puts it.
+        if 'position_ids' in inspect.signature(model.forward).parameters:
+            inputs['position_ids'] = model._prepare_position_ids_for_generation(inputs['input_ids'], inputs)
+        keep = {'logits_to_keep': width + 1} if self.chat.last_logits_only else {}
+        # The logits at the prompt's last position and the answer's predict the answer's tokens.
+        logits = model(**inputs, **keep).logits[:, -(width + 1) : -1].float()
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+    def _trains(self, kind: str) -> None:
+        if self.kind != kind:
+            raise ParameterError(f'{self.model_path}: a kind {self.kind} model has no {kind} to train')
 
     def weights_hash(self) -> str:
         if self._hash is None:
