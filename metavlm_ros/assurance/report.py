@@ -4,6 +4,7 @@ as JSON, Markdown, HTML and JUnit XML."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from metavlm_ros.assurance.criteria import Criteria
 from metavlm_ros.assurance.evidence import Evidence, merged_boundaries
 from metavlm_ros.assurance.judge import envelope_table
 from metavlm_ros.assurance.junit import write_junit
-from metavlm_ros.assurance.verdict import Verdict, overall
+from metavlm_ros.assurance.verdict import FailureModes, Verdict, overall
 from metavlm_ros.common.directories import write_file_atomic
 from metavlm_ros.common.document import (
     Block,
@@ -22,11 +23,13 @@ from metavlm_ros.common.document import (
     Document,
     Figure,
     Inline,
+    Link,
     Paragraph,
     Preformatted,
     Section,
     Strong,
     Table,
+    slug,
     write_document,
 )
 from metavlm_ros.common.record_format import to_jsonable
@@ -98,10 +101,36 @@ def _codes(names: list[str]) -> list[Inline]:
     return parts or ['none']
 
 
+def _modes_section(criterion: str, modes: FailureModes, where: Path) -> Section:
+    """A failing criterion's failure modes, as `modes` words them, and a link to the whole catalogue."""
+    href = Path(os.path.relpath(modes.catalogue, where)).as_posix()
+    return Section(
+        'Failure modes',
+        [
+            Paragraph(
+                'The failure modes of the evidence that hold its violations, most first (each: how many of '
+                "them it holds, and the mode's violation rate inside and outside its rule); every mode, "
+                'its example and its render command: ', Link(href, href), '.',
+            ),
+            Bullets(list(modes.lines[criterion])),
+        ],
+        anchor=slug(f'{criterion} failure modes'),
+    )  # fmt: skip
+
+
 def verdict_document(
-    criteria: Criteria, verdicts: list[Verdict], config: dict, table: list[dict], by_class: dict | None = None
+    criteria: Criteria,
+    verdicts: list[Verdict],
+    config: dict,
+    table: list[dict],
+    by_class: dict | None = None,
+    *,
+    modes: FailureModes | None = None,
+    where: Path = Path(),
 ) -> Document:
-    """The verdict as a document: outcome, one row per criterion, reasons, envelope table, configuration."""
+    """The verdict as a document: outcome, one row per criterion, reasons (with `modes`, under a failing
+    criterion the failure modes that break it, linked relative to `where`, the document's directory),
+    envelope table, configuration."""
     blocks: list[Block] = [
         Paragraph(
             'Criteria: ', Strong(criteria.name), ' (', Code(str(criteria.path)), ', sha256 ',
@@ -129,6 +158,8 @@ def verdict_document(
                     Code(example['render']),
                 )
             )  # fmt: skip
+        if modes is not None and v.criterion in modes.lines:
+            said.append(_modes_section(v.criterion, modes, where))
         blocks.append(Section(f'{v.criterion}: {v.status}', said))
     if table:
         blocks.append(Section('Robustness envelope', _envelope_blocks(criteria, table, by_class)))
@@ -239,8 +270,10 @@ def write_report(
     *,
     manifest: str,
     junit: str | Path | None = None,
+    modes: FailureModes | None = None,
 ) -> list[Path]:
-    """Write verdict.json, verdict.md and verdict.html into `out` (and JUnit XML to `junit`)."""
+    """Write verdict.json, verdict.md and verdict.html into `out` (and JUnit XML to `junit`); with `modes`,
+    verdict.md, .html and the JUnit XML name under each failing criterion the failure modes that break it."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = configuration(criteria, evidence, manifest)
@@ -256,12 +289,13 @@ def write_report(
         'envelope_by_threshold': to_jsonable(by_key),
         'configuration': to_jsonable(config),
     }
-    document = verdict_document(criteria, verdicts, config, table, by_class)
+    document = verdict_document(criteria, verdicts, config, table, by_class, modes=modes, where=out)
     plot = envelope_plot(evidence, key, out / 'envelope.png') if table else None
     written = [] if plot is None else [plot]
     written += _write_three(out, 'verdict', record, document)
     if junit is not None:
-        write_junit(junit, verdicts, suite=f'metavlm verify: {criteria.name}', properties=_properties(config))
+        suite = f'metavlm verify: {criteria.name}'
+        write_junit(junit, verdicts, suite=suite, properties=_properties(config), modes=modes)
         written.append(Path(junit))
     return written
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ['EXIT_CODES', 'FAIL', 'INCONCLUSIVE', 'PASS', 'STATUSES', 'Verdict', 'overall']
+__all__ = ['EXIT_CODES', 'FAIL', 'INCONCLUSIVE', 'PASS', 'STATUSES', 'FailureModes', 'Verdict', 'overall']
 
 PASS, FAIL, INCONCLUSIVE = 'PASS', 'FAIL', 'INCONCLUSIVE'
 STATUSES = (PASS, FAIL, INCONCLUSIVE)
@@ -39,6 +41,24 @@ class Verdict:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f'status {self.status!r}: expected one of {", ".join(STATUSES)}')
+
+
+@dataclass(frozen=True)
+class FailureModes:
+    """What breaks each failing criterion, as the verdict's files show it under the criterion.
+
+    explain/ learns the failure modes and words them (explain/verdicts.py `mode_lines`); the verdict's
+    writers only place the lines, so the assurance layer needs nothing of explain/.
+
+    Attributes:
+        lines: A failing criterion's id -> one line per failure mode that holds its violations, most
+            first, or one line saying that none does.
+        catalogue: The whole catalogue's Markdown file (OUT/modes/modes.md); verdict.md links it
+            relative to itself, the JUnit XML names it as given.
+    """
+
+    lines: Mapping[str, tuple[str, ...]]
+    catalogue: Path
 
 
 def overall(verdicts: list[Verdict]) -> str:

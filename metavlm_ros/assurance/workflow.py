@@ -12,7 +12,7 @@ from metavlm_ros.assurance.evidence import load_evidence
 from metavlm_ros.assurance.gather import gather, plan
 from metavlm_ros.assurance.judge import judge
 from metavlm_ros.assurance.report import write_compare_report, write_report
-from metavlm_ros.assurance.verdict import Verdict, overall
+from metavlm_ros.assurance.verdict import FailureModes, Verdict, overall
 from metavlm_ros.common.directories import build_aside
 from metavlm_ros.common.errors import ParameterError, ResultsError
 from metavlm_ros.common.images import Frame
@@ -21,6 +21,7 @@ from metavlm_ros.common.manifest import MANIFEST, check_manifest, write_manifest
 __all__ = [
     'Comparison',
     'EvidenceCheck',
+    'Explainer',
     'Verification',
     'checked_evidence',
     'compare_results',
@@ -29,13 +30,20 @@ __all__ = [
 ]
 
 
+#: Called with the verdicts before the verdict is written, it may write beside it in OUT (before its
+#: SHA256SUMS) and returns the failure modes that break each failing criterion (None: none to name).
+Explainer = Callable[[list[Verdict]], FailureModes | None]
+
+
 @dataclass
 class Verification:
-    """A verification's verdicts, its overall outcome and the files it wrote."""
+    """A verification's verdicts, its overall outcome, the files it wrote and the failure modes its
+    verdict names (None: none named)."""
 
     criteria: Criteria
     verdicts: list[Verdict]
     written: list[Path] = field(default_factory=list)
+    modes: FailureModes | None = None
 
     @property
     def outcome(self) -> str:
@@ -96,16 +104,23 @@ def _outside(out: Path, evidence: Path) -> None:
 
 
 def verify_results(
-    criteria: Criteria, results: Path, out: Path, *, junit: Path | None = None
+    criteria: Criteria,
+    results: Path,
+    out: Path,
+    *,
+    junit: Path | None = None,
+    explain: Explainer | None = None,
 ) -> Verification:
     """Judge the evidence under `results` as it is (checked against its SHA256SUMS where it has one);
-    the verdict goes into `out`, never inside the evidence."""
+    the verdict goes into `out`, never inside the evidence. `explain` (called once judged, before
+    anything is written) names the failure modes the verdict shows."""
     _outside(out, results)
     manifest = checked_evidence(results).message
     evidence = load_evidence(results)
     verdicts = judge(criteria, evidence)
-    written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=junit)
-    return Verification(criteria, verdicts, written)
+    modes = None if explain is None else explain(verdicts)
+    written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=junit, modes=modes)
+    return Verification(criteria, verdicts, written, modes)
 
 
 def verify_frames(
@@ -121,10 +136,12 @@ def verify_frames(
     working_size: int | str | None,
     envelope_rounds: int,
     junit: Path | None = None,
+    explain: Explainer | None = None,
     log: Callable[[str], None] = print,
 ) -> Verification:
     """Search `frames` as the criteria need into out/evidence (out appears once every search finished),
-    judge, and write the verdict and a SHA256SUMS of the whole of `out`.
+    judge, and write the verdict and a SHA256SUMS of the whole of `out`. `explain` (called once judged,
+    before the verdict) may write into `out` too, and names the failure modes the verdict shows.
 
     Raises:
         InputError: `out` exists.
@@ -143,9 +160,10 @@ def verify_frames(
     evidence = load_evidence(out / 'evidence')
     verdicts = judge(criteria, evidence)
     manifest = f'gathered by this verification; {MANIFEST} written with the verdict'
-    written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=junit)
+    modes = None if explain is None else explain(verdicts)
+    written = write_report(out, criteria, evidence, verdicts, manifest=manifest, junit=junit, modes=modes)
     written.append(write_manifest(out))
-    return Verification(criteria, verdicts, written)
+    return Verification(criteria, verdicts, written, modes)
 
 
 def compare_results(

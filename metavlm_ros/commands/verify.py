@@ -13,7 +13,8 @@ from metavlm_ros.models.arguments import add_model_arguments, create_backend_fro
 
 if TYPE_CHECKING:
     from metavlm_ros.assurance.criteria import Criteria
-    from metavlm_ros.assurance.workflow import Verification
+    from metavlm_ros.assurance.verdict import FailureModes, Verdict
+    from metavlm_ros.assurance.workflow import Explainer
 
 HELP = 'judge results against acceptance criteria: PASS, FAIL or INCONCLUSIVE per criterion and overall'
 
@@ -118,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.results is not None:
         out, evidence = args.out or Path('results/verdict'), args.results
-        done = verify_results(criteria, evidence, out, junit=args.junit)
+        done = verify_results(
+            criteria, evidence, out, junit=args.junit, explain=_explainer(criteria, evidence, out)
+        )
     else:
         out = args.out or Path('results/verify')
         evidence = out / 'evidence'
@@ -132,46 +135,36 @@ def run(args: argparse.Namespace) -> int:
             criteria, frames, create_backend_from_args(args), model, out,
             population=args.population, evaluations=args.evaluations, seed=args.seed,
             working_size=args.working_size, envelope_rounds=args.envelope_rounds, junit=args.junit,
+            explain=_explainer(criteria, evidence, out),
         )  # fmt: skip
-    modes = _failing_modes(criteria, done, evidence, out, sealed=args.results is None)
     for verdict in done.verdicts:
         print(f'{verdict.status:12} {verdict.criterion}: {verdict.claim}\n             {verdict.reason}')
-        if verdict.criterion in modes:
-            print(f'             {modes[verdict.criterion]}')
-    if modes:
-        print(f'failure modes, and the criteria they break: {out / "modes" / "modes.md"} (docs/explain.md)')
+        if done.modes is not None and verdict.criterion in done.modes.lines:
+            lines = done.modes.lines[verdict.criterion]
+            more = f'; {len(lines) - SHOWN_MODES} more' if len(lines) > SHOWN_MODES else ''
+            print(f'             failure modes: {"; ".join(lines[:SHOWN_MODES])}{more}')
+    if done.modes is not None:
+        print(f'failure modes, and the criteria they break: {done.modes.catalogue} (docs/explain.md)')
     files = ', '.join(map(str, done.written))
     print(f'{done.outcome}: {criteria.name} ({len(done.verdicts)} criteria; {files})')
     return EXIT_CODES[done.outcome]
 
 
-#: The modes a FAIL's line names, most violations first (OUT/modes/modes.md has them all).
+#: The modes a FAIL's line names, most violations first (the verdict's files and OUT/modes/ have them all).
 SHOWN_MODES = 3
 
 
-def _failing_modes(
-    criteria: Criteria, done: Verification, evidence: Path, out: Path, *, sealed: bool
-) -> dict[str, str]:
-    """With a FAIL: the evidence's failure modes into OUT/modes/ (and, for a verification that wrote
-    OUT's SHA256SUMS, that manifest again, listing them); each failing criterion's modes as a line."""
-    from metavlm_ros.assurance.verdict import FAIL
-    from metavlm_ros.common.manifest import write_manifest
-    from metavlm_ros.explain.verdicts import failing_modes
+def _explainer(criteria: Criteria, evidence: Path, out: Path) -> Explainer:
+    """With a FAIL: the evidence's failure modes into OUT/modes/ (before the verdict and, for a
+    verification that gathers its evidence, before OUT's SHA256SUMS, which then lists them), and the
+    modes that break each failing criterion for the verdict to name."""
 
-    if done.outcome != FAIL:
-        return {}
-    found = failing_modes(criteria, done.verdicts, [evidence], out / 'modes')
-    if found.catalogue is None:
-        return {}
-    if sealed:
-        write_manifest(out)
-    lines = {}
-    for broken in found.broken:
-        named = [
-            f'{rank}. {found.catalogue.modes[rank - 1].rule} ({count} of its {broken.violations} violations)'
-            for rank, count in broken.modes[:SHOWN_MODES]
-        ]
-        more = f'; {len(broken.modes) - SHOWN_MODES} more' if len(broken.modes) > SHOWN_MODES else ''
-        held = '; '.join(named) + more if named else f'none holds its {broken.violations} violations'
-        lines[broken.criterion] = f'failure modes: {held}'
-    return lines
+    def explain(verdicts: list[Verdict]) -> FailureModes | None:
+        from metavlm_ros.assurance.verdict import FAIL, overall
+        from metavlm_ros.explain.verdicts import failing_modes
+
+        if overall(verdicts) != FAIL:
+            return None
+        return failing_modes(criteria, verdicts, [evidence], out / 'modes').for_verdict()
+
+    return explain

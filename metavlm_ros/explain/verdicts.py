@@ -13,7 +13,7 @@ from metavlm_ros.assurance.criteria import Criteria
 from metavlm_ros.assurance.criterion import Criterion
 from metavlm_ros.assurance.envelope_claim import EnvelopeCriterion
 from metavlm_ros.assurance.kinds import ExistenceCriterion, RateCriterion
-from metavlm_ros.assurance.verdict import FAIL, Verdict
+from metavlm_ros.assurance.verdict import FAIL, FailureModes, Verdict
 from metavlm_ros.common.document import Paragraph, Section, Table
 from metavlm_ros.explain.catalogue import Catalogue, CatalogueSettings
 from metavlm_ros.explain.changes import answer_changes
@@ -23,7 +23,7 @@ from metavlm_ros.explain.report import MODES, write_catalogue
 from metavlm_ros.method.envelope import violated
 from metavlm_ros.method.relations import RELATION_BY_ID
 
-__all__ = ['Broken', 'FailingModes', 'broken_criteria', 'failing_modes', 'in_claim']
+__all__ = ['Broken', 'FailingModes', 'broken_criteria', 'failing_modes', 'in_claim', 'mode_lines']
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,25 @@ class Broken:
     modes: tuple[tuple[int, int], ...]
 
 
+def mode_lines(catalogue: Catalogue, broken: Broken) -> tuple[str, ...]:
+    """A failing criterion's modes in words, one line a mode, most first: rank, rule (with its answer
+    change), how many of the criterion's violations it holds, and the mode's violation rate inside and
+    outside its rule; one line saying so when no mode holds one.
+
+    The one wording of them: the verdict's files show every line, `metavlm verify`'s console the first.
+    """
+    if not broken.modes:
+        return (f'no mode holds its {broken.violations} violations',)
+    lines = []
+    for rank, count in broken.modes:
+        mode = catalogue.modes[rank - 1]
+        lines.append(
+            f'{rank}. {mode.rule} ({count} of its {broken.violations} violations; violation rate '
+            f'{mode.rate_inside:.1%} inside the rule, {mode.rate_outside:.2%} outside)'
+        )
+    return tuple(lines)
+
+
 @dataclass
 class FailingModes:
     """`failing_modes`' outcome: the catalogue (None: nothing to learn from), each failing criterion's
@@ -51,6 +70,15 @@ class FailingModes:
     catalogue: Catalogue | None
     broken: list[Broken] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+
+    def for_verdict(self) -> FailureModes | None:
+        """What the verdict's files show: each failing criterion's `mode_lines` and the catalogue's
+        modes.md (None when nothing was learnt)."""
+        if self.catalogue is None:
+            return None
+        catalogue = self.catalogue
+        markdown = next(f for f in self.files if f.name == f'{MODES}.md')
+        return FailureModes({b.criterion: mode_lines(catalogue, b) for b in self.broken}, markdown)
 
 
 def in_claim(criterion: Criterion, record: dict) -> bool:

@@ -2,13 +2,14 @@
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
 from metavlm_ros.assurance.junit import junit_xml, write_junit
-from metavlm_ros.assurance.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
+from metavlm_ros.assurance.verdict import FAIL, INCONCLUSIVE, PASS, FailureModes, Verdict
 
 PROPERTIES = {
     'model': 'openai/clip-vit-base-patch32',
@@ -86,6 +87,24 @@ def test_each_status_is_its_junit_result():
     reason, _, figures = passed.system_out.partition('\n')
     assert reason == 'lower bound 1.4 degrees from 120 frames'
     assert json.loads(figures)['figures'] == {'lower': 1.4, 'n': 120, 'censored': 30}
+
+
+def test_a_failure_names_the_failure_modes_that_break_it():
+    lines = (
+        '2. rotation above 1.2 deg: fish dropped (7 of its 9 violations; ...)',
+        '1. ... (2 of its 9 ...)',
+    )
+    modes = FailureModes({'no-flip-small-rotation': lines}, Path('verdict/modes/modes.md'))
+    (suite,) = list(_read(junit_xml(_verdicts(), suite='s', properties={}, modes=modes)))
+    failed, inconclusive, passed = suite
+    assert json.loads(failed.result[0].text)['failure_modes'] == {
+        'modes': list(lines),
+        'catalogue': 'verdict/modes/modes.md',
+    }
+    assert 'failure_modes' not in inconclusive.system_out + passed.system_out
+    # Without modes the failure is as before.
+    (plain,) = list(_read(junit_xml(_verdicts()[:1], suite='s', properties={})))[0]
+    assert 'failure_modes' not in json.loads(plain.result[0].text)
 
 
 def test_text_is_escaped_and_stripped_of_characters_xml_forbids():

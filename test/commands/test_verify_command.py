@@ -102,6 +102,21 @@ def test_exit_status_reports_and_junit_follow_the_verdicts(
             and f'{broken[0]["rank"]}. {broken[0]["rule"]} (' in line
         )
         assert '| anything |' in (out / 'modes' / 'modes.md').read_text()
+        # verdict.md names them under the failing criterion, every one, with a link to the catalogue.
+        said = (out / 'verdict.md').read_text().split('## anything: FAIL')[1].split('\n## ')[0]
+        shown = said.split('### Failure modes')[1]
+        assert '(modes/modes.md)' in shown
+        bullets = [b[2:] for b in shown.splitlines() if b.startswith('- ')]
+        assert sorted(int(b.split('.')[0]) for b in bullets) == sorted(m['rank'] for m in broken)
+        assert f'{broken[0]["rank"]}. {broken[0]["rule"]} (' in shown
+        # The console's line is the first of the same lines.
+        assert line.removeprefix('             failure modes: ').startswith('; '.join(bullets[:3]))
+        # So does the failing testcase of the JUnit XML, as a CI's view shows it.
+        named = json.loads(cases['anything'].result[0].text)['failure_modes']
+        assert named == {'modes': bullets, 'catalogue': str(out / 'modes' / 'modes.md')}
+    else:
+        assert 'Failure modes' not in (out / 'verdict.md').read_text()
+        assert 'failure_modes' not in junit.read_text()
     properties = {p.name: p.value for p in suite.properties()}
     assert properties['criteria.sha256'] == record['configuration']['criteria']['sha256']
     assert properties['frame.a.sha256'] == record['configuration']['frames']['a']
@@ -218,5 +233,6 @@ def test_a_fail_of_searched_frames_writes_its_modes_inside_the_verification_and_
     printed = capsys.readouterr().out
     assert 'failure modes: 1. ' in printed and f'failure modes, and the criteria they break: {out}' in printed
     assert 'modes/modes.json' in (out / 'SHA256SUMS').read_text()
+    assert '### Failure modes' in (out / 'verdict.md').read_text()
     done = subprocess.run(['sha256sum', '--check', '--quiet', 'SHA256SUMS'], cwd=out, capture_output=True)
     assert done.returncode == 0, done.stdout
