@@ -33,6 +33,7 @@ from metavlm_ros.ros.conversions import stamp_to_ns
 from metavlm_ros.ros.managed import ManagedNode, run_managed
 from metavlm_ros.ros.parameters import ParameterRules
 from metavlm_ros.ros.probe_client import ProbesReleased, RosProbeBackend
+from metavlm_ros.ros.tester_boxes import BoxTally
 from metavlm_ros.ros.tester_criteria import CriteriaStatus
 from metavlm_ros.ros.tester_identity import check_identity, tester_model_identity
 from metavlm_ros.ros.tester_modes import ModesStatus
@@ -100,6 +101,7 @@ class TesterNode(TesterOutput, ManagedNode):
         # The criteria_file's criteria, judged on results_dir as searches end (/diagnostics).
         self.criteria_status = CriteriaStatus()
         self.modes_status = ModesStatus()  # results_dir's failure modes, learnt in a thread of their own
+        self.boxes_status = BoxTally()  # how the boxes of detection searches changed, for the node's life
         self.searches_stopped = 0
         self.evaluations = 0
         self.evaluations_failed = 0

@@ -275,6 +275,8 @@ class TesterOutput:
         """Count a generation's evaluations and publish its new violations, once they are on disk:
         their records as one gzip member (violations.jsonl), written before any of them goes out."""
         job = self._job
+        if job is not None:  # a detection search's box figures (/diagnostics); other kinds add nothing
+            self.boxes_status.add(batch, job.settings.search.iou_threshold)
         published = []
         for ev in batch:
             self.evaluations += 1
@@ -462,7 +464,12 @@ class TesterOutput:
         """Publish the health status on /diagnostics."""
         array = DiagnosticArray()
         array.header.stamp = self.get_clock().now().to_msg()
-        array.status = [self.diagnostics(), *self.criteria_status.statuses(), *self.modes_status.statuses()]
+        array.status = [
+            self.diagnostics(),
+            *self.criteria_status.statuses(),
+            *self.modes_status.statuses(),
+            *self.boxes_status.statuses(),
+        ]
         self.diagnostics_pub.publish(array)
 
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from vision_msgs.msg import Detection2DArray
@@ -30,6 +30,7 @@ from metavlm_ros.ros.conversions import (
 from metavlm_ros.ros.managed import bring_up
 from metavlm_ros.ros.perception_node import PerceptionNode
 from metavlm_ros.ros.probe_client import RosProbeBackend, TransportSizeBackend
+from metavlm_ros.ros.tester_boxes import BOXES_STATUS, CHANGES
 from metavlm_ros.viewer.boxes import ROLE_RGBA
 from metavlm_ros.viewer.export import export_mcap
 from test.fakes import ThresholdDetector
@@ -203,6 +204,24 @@ def test_a_tester_on_a_detector_publishes_violations_with_their_boxes_and_draws_
     }
     pixels = {tuple(int(v) for v in p) for p in image.reshape(-1, 3)}
     assert len(colours & pixels) >= 2
+    # /diagnostics adds up the search's box figures beside the tester's health, as its records hold them.
+    g.wait(lambda: g.tester.searches_done == 1, 30, 'the search to end')
+    records = read_jsonl(g.results / 'evaluations.jsonl')
+    judged = [r['boxes'] | {'violation': r['violation']} for r in records if r['boxes'] is not None]
+
+    def boxes_status():
+        statuses = [s for a in g.diagnostics.messages for s in a.status if s.name == BOXES_STATUS]
+        done = [s for s in statuses if values_of(s)['evaluations_judged'] == str(len(judged))]
+        return done[0] if done else None
+
+    g.wait(lambda: boxes_status() is not None, 5, 'the box figures of the whole search on /diagnostics')
+    status = boxes_status()
+    figures = values_of(status)
+    assert status.level == DiagnosticStatus.WARN and figures['iou_threshold'] == '0.5'
+    assert {c: int(figures[c]) for c in CHANGES} == {c: sum(len(r[c]) for r in judged) for c in CHANGES}
+    assert int(figures['evaluations_violating']) == sum(any(r['violation'].values()) for r in judged) > 0
+    assert int(figures['objects_expected']) == sum(e['required'] for r in judged for e in r['expected'])
+    assert 0 < float(figures['matched_iou_p10']) <= float(figures['matched_iou_p50']) <= 1
 
 
 def test_the_export_of_a_detection_search_draws_its_boxes_as_image_annotations(tmp_path):
