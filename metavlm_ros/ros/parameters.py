@@ -74,6 +74,7 @@ def descriptor(
     low: float | None = None,
     high: float | None = None,
     constraints: str = '',
+    dynamic_typing: bool = False,
 ) -> ParameterDescriptor:
     """Build a ParameterDescriptor, with an IntegerRange or FloatingPointRange when bounds are given.
 
@@ -84,9 +85,15 @@ def descriptor(
         low: inclusive lower bound (needs `high`).
         high: inclusive upper bound (needs `low`).
         constraints: free text for additional_constraints (e.g. the allowed choices).
+        dynamic_typing: True for a parameter that takes values of more than one type (its type stays
+            PARAMETER_NOT_SET, and the node's own check reads the value).
     """
     desc = ParameterDescriptor(
-        description=description, type=type_, read_only=read_only, additional_constraints=constraints
+        description=description,
+        type=type_,
+        read_only=read_only,
+        additional_constraints=constraints,
+        dynamic_typing=dynamic_typing,
     )
     if low is not None and high is not None:
         if type_ == ParameterType.PARAMETER_INTEGER:
@@ -134,6 +141,9 @@ class ParameterSpec:
     check: Check | None = None
     #: The element type of a list parameter whose default is empty (rclpy would take it for bytes).
     array_type: Parameter.Type | None = None
+    #: Takes values of any type (names or numbers, e.g. a range of Jerlov water types): the node
+    #: checks them itself; `low`, `high` and `choices` do not apply.
+    dynamic_typing: bool = False
 
 
 def _model_parameter(option: Option) -> ParameterSpec:
@@ -251,6 +261,7 @@ class ParameterRules:
                 check=spec.check,
                 on_change=listeners.get(spec.name),
                 array_type=spec.array_type,
+                dynamic_typing=spec.dynamic_typing,
             )
             for spec in specs
         }
@@ -268,16 +279,18 @@ class ParameterRules:
         check: Check | None = None,
         on_change: Callable[[Any], None] | None = None,
         array_type: Parameter.Type | None = None,
+        dynamic_typing: bool = False,
     ) -> Any:
         """Declare a parameter and return its start value, validated.
 
         An empty list default needs `array_type` (e.g. Parameter.Type.STRING_ARRAY): rclpy would
-        otherwise type it as a byte array and refuse every override.
+        otherwise type it as a byte array and refuse every override. A `dynamic_typing` parameter
+        takes a value of any type (its `check`, or the node, reads it).
 
         Raises:
             ParameterError: the start value (default or override) has the wrong type or fails a check.
         """
-        type_ = _type_of(default, array_type)
+        type_ = ParameterType.PARAMETER_NOT_SET if dynamic_typing else _type_of(default, array_type)
         checks: list[Check] = []
         constraints = ''
         if choices is not None:
@@ -288,7 +301,13 @@ class ParameterRules:
         if check is not None:
             checks.append(check)
         desc = descriptor(
-            description, type_=type_, read_only=read_only, low=low, high=high, constraints=constraints
+            description,
+            type_=type_,
+            read_only=read_only,
+            low=low,
+            high=high,
+            constraints=constraints,
+            dynamic_typing=dynamic_typing,
         )
         try:
             if array_type is not None and not default:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,6 +15,7 @@ from metavlm_ros.explain.tracker import DEFAULT_SAMPLE
 from metavlm_ros.method import defaults
 from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
 from metavlm_ros.method.encoding import SearchSpace
+from metavlm_ros.method.extra import Extra
 from metavlm_ros.method.metrics import DEFAULT_THRESHOLDS
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATIONS
 from metavlm_ros.method.search import (
@@ -106,6 +107,28 @@ _RANGES: tuple[tuple[str, str, float, float, tuple[float, float]], ...] = tuple(
 )
 
 
+# The extras that name their values (MR12's Jerlov water types, MR13's pasted classes): their ranges
+# take names or numbers, each end read by the extra itself (`Extra.read`), as `--range` and criteria
+# files read them.
+_NAMED_EXTRAS: dict[str, Extra] = {
+    extra_id: extra
+    for r in RELATIONS
+    for extra_id, extra in zip(r.extra_ids, r.extras, strict=True)
+    if extra.parse is not None
+}
+
+
+def _range_spec(rid: str, what: str, low: float, high: float, default: tuple[float, float]) -> ParameterSpec:
+    name, start = _range_parameter(rid), [float(default[0]), float(default[1])]
+    description = f'[low, high] of {what}, inside [{low:g}, {high:g}]'
+    extra = _NAMED_EXTRAS.get(rid)
+    if extra is None:
+        return ParameterSpec(name, start, description, low=low, high=high)
+    # A string array or a number array: typed when set, read in settings_from_parameters.
+    example = f'[{extra.text(low)}, {extra.text(high)}]'
+    return ParameterSpec(name, start, f'{description}; or by name, e.g. {example}', dynamic_typing=True)
+
+
 _UNIT = 0.999999
 
 
@@ -126,16 +149,7 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         list(DEFAULT_RELATIONS),
         'relations the search may activate: ids or the groups paper, underwater, all (docs/method.md §12)',
     ),
-    *(
-        ParameterSpec(
-            _range_parameter(rid),
-            [float(default[0]), float(default[1])],
-            f'[low, high] of {what}, inside [{low:g}, {high:g}]',
-            low=low,
-            high=high,
-        )
-        for rid, what, low, high, default in _RANGES
-    ),
+    *(_range_spec(rid, what, low, high, default) for rid, what, low, high, default in _RANGES),
     ParameterSpec(
         'thresholds', list(DEFAULT_THRESHOLDS), 'confidence change thresholds (Eq. 5)', low=1e-9, high=_UNIT
     ),
@@ -295,9 +309,7 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
     ranges = {}
     for rid, *_ in _RANGES:
         name = _range_parameter(rid)
-        bounds = list(values[name])
-        if len(bounds) != 2:
-            raise ParameterError(f'{name} must be [low, high], got {bounds}')
+        bounds = _range_value(name, values[name], _NAMED_EXTRAS.get(rid))
         try:
             SearchSpace.from_options(None, {rid: bounds})
         except ParameterError as exc:
@@ -376,6 +388,20 @@ def settings_from_parameters(values: Mapping[str, Any]) -> TesterSettings:
         modes_period_s=float(values['modes_period_s']),
         modes_sample=int(values['modes_sample']),
     )
+
+
+def _range_value(name: str, value: Any, extra: Extra | None) -> list:
+    """A range parameter's [low, high]; where the extra names its values, each end read as a name ('II')
+    or a number, into the number the search and its records use."""
+    bounds = list(value) if isinstance(value, Iterable) and not isinstance(value, str) else None
+    if bounds is None or len(bounds) != 2:
+        raise ParameterError(f'{name} must be [low, high], got {value if bounds is None else bounds!r}')
+    if extra is None:
+        return bounds
+    try:
+        return [extra.read(v) for v in bounds]
+    except ParameterError as exc:
+        raise ParameterError(f'{name}: {exc}') from None
 
 
 def _criteria(path: str, thresholds: tuple[float, ...], backend: str) -> Criteria | None:

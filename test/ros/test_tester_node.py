@@ -97,6 +97,34 @@ def test_the_angle_range_parameter_fixes_or_frees_the_blur_direction_of_the_sear
     assert g.tester.settings.search.space.extra_bounds()[1].tolist() == [90.0]
 
 
+def test_the_water_type_range_takes_jerlov_names_or_indices_and_records_indices(graph):
+    # As `ros2 param set /metavlm_tester ranges.water_type "['II', '5C']"` sets it: a string array.
+    g = graph(relations=['water'], **{'ranges.water_type': ['II', '5C']})
+    low, high = g.tester.settings.search.space.extra_bounds()
+    assert (low[0], high[0]) == (3.0, 7.0)  # water's first extra: its type
+    g.camera.publish(make_frame(48, 36, seed=2))
+    g.wait(lambda: g.tester.searches_done == 1, message='the search')
+    assert read_identity(g.results)['settings']['relations']['extras']['water_type'] == [3.0, 7.0]
+    types = {r['parameters']['water_type'] for r in read_jsonl(g.results / 'evaluations.jsonl') if r['order']}
+    assert types and all(3.0 <= t <= 7.0 for t in types)
+    unknown = g.tester.set_parameters([Parameter('ranges.water_type', value=['II', 'XI'])])[0]
+    assert not unknown.successful
+    assert unknown.reason == (
+        "ranges.water_type: unknown Jerlov water type 'XI'; known: I, IA, IB, II, III, 1C, 3C, 5C, 7C, 9C "
+        'or an index 0-9'
+    )
+    one = g.tester.set_parameters([Parameter('ranges.water_type', value='II')])[0]
+    assert not one.successful and one.reason == "ranges.water_type must be [low, high], got 'II'"
+    # Numbers as `"[2, 5]"` gives them (integers), into another directory: another identity.
+    indices = [
+        Parameter('results_dir', value=str(g.results) + '-2-5'),
+        Parameter('ranges.water_type', value=[2, 5]),
+    ]
+    assert g.tester.set_parameters_atomically(indices).successful
+    low, high = g.tester.settings.search.space.extra_bounds()
+    assert (low[0], high[0]) == (2.0, 5.0)
+
+
 def test_a_new_transport_size_applies_to_the_next_search(graph):
     g = graph(transport_size=64)
     g.camera.publish(make_frame(160, 120, seed=1))
