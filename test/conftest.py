@@ -109,16 +109,19 @@ def frame() -> np.ndarray:
 
 @pytest.fixture(scope='session')
 def tiny_model_dirs(tmp_path_factory):
-    """Directories of tiny random-initialised models, built once per test session, by backend."""
+    """Directories of tiny random-initialised models, built once per test session, by backend and variant
+    (`tiny_model_dirs('detector', family='owlv2')`)."""
     from metavlm_ros.models.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp('tiny-models')
     built = {}
 
-    def get(backend: str):
-        if backend not in built:
-            built[backend] = build_tiny_model(backend, root / backend, seed=0)
-        return built[backend]
+    def get(backend: str, **variant):
+        key = (backend, *sorted(variant.items()))
+        if key not in built:
+            name = '-'.join([backend, *map(str, variant.values())])
+            built[key] = build_tiny_model(backend, root / name, seed=0, **variant)
+        return built[key]
 
     return get
 

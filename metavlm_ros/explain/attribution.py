@@ -235,10 +235,12 @@ def pixel_scorer(backend: VLMBackend) -> Callable[[Any], Any] | None:
     """The backend's class scores as a function of a frame's pixels that torch differentiates, or None.
 
     A backend may give its own `pixel_scores(pixels)`: frames as a float tensor (N, 3, H, W) of
-    0..255 values in, scores (N, classes) out. An in-process contrastive backend (CLIP, SigLIP) gives
-    `scores(image_inputs)`, which a frame's pixels reach through its processor's steps made
-    differentiable (`PixelPath.differentiable_pixel_values`). Anything else has none here: a served
-    model, a generative one (its answer is text), SigLIP 2's NaFlex patches.
+    0..255 values in, scores (N, classes) out, or None where it has none (the detectors: each class's
+    detection scores summed; BLIP and a LLaVA count model: their own answer's log-probability). An
+    in-process contrastive backend (CLIP, SigLIP) gives `scores(image_inputs)`, which a frame's pixels
+    reach through its processor's steps made differentiable (`PixelPath.differentiable_pixel_values`).
+    Anything else has none here: a served model, a chat VLM whose processor tiles or patches frames,
+    SigLIP 2's NaFlex patches, a torchvision image processor (docs/explain.md has the table).
     """
     own = getattr(backend, 'pixel_scores', None)
     if callable(own):

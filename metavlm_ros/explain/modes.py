@@ -145,8 +145,8 @@ def _method(backend: VLMBackend, asked: str) -> str:
     gradients = pixel_scorer(backend) is not None
     if asked == 'gradients' and not gradients:
         raise ParameterError(
-            f'--map-method gradients: backend {backend.name} gives no gradients here (a served or '
-            'generative model, or an image processor without a differentiable path); use occlusion'
+            f'--map-method gradients: backend {backend.name} gives no gradients here (a served model, or '
+            'an image processor without a differentiable path); use occlusion'
         )
     return INTEGRATED_GRADIENTS if asked != 'occlusion' and gradients else OCCLUSION
 

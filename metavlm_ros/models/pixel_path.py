@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['PREPROCESS', 'REDUCING_GAP', 'PixelPath']
+__all__ = ['PIL_FILTERS', 'PREPROCESS', 'PROCESSORS', 'REDUCING_GAP', 'PixelPath', 'differentiable_resize']
 
 #: How frames become pixel values: PixelPath ('batched') or the Hugging Face processor ('processor').
 PREPROCESS = ('batched', 'processor')
@@ -19,8 +19,33 @@ PREPROCESS = ('batched', 'processor')
 #: (docs/performance.md gives the measured difference for larger ones).
 REDUCING_GAP = 2.0
 
-# PIL's number for its bicubic filter (Image.Resampling.BICUBIC), which the CLIP family resizes with.
-_PIL_BICUBIC = 3
+#: PIL's filters (Image.Resampling numbers) torch's antialiased interpolation follows, by torch's name:
+#: the same kernels (bicubic with a = -0.5), normalised at the edges as PIL does.
+PIL_FILTERS = {2: 'bilinear', 3: 'bicubic'}
+
+#: The PIL image processors (class names less 'Pil') whose steps PixelPath reproduces for answers.
+PROCESSORS = ('CLIPImageProcessor', 'BlipImageProcessor', 'SiglipImageProcessor')
+
+
+def differentiable_resize(pixels: Any, size: tuple[int, int], resample: int) -> Any:
+    """Frames as a float tensor (N, 3, H, W) of 0..255 values resized to `size` (height, width) as PIL
+    resizes them, differentiable in them; unchanged at `size`.
+
+    PIL resizes a uint8 frame in two passes, the width first, each clipped to 0..255 and rounded: here
+    each pass is torch's antialiased interpolation with PIL's filter (PIL_FILTERS: the same kernel;
+    any other is taken as bilinear), clipped the same, not rounded. The values agree within PIL's
+    rounding (about a grey level), not to the bit: the path serves gradients, never answers.
+    """
+    import torch.nn.functional as functional
+
+    mode = PIL_FILTERS.get(int(resample), 'bilinear')
+    height, width = size
+    for shape in ((pixels.shape[-2], width), (height, width)):
+        if tuple(shape) != tuple(pixels.shape[-2:]):
+            pixels = functional.interpolate(
+                pixels, size=shape, mode=mode, antialias=True, align_corners=False
+            ).clamp(0, 255)
+    return pixels
 
 
 @dataclass(frozen=True)
@@ -52,15 +77,17 @@ class PixelPath:
     std: tuple[float, float, float]
 
     @classmethod
-    def from_processor(cls, processor: Any) -> PixelPath | None:
-        """The path of a CLIP-, BLIP- or SigLIP-style image processor (or a processor holding it), or None."""
+    def from_processor(cls, processor: Any, names: Sequence[str] = PROCESSORS) -> PixelPath | None:
+        """The path of a CLIP-, BLIP- or SigLIP-style image processor (or a processor holding it), or None.
+
+        Args:
+            processor: an image processor, or a processor holding one.
+            names: the processor classes (less 'Pil') taken; another class whose steps are these
+                (OWL-ViT's: resize, crop, rescale, normalise) may be named for gradients alone.
+        """
         ip = getattr(processor, 'image_processor', processor)
         # PixelPath resizes with PIL: it reproduces PIL image processors only.
-        if not type(ip).__name__.endswith('Pil') or type(ip).__name__.removesuffix('Pil') not in (
-            'CLIPImageProcessor',
-            'BlipImageProcessor',
-            'SiglipImageProcessor',
-        ):
+        if not type(ip).__name__.endswith('Pil') or type(ip).__name__.removesuffix('Pil') not in names:
             return None
         size = dict(getattr(ip, 'size', None) or {})
         if not (getattr(ip, 'do_resize', False) and ip.do_rescale and ip.do_normalize):
@@ -128,18 +155,13 @@ class PixelPath:
         """pixel_values (N, 3, h, w) from frames given as a float tensor (N, 3, H, W) of 0..255 values,
         differentiable in them (gradient attribution, explain/attribution.py).
 
-        The resize is torch's antialiased interpolation with the processor's filter (bicubic, else
-        bilinear): close to PIL's, not the same to the bit, so it serves gradients, never answers.
+        The resize is `differentiable_resize`: close to PIL's, not the same to the bit, so it serves
+        gradients, never answers.
         """
         import torch
-        import torch.nn.functional as functional
 
         height, width = self.resized_shape(*pixels.shape[-2:])
-        if (height, width) != tuple(pixels.shape[-2:]):
-            mode = 'bicubic' if self.resample == _PIL_BICUBIC else 'bilinear'
-            pixels = functional.interpolate(
-                pixels, size=(height, width), mode=mode, antialias=True, align_corners=False
-            )
+        pixels = differentiable_resize(pixels, (height, width), self.resample)
         if self.crop:
             top, left = (height - self.crop[0]) // 2, (width - self.crop[1]) // 2
             pixels = pixels[..., top : top + self.crop[0], left : left + self.crop[1]]

@@ -19,6 +19,7 @@ from metavlm_ros.explain.attribution import (
     pixel_scorer,
 )
 from metavlm_ros.models.tiny import build_tiny_model
+from metavlm_ros.models.tiny_detectors import DETECTOR_FAMILIES
 from metavlm_ros.models.vlm import create_backend
 from test.conftest import make_frame
 from test.explain.region import BOTTOM_LEFT, TOP_RIGHT, RegionBackend, region_mask
@@ -132,6 +133,32 @@ def test_a_tiny_clip_map_has_the_frame_shape_and_is_finite(tiny_clip):
     occluded = occlusion_map(tiny_clip, FRAME, 'trash', 9)
     assert occluded.mass.shape == FRAME.shape[:2] and np.isfinite(occluded.mass).all()
     assert occluded.frames_judged <= 9 and occluded.model_calls == 2  # the frame, then one batch
+
+
+@pytest.fixture(scope='module')
+def tiny_gradient_backends(tiny_model_dirs, tiny_blip_dir):
+    """The in-process backends with pixel scores of their own: each detector family (every slot a
+    detection, so every class has a score), BLIP and a chat VLM with a CLIP processor (LLaVA-1.5)."""
+    backends = {
+        family: create_backend(
+            'detector', str(tiny_model_dirs('detector', family=family)), device='cpu', score_threshold=0.0
+        )
+        for family in DETECTOR_FAMILIES
+    }
+    backends['blip'] = create_backend('blip', str(tiny_blip_dir), device='cpu', max_new_tokens=4)
+    llava = tiny_model_dirs('vlm', family='llava')
+    backends['llava'] = create_backend('vlm', str(llava), device='cpu', max_new_tokens=4)
+    return backends
+
+
+@pytest.mark.parametrize('name', [*DETECTOR_FAMILIES, 'blip', 'llava'])
+def test_detectors_and_count_models_are_mapped_by_gradients(tiny_gradient_backends, name):
+    backend = tiny_gradient_backends[name]
+    assert pixel_scorer(backend) is not None
+    made = gradient_map(backend, FRAME, 'trash', steps=2)
+    assert made.method == INTEGRATED_GRADIENTS and made.mass.shape == FRAME.shape[:2]
+    assert np.isfinite(made.mass).all() and made.mass.sum() == pytest.approx(1.0)
+    assert made.frames_judged == 2 + 2 and np.isfinite(made.score)
 
 
 def test_a_class_the_model_does_not_judge_is_refused():

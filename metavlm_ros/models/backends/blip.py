@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.models.counts import parse_counts
 from metavlm_ros.models.hf import HFBackend
+from metavlm_ros.models.pixel_path import PixelPath
 from metavlm_ros.models.questions import COUNT_OPTIONS, TABLE1_PROMPT, count_prediction
 from metavlm_ros.models.registry import register
 
@@ -92,6 +94,27 @@ class BlipBackend(CountBackend):
             return output[:, inputs['input_ids'].shape[1] - 1 :]
         return output
 
+    def _captions(self) -> bool:
+        return self.model.__class__.__name__ == 'BlipForConditionalGeneration'
+
+    def _answer_batch(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
+        """Teacher forcing's input ids, attention mask and labels for answers given as token ids (each
+        ended by [SEP] where the answer ended), in the layout `generate` decodes in: the decoder's
+        start token, the prompt, the answer; labels only on the answer's tokens."""
+        import torch
+
+        tokenizer = self.processor.tokenizer
+        prefix = [self.model.config.text_config.bos_token_id]
+        prefix += tokenizer(self.prompt, add_special_tokens=False)['input_ids']
+        width = len(prefix) + max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(prefix) + len(row)] = torch.tensor([*prefix, *row])
+            labels[i, len(prefix) : len(prefix) + len(row)] = torch.tensor(list(row))
+        attention = (labels != -100) | (torch.arange(width)[None, :] < len(prefix))
+        return ids.to(self.device), attention.long().to(self.device), labels.to(self.device)
+
     def answer_loss(self, images: dict[str, Any], answers: Sequence[str]) -> Any:
         """The mean cross-entropy of `answers` (one a frame) given the frames and the prompt, by teacher
         forcing in the layout `generate` decodes in (the prompt after the decoder's start token, the
@@ -101,30 +124,61 @@ class BlipBackend(CountBackend):
             ParameterError: A question-answering checkpoint (its answers are decoded by a second text
                 model this does not train).
         """
-        import torch
-
-        if self.model.__class__.__name__ != 'BlipForConditionalGeneration':
+        if not self._captions():
             raise ParameterError(f'{self.model_path}: hardening takes BLIP captioning checkpoints only')
         tokenizer = self.processor.tokenizer
-        prefix = [self.model.config.text_config.bos_token_id]
-        prefix += tokenizer(self.prompt, add_special_tokens=False)['input_ids']
         rows = [
             tokenizer(a, add_special_tokens=False)['input_ids'] + [tokenizer.sep_token_id] for a in answers
         ]
-        width = len(prefix) + max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(prefix) + len(row)] = torch.tensor(prefix + row)
-            labels[i, len(prefix) : len(prefix) + len(row)] = torch.tensor(row)
-        attention = (labels != -100) | (torch.arange(width)[None, :] < len(prefix))
+        ids, attention, labels = self._answer_batch(rows)
         output = self.model(
-            pixel_values=images['pixel_values'],
-            input_ids=ids.to(self.device),
-            attention_mask=attention.long().to(self.device),
-            labels=labels.to(self.device),
+            pixel_values=images['pixel_values'], input_ids=ids, attention_mask=attention, labels=labels
         )
         return output.loss
+
+    @property
+    def pixel_scores(self) -> Callable[[Any], Any] | None:
+        """The log-probability of the model's own answer as a function of frames' pixels that torch
+        differentiates, in every class's column; None for a question-answering checkpoint (its answer
+        comes from a second text model) or an image processor PixelPath does not follow.
+
+        The function takes frames as a float tensor (N, 3, H, W) of 0..255 values and gives (N, classes).
+        Each frame's pixels reach the model through `PixelPath.differentiable_pixel_values`; from those
+        same pixel values the model answers greedily (as `predict` does, without gradient) and the
+        answer's tokens, its [SEP] included where it ended, are scored by teacher forcing: the sum of
+        their log-probabilities (answer_loss's cross-entropy times their number, for a whole answer).
+        Every class gets the whole answer's number: a class's count is read from words anywhere in the
+        answer (its section header, a number before its kind, a 'None' or a caption's other words),
+        so no span of tokens is its part alone, and a class the answer leaves out would have none.
+        """
+        path = PixelPath.from_processor(self.processor)
+        if path is None or not self._captions():
+            return None
+        return partial(self._answer_log_probability, path)
+
+    def _answer_log_probability(self, path: PixelPath, pixels: Any) -> Any:
+        import torch
+
+        values = path.differentiable_pixel_values(pixels.to(self.device), self.dtype)
+        count = len(values)
+        with torch.no_grad():
+            inputs = {k: v.clone().repeat(count, *[1] * (v.dim() - 1)) for k, v in self._text.items()}
+            inputs['pixel_values'] = values.detach()
+            output = self.model.generate(
+                **inputs, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1
+            )
+        end = self.processor.tokenizer.sep_token_id
+        rows = []
+        for answer in self._answer_ids(inputs, output).tolist():
+            # The answer is its tokens up to its [SEP]; after it, generate pads.
+            rows.append(answer[: answer.index(end) + 1] if end in answer else answer)
+        ids, attention, labels = self._answer_batch(rows)
+        logits = self.model(pixel_values=values, input_ids=ids, attention_mask=attention).logits
+        # Position t predicts token t + 1.
+        targets = labels[:, 1:]
+        chosen = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, targets.clamp(min=0)[..., None])
+        total = (chosen[..., 0] * (targets != -100)).sum(dim=1)
+        return total[:, None].expand(count, len(self.classes))
 
     @classmethod
     def build_tiny(cls, directory: Path, **variant: Any) -> None:

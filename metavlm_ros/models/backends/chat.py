@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.models.counts import label_matcher, parse_counts
@@ -27,6 +28,7 @@ from metavlm_ros.models.hf import hf_config, torch_device, torch_dtype
 from metavlm_ros.models.image_processors import IMAGE_PROCESSOR_OPTION, image_processor_class
 from metavlm_ros.models.model_files import resolve_model, weights_hash
 from metavlm_ros.models.options import Backend
+from metavlm_ros.models.pixel_path import PixelPath
 from metavlm_ros.models.questions import (
     QUESTION_OPTIONS,
     answer_tokens,
@@ -256,20 +258,38 @@ class ChatBackend(Backend):
         import torch
 
         self._trains('count')
-        model, tokenizer = self.chat.model, self.chat.tokenizer
         family = self.chat.model_type
-        if getattr(model.config, 'is_encoder_decoder', False) or family == 'paligemma':
+        if not self._teacher_forces():
             raise ParameterError(f'{self.model_path}: hardening does not take {family} models yet')
         inputs = self.chat.prompt_inputs(frames, [self.asked.question] * len(frames))
-        end = model.generation_config.eos_token_id
-        end = [end[0] if isinstance(end, list) else end] if end is not None else []
-        rows = [tokenizer(a, add_special_tokens=False)['input_ids'] + end for a in answers]
+        end = self._end_tokens()[:1]
+        rows = [self.chat.tokenizer(a, add_special_tokens=False)['input_ids'] + end for a in answers]
+        logits, labels = self._teacher_forced(inputs, rows)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+    def _teacher_forces(self) -> bool:
+        # An encoder-decoder's or PaliGemma's answer tokens attend otherwise than its prompt's.
+        encoder_decoder = getattr(self.chat.model.config, 'is_encoder_decoder', False)
+        return not encoder_decoder and self.chat.model_type != 'paligemma'
+
+    def _end_tokens(self) -> list[int]:
+        end = self.chat.model.generation_config.eos_token_id
+        return [] if end is None else list(end) if isinstance(end, list) else [end]
+
+    def _teacher_forced(self, inputs: dict[str, Any], rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+        """The logits that predict each answer's tokens (rows of token ids, one a prompt of `inputs`)
+        after its prompt, and their labels (-100 past an answer's end): (rows, width, vocabulary) and
+        (rows, width)."""
+        import torch
+
+        model, tokenizer = self.chat.model, self.chat.tokenizer
         width = max(map(len, rows))
         answer = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
         labels = torch.full((len(rows), width), -100, dtype=torch.long)
         for i, row in enumerate(rows):
-            answer[i, : len(row)] = labels[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+            answer[i, : len(row)] = labels[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
         answer, labels = answer.to(self.chat.device), labels.to(self.chat.device)
+        inputs = dict(inputs)
         inputs['input_ids'] = torch.cat([inputs['input_ids'], answer], dim=1)
         inputs['attention_mask'] = torch.cat([inputs['attention_mask'], (labels != -100).long()], dim=1)
         for key in ('token_type_ids', 'mm_token_type_ids'):  # the answer's tokens are text
@@ -281,8 +301,60 @@ class ChatBackend(Backend):
             inputs['position_ids'] = model._prepare_position_ids_for_generation(inputs['input_ids'], inputs)
         keep = {'logits_to_keep': width + 1} if self.chat.last_logits_only else {}
         # The logits at the prompt's last position and the answer's predict the answer's tokens.
-        logits = model(**inputs, **keep).logits[:, -(width + 1) : -1].float()
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        return model(**inputs, **keep).logits[:, -(width + 1) : -1].float(), labels
+
+    @property
+    def pixel_scores(self) -> Callable[[Any], Any] | None:
+        """The log-probability of the model's own count answer as a function of frames' pixels that torch
+        differentiates, in every class's column (BLIP's, models/backends/blip.py, says why the whole
+        answer's); None where the pixels cannot reach the model differentiably here.
+
+        The frames' pixels must be what the model sees: of the families here only an image processor
+        PixelPath follows (one resized, cropped frame: LLaVA-1.5's CLIP processor) gives that, and only
+        a model teacher forcing scores as it generates (answer_loss's; not PaliGemma). Qwen2-VL's
+        patches, Idefics3's and LLaVA-OneVision's tiles and Gemma 3's processor have no such path:
+        those models are mapped by occlusion. Kinds confidence and detection have none either.
+        """
+        path = PixelPath.from_processor(self.chat.processor)
+        if self.kind != 'count' or path is None or not self._teacher_forces():
+            return None
+        return partial(self._answer_log_probability, path)
+
+    def _answer_log_probability(self, path: PixelPath, pixels: Any) -> Any:
+        """Each frame's greedy answer from its differentiable pixel values, and the sum of its tokens'
+        log-probabilities (its end token included where it ended) by teacher forcing."""
+        import torch
+
+        count = len(pixels)
+        values = path.differentiable_pixel_values(pixels.to(self.chat.device), self.chat.dtype)
+        # The prompt's tokens (a fixed number of image tokens for a processor PixelPath follows) from
+        # the frames as whole numbers; the pixel values the model sees are the differentiable ones.
+        frames = list(pixels.detach().round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy())
+        inputs = self.chat.prompt_inputs(frames, [self.asked.question] * count)
+        if tuple(inputs['pixel_values'].shape) != tuple(values.shape):
+            raise ModelError(
+                f'{self.model_path}: the processor gives pixel values {tuple(inputs["pixel_values"].shape)}, '
+                f'the differentiable path {tuple(values.shape)}'
+            )
+        inputs['pixel_values'] = values
+        with torch.no_grad():
+            prompt = {k: v.detach() if k == 'pixel_values' else v for k, v in inputs.items()}
+            output = self.chat.model.generate(
+                **prompt,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=self.chat.tokenizer.pad_token_id,
+            )
+        ends, rows = set(self._end_tokens()), []
+        for answer in output[:, inputs['input_ids'].shape[1] :].tolist():
+            # The answer is its tokens up to its end token; after it, generate pads.
+            stop = next((i for i, token in enumerate(answer) if token in ends), None)
+            rows.append(answer if stop is None else answer[: stop + 1])
+        logits, labels = self._teacher_forced(inputs, rows)
+        chosen = torch.log_softmax(logits, dim=-1).gather(-1, labels.clamp(min=0)[..., None])[..., 0]
+        total = (chosen * (labels != -100)).sum(dim=1)
+        return total[:, None].expand(count, len(self.classes))
 
     def _trains(self, kind: str) -> None:
         if self.kind != kind:

@@ -3,7 +3,7 @@ prompts as their text queries, boxes in the given frame's pixels (docs/models.md
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.boxes import Detection
 from metavlm_ros.method.prediction import Prediction
 from metavlm_ros.models.backends.clip import CONTRASTIVE_OPTIONS, prompts_for
+from metavlm_ros.models.detector_pixels import detector_pixel_path
 from metavlm_ros.models.hf import HFBackend, hf_config
 from metavlm_ros.models.options import Option
 from metavlm_ros.models.registry import register
@@ -181,6 +182,7 @@ class DetectorBackend(HFBackend):
             owner = np.eye(len(prompts), dtype=bool)
         self._text = {k: v.to(self.device) for k, v in text.items()}
         self._owner = owner
+        self._pixel_inputs = detector_pixel_path(self.processor)
 
     def predict(self, frames: Sequence[np.ndarray]) -> list[Prediction]:
         """Find the classes' objects in frames, in batches of `batch_size`; boxes in each frame's pixels."""
@@ -195,15 +197,21 @@ class DetectorBackend(HFBackend):
                 predictions.extend(self._detect(self.image_inputs(batch), sizes))
         return predictions
 
-    def _detect(self, images: dict[str, Any], sizes: list[tuple[int, int]]) -> list[Prediction]:
+    def _slots(self, images: dict[str, Any], sizes: list[tuple[int, int]]) -> tuple[Any, Any, Any]:
+        """Every query slot's score, best class and box in its frame's pixels: (frames, slots) tensors and
+        (frames, slots, 4) boxes, the scores differentiable outside inference mode."""
         import torch
 
         count = len(sizes)
+        # _text was made under inference_mode: outside it, only a plain copy can take part in autograd.
+        own = self._text
+        if not torch.is_inference_mode_enabled():
+            own = {k: v.clone() for k, v in own.items()}
         if self.family.phrases:
-            text = {k: v.expand(count, -1) for k, v in self._text.items()}
+            text = {k: v.expand(count, -1) for k, v in own.items()}
         else:
             # OWL takes (frames x queries) texts, frame by frame.
-            text = {k: v.repeat(count, 1) for k, v in self._text.items()}
+            text = {k: v.repeat(count, 1) for k, v in own.items()}
         outputs = self.model(**text, **images)
         logits = outputs.logits.float()  # (frames, slots, queries or tokens)
         owner = torch.as_tensor(self._owner, device=logits.device)
@@ -212,12 +220,42 @@ class DetectorBackend(HFBackend):
         # sigmoid saturates to 1.0 in float32, where ties would pick classes by their order.
         per_class = torch.stack([logits[..., row].amax(dim=-1) for row in owner], dim=-1)
         best, labels = per_class.max(dim=-1)  # (frames, slots)
-        scores = best.sigmoid()
-        boxes = frame_boxes(outputs.pred_boxes, sizes, self.family.square)
+        return best.sigmoid(), labels, frame_boxes(outputs.pred_boxes, sizes, self.family.square)
+
+    def _detect(self, images: dict[str, Any], sizes: list[tuple[int, int]]) -> list[Prediction]:
+        scores, labels, boxes = self._slots(images, sizes)
         return [
             self._prediction(scores[i].cpu().numpy(), labels[i].cpu().numpy(), boxes[i].cpu().numpy())
-            for i in range(count)
+            for i in range(len(sizes))
         ]
+
+    @property
+    def pixel_scores(self) -> Callable[[Any], Any] | None:
+        """Per class, the sum of its detections' scores (what occlusion reads from `predict`) as a function
+        of frames' pixels that torch differentiates, or None where the family's image processor has no
+        differentiable path here (models/detector_pixels.py: the torchvision processors).
+
+        The function takes frames as a float tensor (N, 3, H, W) of 0..255 values, all of one size, and
+        gives (N, classes): the sigmoid scores of the slots whose best class it is, kept as `predict`
+        keeps detections (above score_threshold, with area in the frame). Which slots are kept is
+        decided without gradient; their scores keep theirs, so a slot crossing the threshold moves the
+        number by its whole score (integrated gradients' completeness gap shows such steps).
+        """
+        return self._pixel_scores if self._pixel_inputs is not None else None
+
+    def _pixel_scores(self, pixels: Any) -> Any:
+        import torch
+
+        sizes = [(int(pixels.shape[-2]), int(pixels.shape[-1]))] * len(pixels)
+        images = self._pixel_inputs(pixels.to(self.device), self.dtype)
+        scores, labels, boxes = self._slots(images, sizes)
+        with torch.no_grad():
+            # As `_prediction` keeps detections: the float32 score above the threshold (compared in
+            # float64, as numpy compares it), a box with area in the frame.
+            kept = (scores.double() > self.score_threshold) & (boxes[..., 2] > boxes[..., 0])
+            kept &= boxes[..., 3] > boxes[..., 1]
+            classes = torch.nn.functional.one_hot(labels, len(self.classes)) * kept[..., None]
+        return (scores[..., None] * classes.to(scores.dtype)).sum(dim=1)
 
     def _prediction(self, scores: np.ndarray, labels: np.ndarray, boxes: np.ndarray) -> Prediction:
         found = []

@@ -231,3 +231,42 @@ def test_the_seed_of_build_tiny_model_reaches_a_chat_model(tmp_path):
     again = build_tiny_model('vlm', tmp_path / 'b', seed=1, family='llava')
     other = build_tiny_model('vlm', tmp_path / 'c', seed=2, family='llava')
     assert weights_hash(one) == weights_hash(again) != weights_hash(other)
+
+
+def test_llava_pixel_scores_are_its_own_answer_log_probability(tiny_model_dirs):
+    """LLaVA-1.5's CLIP processor has a differentiable path: the pixel scores are the log-probability of
+    the answer the model generates from those pixels, as generation itself scores it, with gradients."""
+    import torch
+
+    backend = create_backend(
+        'vlm', str(tiny_model_dirs('vlm', family='llava')), device='cpu', max_new_tokens=5
+    )
+    # At the model's input size the differentiable path gives the pixel values the processor gives.
+    frame = make_frame(backend.input_size, backend.input_size, seed=4)
+    pixels = torch.from_numpy(frame).permute(2, 0, 1)[None].float().requires_grad_()
+    scores = backend.pixel_scores(pixels)
+    assert scores.shape == (1, 4) and (scores[0] == scores[0, 0]).all()  # the whole answer, every column
+    scores[0, 0].backward()
+    assert torch.isfinite(pixels.grad).all() and pixels.grad.abs().max() > 0
+    chat = backend.chat
+    with torch.no_grad():
+        inputs = chat.prompt_inputs([frame], [backend.asked.question])
+        output = chat.model.generate(
+            **inputs, max_new_tokens=5, do_sample=False, num_beams=1, output_logits=True,
+            return_dict_in_generate=True, pad_token_id=chat.tokenizer.pad_token_id,
+        )  # fmt: skip
+    ends, generated = set(np.atleast_1d(chat.model.generation_config.eos_token_id).tolist()), 0.0
+    for step, token in enumerate(output.sequences[0, inputs['input_ids'].shape[1] :].tolist()):
+        generated += float(torch.log_softmax(output.logits[step][0].float(), -1)[token])
+        if token in ends:  # the answer ends with its end token; generate pads after it
+            break
+    assert scores[0, 0].item() == pytest.approx(generated, rel=1e-4)
+
+
+def test_chat_models_without_a_differentiable_path_have_no_pixel_scores(tiny_model_dirs):
+    # Idefics3 (as SmolVLM) tiles the frame; PaliGemma's prefix attends both ways; a yes/no model.
+    assert create_backend('vlm', str(tiny_model_dirs('vlm')), device='cpu').pixel_scores is None
+    paligemma = tiny_model_dirs('vlm', family='paligemma')
+    assert create_backend('vlm', str(paligemma), device='cpu').pixel_scores is None
+    llava = str(tiny_model_dirs('vlm', family='llava'))
+    assert create_backend('vlm', llava, device='cpu', kind='confidence').pixel_scores is None

@@ -14,7 +14,6 @@ from metavlm_ros.common.errors import ModelError
 from metavlm_ros.common.results import read_jsonl, records_file
 from metavlm_ros.models.backends.detector import FAMILIES, DetectorBackend, family_of, frame_boxes
 from metavlm_ros.models.registry import resolve_options
-from metavlm_ros.models.tiny import build_tiny_model
 from metavlm_ros.models.tiny_detectors import DETECTOR_FAMILIES
 from test.conftest import make_frame
 
@@ -25,11 +24,8 @@ BOX_TOLERANCE = 1e-3
 
 
 @pytest.fixture(scope='module')
-def detector_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp('tiny-detectors')
-    return {
-        family: build_tiny_model('detector', root / family, family=family) for family in DETECTOR_FAMILIES
-    }
+def detector_dirs(tiny_model_dirs):
+    return {family: tiny_model_dirs('detector', family=family) for family in DETECTOR_FAMILIES}
 
 
 @pytest.fixture(scope='module')
@@ -132,6 +128,46 @@ def test_owlvit_boxes_match_transformers_post_processing(detectors, frames):
     expected = torch.minimum(theirs['boxes'][order].clamp(min=0), limit)
     assert np.allclose(_array(ours), expected.numpy(), atol=1e-4)
     assert [d.cls for d in ours.detections] == [backend.classes[i] for i in theirs['labels'][order]]
+
+
+#: Frames the pixel scores are checked on, by family: OWLv2's path is its processor's steps to float32
+#: rounding at any size (a wide frame: padded, then shrunk); OWL-ViT's and Grounding DINO's resize
+#: follows PIL within its 8-bit rounding (test/models/test_detector_pixels.py), so they are checked on
+#: frames their processors do not resize, where the model sees the same pixels.
+PIXEL_FRAMES = {
+    'owlvit': (32, 32),
+    'owlv2': (96, 48),
+    'grounding-dino': (128, 64),
+    'mm-grounding-dino': (128, 64),
+}
+#: float32 summation order through the models (as batches and frames one by one differ).
+PIXEL_TOLERANCE = 1e-4
+
+
+@pytest.mark.parametrize('family', DETECTOR_FAMILIES)
+def test_pixel_scores_are_each_class_sum_of_its_detection_scores(detectors, family):
+    """What occlusion reads from predict for a detection (the sum of the class's detection scores), from
+    the pixels with gradients: the same slots kept (above the threshold, with area in the frame)."""
+    backend = detectors[family]
+    frame = make_frame(*PIXEL_FRAMES[family], seed=5)
+    pixels = torch.from_numpy(frame).permute(2, 0, 1)[None].float().requires_grad_()
+    # A threshold at the slots' median score: some slots are detections, some not.
+    (every,) = backend.predict([frame])
+    threshold = float(np.median([d.score for d in every.detections]))
+    backend.score_threshold = threshold
+    try:
+        (prediction,) = backend.predict([frame])
+        scores = backend.pixel_scores(pixels)
+    finally:
+        backend.score_threshold = 0.0
+    assert 0 < len(prediction.detections) < len(every.detections)
+    expected = [sum(d.score for d in prediction.detections if d.cls == c) for c in backend.classes]
+    assert scores.shape == (1, len(backend.classes))
+    assert scores[0].tolist() == pytest.approx(expected, rel=PIXEL_TOLERANCE, abs=PIXEL_TOLERANCE)
+    scores.sum().backward()
+    assert torch.isfinite(pixels.grad).all() and pixels.grad.abs().max() > 0
+    if family == 'owlv2':  # 16 slots; those whose box lies wholly in the padding are no detections
+        assert len(every.detections) < 16
 
 
 def test_the_family_comes_from_the_config_with_its_threshold(detector_dirs, tmp_path):
