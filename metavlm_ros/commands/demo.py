@@ -17,12 +17,17 @@ if TYPE_CHECKING:
 
 __all__ = ['add_parser', 'run', 'run_demo']
 
-HELP = 'see metavlm work end to end: synthetic footage, the demo CLIP and BLIP searched through ROS, a report'
+HELP = (
+    'see metavlm work end to end: synthetic footage, the demo CLIP, BLIP and detector searched through ROS, '
+    'a report'
+)
 DEMO_SIZE = (384, 216)  # the tester's default transport size (longer side 384): no resize on the way
 # One frame every 2 s: about the time a search takes here, so most frames get searched (a busy tester
 # drops what arrives meanwhile, as on a robot).
 DEMO_FPS = 0.5
-DEMO_MODELS = ('clip', 'blip')
+DEMO_MODELS = ('clip', 'blip', 'detector')
+# How the report names each demo model.
+TITLES = {'clip': 'demo CLIP', 'blip': 'demo BLIP', 'detector': 'demo detector'}
 # What a demo directory holds; --overwrite only replaces a directory that holds these and nothing else.
 _MARKERS = ('report.md', 'footage')
 _DEMO_NAMES = frozenset(
@@ -325,6 +330,7 @@ def run_demo(
     from metavlm_ros.method.relations import apply_composition
     from metavlm_ros.models.registry import backend_class
     from metavlm_ros.ros.launcher import run_nodes
+    from metavlm_ros.viewer.boxes import draw_outlines, violation_outlines
 
     started = time.monotonic()
     steps = 3 + len(DEMO_MODELS)
@@ -360,7 +366,7 @@ def run_demo(
                 f'{summary["searches_paused_disk"]} frame(s) not searched: the results disk was below '
                 "the tester's min_free_disk_mb."
             )
-        sections.append(DemoSection(f'demo {backend.upper()} through ROS', results, records, kind, notes))
+        sections.append(DemoSection(f'{TITLES[backend]} through ROS', results, records, kind, notes))
         log(
             f'  {backend}: {summary["searches"]} search(es), {summary["evaluations"]} evaluations, '
             f'{summary["violations"]} violation(s)'
@@ -368,7 +374,7 @@ def run_demo(
         log(f'  {backend}: the same frame(s) searched with Rand, for the trade-off plot ...')
         rand_dir = out / f'{backend}_rand'
         rand_records = _rand_searches(backend, records, by_stamp, rand_dir, evaluations, seed)
-        title = f'demo {backend.upper()}'
+        title = TITLES[backend]
         groups[title] = {'nsga2': records, 'random': rand_records}
         hypervolumes[title] = {'nsga2': _hypervolumes(results), 'random': _hypervolumes(rand_dir)}
         for algorithm in also:
@@ -384,6 +390,10 @@ def run_demo(
                 continue
             source = by_stamp[stamp]
             followup = apply_composition(source, Composition.from_parameters(record['parameters']))
+            if record.get('kind') == 'detection':
+                # Where the warp put the source's objects, and what the detector found (viewer/boxes.py).
+                outlines = violation_outlines(record.get('boxes'), record.get('followup_detections'))
+                draw_outlines(followup, outlines, text=0.7)
             panels.append(pair_panel(source, followup, record, f'demo {backend} | {record["image"]}'))
     log(f'[{steps - 1}/{steps}] acceptance criteria and the regression gate (demo CLIP) ...')
     assurance_lines, gate = _assurance(out / 'assurance', bag, evaluations, seed, log)
@@ -446,7 +456,7 @@ def run(args: argparse.Namespace) -> int:
     print(f'demo finished in {done["seconds"]:.0f} s')
     print(f'  footage (ROS 2 bag):   {done["bag"]}')
     for backend, path in done['results'].items():
-        print(f'  {backend} results:        {path}/ (evaluations, violations, summary: .jsonl.gz)')
+        print(f'  {backend + " results:":22} {path}/ (evaluations, violations, summary: .jsonl.gz)')
     print(f'  report:                {done["report"]}')
     print(f'  tables (JSON):         {done["report_json"]}')
     print(f'  NSGA-II vs Rand:       {done["trade_off"]}')

@@ -1,4 +1,4 @@
-"""`metavlm train-demo-models`: train the embedded demo CLIP and BLIP on synthetic scenes, reproducibly."""
+"""`metavlm train-demo-models`: train the embedded demo models on synthetic scenes, reproducibly."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 from metavlm_ros.common.errors import ParameterError
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / 'models'
+#: The demo models the command trains, in the order it trains them (the detector starts from the CLIP).
+MODELS = ('clip', 'blip', 'detector')
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -19,24 +21,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     defaults = TrainingConfig()
     parser = subparsers.add_parser(
         'train-demo-models',
-        help='train the embedded demo CLIP and BLIP on synthetic underwater scenes',
+        help='train the embedded demo CLIP, BLIP and detector on synthetic underwater scenes',
         description=(
-            'Render synthetic underwater scenes with ground-truth captions, train a small CLIP '
-            '(contrastive) and a small BLIP (Table 1 answers), save both as transformers models '
-            '(demo-clip/, demo-blip/) and print loss curves and held-out metrics.'
+            'Render synthetic underwater scenes with ground-truth captions and boxes, train a small CLIP '
+            '(contrastive), a small BLIP (Table 1 answers) and, with --models detector, a small OWL-ViT '
+            'detector started from the demo CLIP; save them as transformers models (demo-clip/, '
+            'demo-blip/, demo-detector/) and print loss curves and held-out metrics.'
         ),
     )
     parser.add_argument(
         '--out',
         type=Path,
         default=DEFAULT_OUT,
-        help='directory for demo-clip/ and demo-blip/ (default: the package)',
+        help='directory for demo-clip/, demo-blip/ and demo-detector/ (default: the package)',
     )
     parser.add_argument(
         '--seed', type=int, default=defaults.seed, help='seed of data, weights and batch order'
     )
     parser.add_argument(
-        '--models', default='clip,blip', help='comma-separated subset of clip,blip (default: both)'
+        '--models',
+        default='clip,blip',
+        help=f'comma-separated subset of {",".join(MODELS)}, trained in that order (default: clip,blip)',
     )
     parser.add_argument('--train-frames', type=int, default=defaults.train_frames, help='training frames')
     parser.add_argument(
@@ -166,9 +171,52 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=defaults.robustness_evaluations,
         help='Rand evaluations per frame for the robustness figures (0: skip them)',
     )
+    _add_detector_options(parser, defaults)
     parser.add_argument('--cache', type=Path, default=None, help='keep rendered scenes here between runs')
     parser.add_argument('--overwrite', action='store_true', help='replace existing demo model directories')
     parser.set_defaults(handler=run)
+
+
+def _add_detector_options(parser: argparse.ArgumentParser, defaults: object) -> None:
+    """The demo detector's options (each sets the TrainingConfig field of its name)."""
+    group = parser.add_argument_group('demo detector (--models detector)')
+    group.add_argument(
+        '--detector-from',
+        type=Path,
+        default=None,
+        metavar='CLIP_DIR',
+        help='the demo CLIP whose towers the detector starts from (default: the CLIP trained in the same '
+        'run, else the shipped one)',
+    )
+    for name, kind, text in (
+        ('detector_train_frames', int, 'training frames'),
+        ('detector_frames_per_scene', int, 'training frames taken from each scene'),
+        ('detector_image_size', int, 'input side (the CLIP position embeddings are resized to its grid)'),
+        ('detector_steps', int, 'optimiser steps'),
+        ('detector_batch_size', int, 'frames per step'),
+        ('detector_lr', float, 'peak learning rate of the detection heads'),
+        ('detector_vision_lr_scale', float, 'learning-rate factor of the vision tower started from the CLIP'),
+        (
+            'detector_augment',
+            float,
+            'fraction of training frames transformed by small compositions of the relations',
+        ),
+        (
+            'detector_augment_magnitude',
+            float,
+            'largest deviation of an augmenting relation, as a fraction of its maximum',
+        ),
+        (
+            'detector_min_pixels',
+            int,
+            'objects under this many input pixels are taught neither as objects nor as background',
+        ),
+        ('detector_calibration_frames', int, 'training frames the score calibration is chosen on'),
+    ):
+        default = getattr(defaults, name)
+        group.add_argument(
+            f'--{name.replace("_", "-")}', type=kind, default=default, help=f'{text} (default {default})'
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,9 +225,10 @@ def run(args: argparse.Namespace) -> int:
     from metavlm_ros.demo.training import train_demo_models, write_model_card
 
     models = [m.strip() for m in args.models.split(',') if m.strip()]
-    unknown = sorted(set(models) - {'clip', 'blip'})
+    unknown = sorted(set(models) - set(MODELS))
     if not models or unknown:
-        raise ParameterError(f'--models takes clip and/or blip, got {args.models!r}')
+        raise ParameterError(f'--models takes some of {", ".join(MODELS)}, got {args.models!r}')
+    models = [m for m in MODELS if m in models]  # the detector starts from a CLIP trained first
     config = TrainingConfig(
         seed=args.seed,
         train_frames=args.train_frames,
@@ -207,6 +256,18 @@ def run(args: argparse.Namespace) -> int:
         blip_teacher_votes=args.blip_teacher_votes,
         robustness_frames=args.robustness_frames,
         robustness_evaluations=args.robustness_evaluations,
+        detector_from=str(args.detector_from) if args.detector_from is not None else None,
+        detector_train_frames=args.detector_train_frames,
+        detector_frames_per_scene=args.detector_frames_per_scene,
+        detector_image_size=args.detector_image_size,
+        detector_calibration_frames=args.detector_calibration_frames,
+        detector_steps=args.detector_steps,
+        detector_batch_size=args.detector_batch_size,
+        detector_lr=args.detector_lr,
+        detector_vision_lr_scale=args.detector_vision_lr_scale,
+        detector_augment=args.detector_augment,
+        detector_augment_magnitude=args.detector_augment_magnitude,
+        detector_min_pixels=args.detector_min_pixels,
     ).validate()
     out = Path(args.out)
     for name in models:

@@ -1,1 +1,1 @@
-"""The demo with no ROS import: training of the embedded demo CLIP and BLIP, and the demo's report."""
+"""The demo with no ROS import: training of the embedded demo CLIP, BLIP and detector; the demo's report."""

@@ -118,6 +118,25 @@ class TrainingConfig:
             divergence of the two copies' next-token distributions over the answer (teacher-forced
             on the same target), at this weight, teaches the answer's probabilities, not only its
             most likely tokens, not to move (0: off).
+        detector_train_frames / detector_frames_per_scene: the demo detector's training frames and
+            how many each scene gives (3 s apart: the objects have moved; a scene's floor is most of
+            its rendering time, so more frames per scene are cheap).
+        detector_image_size: the detector's input side (frames squashed to a square as OWL-ViT's
+            processor does); its patch grid is this over the CLIP's patch size, the CLIP's position
+            embeddings resized to it.
+        detector_steps / detector_batch_size / detector_lr: its optimiser steps, frames per step
+            and AdamW peak learning rate (of the new detection heads).
+        detector_vision_lr_scale: learning-rate factor of the towers started from the CLIP.
+        detector_augment / detector_augment_magnitude: fraction of its training frames transformed
+            by a random composition of the relations, each parameter up to this fraction of its
+            maximum deviation; the boxes move through the same warp (method/boxes.py).
+        detector_min_pixels: objects whose visible pixels cover fewer than this many pixels of the
+            model input are neither taught as objects nor as background (a 3x3 speck cannot be
+            boxed at IoU 0.5); the held-out figures still count every ground-truth object.
+        detector_calibration_frames: the first this many training frames choose the logit shift at
+            which the detector's F1 at IoU 0.5 is highest at its family's score threshold.
+        detector_from: the demo CLIP whose towers the detector starts from (OWL-ViT is a CLIP with
+            detection heads); None: the CLIP trained in the same run, else the shipped one.
     """
 
     seed: int = 0
@@ -157,6 +176,18 @@ class TrainingConfig:
     blip_teacher_votes: int = 0
     blip_consistency_weight: float = 0.0
     blip_consistency_pairs: float = 0.25
+    detector_train_frames: int = 4000
+    detector_frames_per_scene: int = 4
+    detector_image_size: int = 128
+    detector_steps: int = 4000
+    detector_batch_size: int = 32
+    detector_lr: float = 2e-3
+    detector_vision_lr_scale: float = 1.0
+    detector_augment: float = 0.5
+    detector_augment_magnitude: float = 0.3
+    detector_min_pixels: int = 16
+    detector_calibration_frames: int = 300
+    detector_from: str | None = None
     threads: int = 2
     workers: int = 2
     log_every: int = 50
@@ -170,15 +201,22 @@ class TrainingConfig:
             'clip_steps',
             'blip_steps',
             'batch_size',
+            'detector_train_frames',
+            'detector_frames_per_scene',
+            'detector_image_size',
+            'detector_steps',
+            'detector_batch_size',
+            'detector_calibration_frames',
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ParameterError(f'{name} must be a positive integer, got {value!r}')
-        if self.image_size % self.patch_size:
-            raise ParameterError(
-                f'image_size {self.image_size} is not a multiple of patch_size {self.patch_size}'
-            )
-        for name in ('clip_lr', 'blip_lr', 'blip_vision_lr_scale'):
+        for name in ('image_size', 'detector_image_size'):
+            if getattr(self, name) % self.patch_size:
+                raise ParameterError(
+                    f'{name} {getattr(self, name)} is not a multiple of patch_size {self.patch_size}'
+                )
+        for name in ('clip_lr', 'blip_lr', 'blip_vision_lr_scale', 'detector_lr', 'detector_vision_lr_scale'):
             if not getattr(self, name) > 0:
                 raise ParameterError(f'{name} must be positive, got {getattr(self, name)!r}')
         for name in ('clip_contrastive_weight', 'density_weight', 'coverage_weight'):
@@ -196,10 +234,18 @@ class TrainingConfig:
             (Path(self.init_from) / f'demo-{n}' / 'config.json').is_file() for n in ('clip', 'blip')
         ):
             raise ParameterError(f'init_from {self.init_from} does not hold demo-clip/ and demo-blip/')
-        if not 0 <= self.augment <= 1:
-            raise ParameterError(f'augment must lie in [0, 1], got {self.augment!r}')
-        if not 0 < self.augment_magnitude <= 1:
-            raise ParameterError(f'augment_magnitude must lie in (0, 1], got {self.augment_magnitude!r}')
+        for prefix in ('', 'detector_'):
+            share, magnitude = getattr(self, f'{prefix}augment'), getattr(self, f'{prefix}augment_magnitude')
+            if not 0 <= share <= 1:
+                raise ParameterError(f'{prefix}augment must lie in [0, 1], got {share!r}')
+            if not 0 < magnitude <= 1:
+                raise ParameterError(f'{prefix}augment_magnitude must lie in (0, 1], got {magnitude!r}')
+        if not isinstance(self.detector_min_pixels, int) or self.detector_min_pixels < 0:
+            raise ParameterError(
+                f'detector_min_pixels must be zero or a positive integer, got {self.detector_min_pixels!r}'
+            )
+        if self.detector_from is not None and not (Path(self.detector_from) / 'config.json').is_file():
+            raise ParameterError(f'detector_from {self.detector_from} is not a saved model (no config.json)')
         for name in ('clip_presence_scale', 'clip_cosine_band'):
             if not getattr(self, name) > 0:
                 raise ParameterError(f'{name} must be positive, got {getattr(self, name)!r}')

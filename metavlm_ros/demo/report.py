@@ -23,6 +23,7 @@ from metavlm_ros.common.document import (
     write_document,
 )
 from metavlm_ros.common.errors import InputError
+from metavlm_ros.method.answers import iou_key
 
 __all__ = [
     'DemoSection',
@@ -40,8 +41,14 @@ DEFAULT_CONFIDENCE_KEY = '0.05'
 
 
 def criterion(record: Mapping[str, Any], threshold_key: str = DEFAULT_CONFIDENCE_KEY) -> str:
-    """The violation key a record is judged by: 'count' for count models, the threshold key otherwise."""
-    return 'count' if record.get('kind') == 'count' else threshold_key
+    """The violation key a record is judged by: 'count' for count models, the IoU key its search judged
+    boxes at for detections ('iou0.5'), the threshold key otherwise."""
+    kind = record.get('kind')
+    if kind == 'count':
+        return 'count'
+    if kind == 'detection':
+        return next((k for k in record.get('violation') or {} if k.startswith('iou')), iou_key(0.5))
+    return threshold_key
 
 
 def _judged(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -143,13 +150,29 @@ def _text_lines(image: np.ndarray, lines: Sequence[str], colour: tuple[int, int,
 
 
 def _values_line(source: Mapping[str, float], followup: Mapping[str, float], kind: str) -> str:
-    fmt = (lambda v: f'{v:g}') if kind == 'count' else (lambda v: f'{v:.3f}')
+    # Detections: how many objects of each class were found, as counts.
+    fmt = (lambda v: f'{v:g}') if kind in ('count', 'detection') else (lambda v: f'{v:.3f}')
     parts = []
     for cls, value in source.items():
         after = followup.get(cls, value)
         mark = '*' if after != value else ''
         parts.append(f'{cls} {fmt(value)}->{fmt(after)}{mark}')
     return '  '.join(parts)
+
+
+def _boxes_line(boxes: Mapping[str, Any]) -> str:
+    """A detection evaluation's match in words: what was lost, new, re-classed or displaced."""
+    expected = boxes.get('expected') or ()
+    parts = [f'{len(expected)} expected']
+    if boxes.get('lost'):
+        parts.append('lost ' + ', '.join(str(expected[int(i)]['class']) for i in boxes['lost']))
+    if boxes.get('new'):
+        parts.append(f'{len(boxes["new"])} new')
+    if boxes.get('reclassed'):
+        parts.append(f'{len(boxes["reclassed"])} re-classed')
+    for row in boxes.get('displaced') or ():
+        parts.append(f'{expected[int(row[0])]["class"]} displaced (IoU {float(row[2]):.2f})')
+    return 'boxes: ' + ', '.join(parts)
 
 
 def pair_panel(
@@ -195,6 +218,8 @@ def pair_panel(
     if kind == 'count' and record.get('followup_text') is not None:
         footer.append(f'src: {record.get("source_text", "")}')
         footer.append(f'fol: {record.get("followup_text", "")}')
+    if kind == 'detection':
+        footer.append(_boxes_line(record.get('boxes') or {}))
     # The footer goes under the pair: a text strip over an empty image, stacked below.
     strip = _text_lines(np.zeros((0, pair.shape[1], 3), np.uint8), footer, (200, 230, 255))
     return np.vstack([pair, strip])
@@ -321,8 +346,9 @@ def write_demo_report(
     blocks: list[Block] = [
         Paragraph(
             'Violations: a count model violates when some class count changes (Eq. 4); CLIP when some class '
-            f'confidence changes by at least {DEFAULT_CONFIDENCE_KEY} (Eq. 5). The identity is never a '
-            'violation.'
+            f'confidence changes by at least {DEFAULT_CONFIDENCE_KEY} (Eq. 5); a detector when an object of '
+            'the source is lost or re-classed, a new one appears, or a box lies below IoU 0.5 of where the '
+            "relation's warp moved it (docs/method.md §13). The identity is never a violation."
         )
     ]
     data: dict[str, Any] = {'sections': []}

@@ -19,6 +19,7 @@ __all__ = [
     'SceneSet',
     'datasets',
     'demo_truth',
+    'detector_datasets',
     'heldout_set',
     'render_scenes',
     'resize_square',
@@ -41,6 +42,9 @@ class SceneSet:
         mid: frames resized to a 16:9 size between the render and the model input, (N, h, w, 3)
             uint8, for augmenting with the metamorphic relations in the footage's aspect (training
             only; None when not rendered).
+        boxes: per frame, its ground-truth objects (after the labelling rule, if any) as a (k, 6)
+            float32 array: class index (of CLASSES), x0, y0, x1, y1 as fractions of the frame's width
+            and height, and the fraction of the frame the object's visible pixels cover.
     """
 
     frames: list[np.ndarray]
@@ -52,6 +56,7 @@ class SceneSet:
     generator_counts: np.ndarray | None = None
     environments: list[str] | None = None
     mid: np.ndarray | None = None
+    boxes: list[np.ndarray] | None = None
 
 
 def demo_truth(truth: Any, image_size: int, min_pixels: int) -> Any:
@@ -102,6 +107,16 @@ def _density(truth: Any, width: int, height: int, grid: int) -> np.ndarray:
     return cells
 
 
+def _box_rows(truth: Any, width: int, height: int) -> np.ndarray:
+    """A frame's ground truth as SceneSet.boxes rows: class, x0, y0, x1, y1 (frame fractions), area."""
+    rows = [
+        [CLASSES.index(b['class']), b['box'][0] / width, b['box'][1] / height, b['box'][2] / width]
+        + [b['box'][3] / height, b['area']]
+        for b in truth.boxes
+    ]
+    return np.asarray(rows, np.float32).reshape(-1, 6)
+
+
 def resize_square(frame: np.ndarray, size: int) -> np.ndarray:
     """Resize as the CLIP and BLIP image processors do (PIL bicubic to a square, no crop)."""
     from PIL import Image
@@ -119,7 +134,7 @@ def _render_scene(job: tuple) -> tuple[list, ...]:
     seed, width, height, environment, count, image_size, keep, grid, min_pixels, mid_size = job
     generator = SceneGenerator(width, height, 10, seed, environment=environment)
     frames, small, counts, captions, density, coverage, generator_counts = [], [], [], [], [], [], []
-    mid = []
+    mid, boxes = [], []
     for k in range(count):
         rgb, full_truth, labels = generator.render(k * 30)
         truth = demo_truth(full_truth, image_size, min_pixels)
@@ -134,8 +149,9 @@ def _render_scene(job: tuple) -> tuple[list, ...]:
         captions.append(caption(truth))
         density.append(_density(truth, width, height, grid))
         coverage.append(_coverage(labels, truth, grid))
+        boxes.append(_box_rows(truth, width, height))
     environments = [environment] * count
-    return frames, small, counts, captions, density, coverage, generator_counts, environments, mid
+    return frames, small, counts, captions, density, coverage, generator_counts, environments, mid, boxes
 
 
 def render_scenes(
@@ -197,7 +213,10 @@ def render_scenes(
     generator_counts = np.asarray([c for part in parts for c in part[6]], np.int64)
     environments = [e for part in parts for e in part[7]]
     mid = np.stack([m for part in parts for m in part[8]]) if mid_size is not None else None
-    return SceneSet(frames, small, counts, captions, density, coverage, generator_counts, environments, mid)
+    boxes = [b for part in parts for b in part[9]]
+    return SceneSet(
+        frames, small, counts, captions, density, coverage, generator_counts, environments, mid, boxes
+    )
 
 
 def heldout_set(
@@ -242,8 +261,18 @@ def _cached_scenes(cache: Path | None, key: dict, render: Callable[[], SceneSet]
         }
         captions = [str(c) for c in data['captions']]
         environments = [str(e) for e in data['environments']] if 'environments' in data else None
+        boxes = None
+        if 'box_rows' in data:
+            # Stored as one (M, 6) array and each frame's number of rows (an npz holds no ragged list).
+            boxes = np.split(data['box_rows'], np.cumsum(data['box_counts'])[:-1])
         return SceneSet(
-            frames, data['small'], data['counts'], captions, **optional, environments=environments
+            frames,
+            data['small'],
+            data['counts'],
+            captions,
+            **optional,
+            environments=environments,
+            boxes=boxes,
         )
     scenes = render()
     cache.mkdir(parents=True, exist_ok=True)
@@ -253,6 +282,9 @@ def _cached_scenes(cache: Path | None, key: dict, render: Callable[[], SceneSet]
     for name in ('density', 'coverage', 'generator_counts', 'mid'):
         if getattr(scenes, name) is not None:
             arrays[name] = getattr(scenes, name)
+    if scenes.boxes is not None:
+        arrays['box_rows'] = np.concatenate([np.zeros((0, 6), np.float32), *scenes.boxes])
+        arrays['box_counts'] = np.asarray([len(b) for b in scenes.boxes], np.int64)
     if scenes.frames:
         arrays['frames'] = np.stack(scenes.frames)
     np.savez(path.with_suffix('.tmp.npz'), **arrays)
@@ -308,6 +340,58 @@ def datasets(
             image_size=config.image_size,
             workers=config.workers,
             min_input_pixels=config.min_input_pixels,
+        ),
+    )
+    return train, heldout
+
+
+def detector_datasets(
+    config: TrainingConfig, *, cache: Path | None = None, log: Callable[[str], None] = print
+) -> tuple[SceneSet, SceneSet]:
+    """Render (or load from `cache`) the demo detector's training set and the held-out set, with boxes.
+
+    The training scenes are the first of the CLIP's (seeds from `config.seed * 100000`), each giving
+    `detector_frames_per_scene` frames; the held-out set is the fixed one (`heldout_set`) under the
+    scene generator's own ground truth.
+    """
+    augment = config.detector_augment > 0
+    train_key = {
+        'set': 'detector-train',
+        'n': config.detector_train_frames,
+        'seed': config.seed,
+        'per_scene': config.detector_frames_per_scene,
+        'sizes': config.scene_sizes,
+        'image_size': config.detector_image_size,
+        'mid': list(config.augment_size) if augment else None,
+        'boxes': 1,
+    }
+    log(f'rendering {config.detector_train_frames} detector training frames ...')
+    train = _cached_scenes(
+        cache,
+        train_key,
+        lambda: render_scenes(
+            config.detector_train_frames,
+            config.seed * 100_000,
+            frames_per_scene=config.detector_frames_per_scene,
+            sizes=config.scene_sizes,
+            image_size=config.detector_image_size,
+            workers=config.workers,
+            grid=config.detector_image_size // config.patch_size,
+            mid_size=config.augment_size if augment else None,
+        ),
+    )
+    log(f'rendering {config.heldout_frames} held-out frames ...')
+    held_key = {
+        'set': 'heldout',
+        'n': config.heldout_frames,
+        'image_size': config.detector_image_size,
+        'boxes': 1,
+    }
+    heldout = _cached_scenes(
+        cache,
+        held_key,
+        lambda: heldout_set(
+            config.heldout_frames, image_size=config.detector_image_size, workers=config.workers
         ),
     )
     return train, heldout

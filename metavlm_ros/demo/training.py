@@ -1,4 +1,4 @@
-"""The whole recipe: train, evaluate and describe the embedded demo CLIP and BLIP."""
+"""The whole recipe: train, evaluate and describe the embedded demo CLIP, BLIP and detector."""
 
 from __future__ import annotations
 
@@ -11,20 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from metavlm_ros.demo.config import BLIP_EXACT_TARGET, BLIP_PRESENCE_TARGET, CLIP_AUC_TARGET, TrainingConfig
+from metavlm_ros.demo.detector_card import detection_lines, write_detector_card
 from metavlm_ros.demo.evaluation import (
     answer_examples,
     auc_by_environment,
     blip_answers,
     clip_scores,
     count_metrics,
+    detection_accuracy,
     presence_auc,
     robustness,
     robustness_frames,
     robustness_lines,
 )
-from metavlm_ros.demo.scenes import datasets
+from metavlm_ros.demo.scenes import datasets, detector_datasets
 from metavlm_ros.demo.train_blip import train_blip
 from metavlm_ros.demo.train_clip import train_clip
+from metavlm_ros.demo.train_detector import train_detector
 from metavlm_ros.method.prediction import CLASSES
 
 __all__ = [
@@ -50,17 +53,18 @@ def train_demo_models(
     models: Sequence[str] = ('clip', 'blip'),
     vision_from: Path | None = None,
 ) -> dict[str, Any]:
-    """Render the data, train the demo CLIP and BLIP, evaluate both on the held-out set.
+    """Render the data, train the demo models, evaluate each on the held-out set.
 
     Args:
-        out: the models go to out/demo-clip and out/demo-blip (created or replaced).
+        out: the models go to out/demo-clip, out/demo-blip and out/demo-detector (created or replaced).
         config: the recipe.
         cache: a directory to keep rendered scenes in between runs (same config, same arrays).
         log: where progress lines go.
-        models: which of 'clip' and 'blip' to train, in this order.
+        models: which of 'clip', 'blip' and 'detector' to train, in this order.
         vision_from: a trained demo CLIP to start the BLIP vision tower from. None: the CLIP trained
             in this run when there is one (the default recipe trains both, CLIP first), else random
-            initialisation.
+            initialisation. The detector's CLIP is `config.detector_from` (None: the CLIP trained in
+            this run, else the shipped one).
 
     Returns:
         A summary: config, seconds, loss curves and held-out metrics per model.
@@ -73,16 +77,20 @@ def train_demo_models(
     torch.set_num_threads(config.threads)
     started = time.monotonic()
     summary: dict[str, Any] = {'config': asdict(config)}
-    train, heldout = datasets(config, cache=cache, log=log)
-    presence = (train.counts > 0).mean(axis=0)
-    log(
-        'class presence in training frames: '
-        + ', '.join(f'{c} {p:.2f}' for c, p in zip(CLASSES, presence, strict=True))
-    )
-    log(f'data ready in {time.monotonic() - started:.0f} s')
+    if set(models) - {'detector'}:
+        train, heldout = datasets(config, cache=cache, log=log)
+        presence = (train.counts > 0).mean(axis=0)
+        log(
+            'class presence in training frames: '
+            + ', '.join(f'{c} {p:.2f}' for c, p in zip(CLASSES, presence, strict=True))
+        )
+        log(f'data ready in {time.monotonic() - started:.0f} s')
     for name in models:
         directory = Path(out) / f'demo-{name}'
         t0 = time.monotonic()
+        if name == 'detector':
+            summary[name] = _detector(directory, config, cache, log, clip_trained='clip' in summary)
+            continue
         if name == 'clip':
             curve = train_clip(train, config, directory, log)
         else:
@@ -141,8 +149,60 @@ def train_demo_models(
     return summary
 
 
+def _detector(
+    directory: Path,
+    config: TrainingConfig,
+    cache: Path | None,
+    log: Callable[[str], None],
+    *,
+    clip_trained: bool,
+) -> dict[str, Any]:
+    """Train the demo detector into `directory` from its CLIP, judge it on the held-out set's true boxes
+    and by Rand; write its training.json and return its summary."""
+    from metavlm_ros.models.model_files import resolve_model, weights_hash
+    from metavlm_ros.models.vlm import create_backend
+
+    t0 = time.monotonic()
+    train, heldout = detector_datasets(config, cache=cache, log=log)
+    log(f'detector data ready in {time.monotonic() - t0:.0f} s')
+    if config.detector_from:
+        clip = Path(config.detector_from)
+    else:
+        clip = directory.parent / 'demo-clip' if clip_trained else Path(resolve_model('clip', 'demo'))
+    t0 = time.monotonic()
+    trained = train_detector(train, config, directory, log, clip_dir=clip)
+    curve = trained['loss_curve']
+    seconds = time.monotonic() - t0
+    backend = create_backend('detector', str(directory), device='cpu')
+    metrics: dict[str, Any] = {'accuracy': detection_accuracy(backend, heldout)}
+    for line in detection_lines('detector held-out', metrics['accuracy']):
+        log(line)
+    if config.robustness_evaluations:
+        frames = robustness_frames(heldout, config.robustness_frames)
+        t1 = time.monotonic()
+        metrics['robustness'] = robustness(backend, frames, evaluations=config.robustness_evaluations)
+        for line in robustness_lines(
+            'detector', metrics['robustness'], len(frames), config.robustness_evaluations
+        ):
+            log(line)
+        log(f'detector robustness measured in {time.monotonic() - t1:.0f} s')
+    log(f'detector loss curve (every {config.log_every} steps): {_curve_text(curve)}')
+    result = {
+        'seconds': round(seconds, 1),
+        'loss_curve': curve,
+        'heldout': metrics,
+        'clip_from': str(clip),
+        'clip_weights': weights_hash(clip, length=64),
+        'calibration': trained['calibration'],
+    }
+    (directory / 'training.json').write_text(json.dumps(result | {'config': asdict(config)}, indent=1))
+    return result
+
+
 def write_model_card(directory: Path, name: str, summary: dict[str, Any]) -> Path:
     """Write the model card (README.md) of a trained demo model: what it is, its data, its held-out scores."""
+    if name == 'detector':
+        return write_detector_card(directory, summary)
     config = summary['config']
     result = summary[name]
     steps = config['clip_steps'] if name == 'clip' else config['blip_steps']

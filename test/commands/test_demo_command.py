@@ -94,7 +94,10 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
     assert (out / 'footage' / 'demo' / 'metadata.yaml').is_file()
     assert str(out / 'report.md') in printed
     report = json.loads((out / 'report.json').read_text())
-    assert [s['results_dir'] for s in report['sections']] == [str(out / 'clip'), str(out / 'blip')]
+    assert [s['results_dir'] for s in report['sections']] == [
+        str(out / m) for m in ('clip', 'blip', 'detector')
+    ]
+    assert [s['kind'] for s in report['sections']] == ['confidence', 'count', 'detection']
     for section in report['sections']:
         records = read_jsonl(out / section['results_dir'] / 'evaluations.jsonl')
         assert records, 'the tester searched nothing'
@@ -103,7 +106,18 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         hits = sum(r['violation'][criterion(r)] for r in judged)
         assert sum(cell[0] for cell in section['by_order'].values()) == hits
     text = (out / 'report.md').read_text()
-    assert '## demo CLIP through ROS' in text and '## demo BLIP through ROS' in text
+    for title in ('demo CLIP', 'demo BLIP', 'demo detector'):
+        assert f'## {title} through ROS' in text
+    # The detector's evaluations judge boxes: each carries the match of the follow-up's objects to the
+    # source's moved by the warp, and its violation is the match's (a lost, new, re-classed or displaced box).
+    boxes = [
+        r for r in read_jsonl(out / 'detector' / 'evaluations.jsonl') if r['order'] > 0 and not r['failed']
+    ]
+    assert boxes and all(set(r['violation']) == {'iou0.5'} for r in boxes)
+    for r in boxes:
+        match = r['boxes']
+        broken = bool(match['lost'] or match['new'] or match['displaced'])  # a re-classed one is lost and new
+        assert r['violation']['iou0.5'] == broken
     # The trade-off: the frames the tester searched, searched again by Rand with the same budget; the
     # report's hypervolumes are those the searches stored.
     assert '## Trade-off: NSGA-II against Rand' in text and '![f_trans against f_pred](trade_off.png)' in text
@@ -134,7 +148,7 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
     for rank, mode in enumerate(expected.modes[:TOP_MODES], start=1):
         assert f'| {rank} | {mode.rule} | {mode.violations_inside} | {mode.evaluations_inside} |' in text
     assert (NO_MODES in text) == (not expected.modes)
-    for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP')):
+    for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP'), ('detector', 'demo detector')):
         nsga2 = read_jsonl(out / backend / 'summary.jsonl')
         rand = read_jsonl(out / f'{backend}_rand' / 'summary.jsonl')
         assert {r['image'] for r in rand} == {r['image'] for r in nsga2}
@@ -313,7 +327,7 @@ def test_demo_also_searches_the_tester_frames_with_mobo_and_reports_it_beside_ra
     text = (out / 'report.md').read_text()
     assert '| model | frame | NSGA-II | Rand | mobo |' in text
     assert '## Trade-off: NSGA-II against Rand and mobo' in text and '(and mobo, asked with --also)' in text
-    for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP')):
+    for backend, title in (('clip', 'demo CLIP'), ('blip', 'demo BLIP'), ('detector', 'demo detector')):
         tester = read_jsonl(out / backend / 'summary.jsonl')
         mobo = read_jsonl(out / f'{backend}_mobo' / 'summary.jsonl')
         # The frames the tester searched, searched again by mobo with the same budget.
