@@ -1,4 +1,5 @@
-"""Any image-text-to-text checkpoint with a chat template: batched greedy answers and yes/no probabilities."""
+"""Any image-text-to-text checkpoint with a chat template (or PaliGemma's prefix, Florence-2's task prompt):
+batched greedy answers and yes/no probabilities."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from metavlm_ros.common.errors import ModelError
 from metavlm_ros.common.images import check_frame
 from metavlm_ros.models.image_processors import input_side, load_image_processor
+from metavlm_ros.models.prompt_formats import prompt_format_of
 
 __all__ = ['ANSWER_WORDS', 'PIXEL_SETTINGS', 'PREFIX_FAMILIES', 'ChatModel']
 
@@ -91,11 +93,15 @@ class ChatModel:
     <bos> and '\\n'); one without (as Google's releases) is given '<image>' + question, the
     processor's documented layout, and identity() says 'paligemma-prefix' as its prompt format.
 
+    Florence-2 is asked a task prompt, its answers keep their `<loc_N>` tokens (prompt_formats.py).
+
     Attributes:
         architecture: the model class that runs ('Idefics3ForConditionalGeneration', ...).
         model_type: config.model_type ('qwen2_vl', 'idefics3', ...).
         input_side: the longer side, in pixels, the processor brings an image to
             (image_processors.py `input_side`).
+        prompt_format: how a question becomes the prompt and an answer is decoded
+            (models/prompt_formats.py).
         last_logits_only: whether forward() takes logits_to_keep (computes only the logits asked for).
         processor: the Hugging Face processor.
         model: the Hugging Face model, in eval mode on the given device and dtype.
@@ -115,7 +121,7 @@ class ChatModel:
 
         Raises:
             ModelError: the checkpoint cannot be loaded, is not image-text-to-text, or its processor has
-                no chat template (PaliGemma excepted, see the class docstring).
+                no chat template (PaliGemma and Florence-2 excepted, see the class docstring).
         """
         os.environ.setdefault('HF_HUB_OFFLINE', '1')  # nothing here may reach the network
         import transformers
@@ -161,12 +167,13 @@ class ChatModel:
         if self.tokenizer is None:
             raise ModelError(f'{self.model_dir}: the processor has no tokenizer')
         template = getattr(self.processor, 'chat_template', None) or None
-        self._prefix_only = template is None and type(self.processor).__name__ == 'PaliGemmaProcessor'
-        if template is None and not self._prefix_only:
+        found = prompt_format_of(self.model_type, self.processor)
+        if found is None:
             raise ModelError(
                 f'{self.model_dir}: the processor has no chat template, so a question cannot be put as a '
                 'chat message; add chat_template.jinja to the model directory'
             )
+        self.prompt_format = found
         self.chat_template = template if isinstance(template, str) else repr(template)
         self._encoder_decoder = bool(getattr(self.model.config, 'is_encoder_decoder', False))
         # Left padding puts every row's last prompt token at the last position: the first answer token
@@ -188,9 +195,9 @@ class ChatModel:
     # -- prompts and inputs ----------------------------------------------------------------------
     def _prompt(self, question: str) -> str:
         """The question as the model's prompt text: one user turn holding the image, then the
-        generation prompt."""
-        if self._prefix_only:
-            return '<image>' + question
+        generation prompt (or the format's prefix and the question, where it has no chat turns)."""
+        if not self.prompt_format.chat:
+            return self.prompt_format.prefix + question
         messages = [{'role': 'user', 'content': [{'type': 'image'}, {'type': 'text', 'text': question}]}]
         try:
             return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -207,7 +214,9 @@ class ChatModel:
         images = [[Image.fromarray(check_frame(f, what=f'frame {i}'))] for i, f in enumerate(frames)]
         bos = self.tokenizer.bos_token
         # A template that writes <bos> itself (Gemma 3) must not get a second one from the tokenizer.
-        special = not (bos and prompts and prompts[0].startswith(bos))
+        special = self.prompt_format.tokenizer_specials and not (
+            bos and prompts[:1] and prompts[0].startswith(bos)
+        )
         with warnings.catch_warnings():
             # PaliGemmaProcessor builds training labels with np.array(tensor), which NumPy 2 warns about.
             warnings.filterwarnings('ignore', message='__array__ implementation', category=DeprecationWarning)
@@ -245,7 +254,7 @@ class ChatModel:
             max_new_tokens: the most tokens an answer may have.
 
         Returns:
-            One answer per frame: the generated tokens only, special tokens skipped, stripped.
+            One answer per frame: the generated tokens only, as the prompt format decodes them.
         """
         import torch
 
@@ -262,7 +271,7 @@ class ChatModel:
             )
         # Decoder-only models return the prompt followed by the answer; encoder-decoders the answer.
         answers = output if self._encoder_decoder else output[:, inputs['input_ids'].shape[1] :]
-        return [text.strip() for text in self.tokenizer.batch_decode(answers, skip_special_tokens=True)]
+        return self.prompt_format.decode(self.tokenizer, answers.tolist())
 
     def yes_probability(self, frames: Sequence[np.ndarray], questions: Sequence[str]) -> np.ndarray:
         """P(yes) / (P(yes) + P(no)) of the first answer token, for every frame and question.
@@ -438,8 +447,8 @@ class ChatModel:
         Returns:
             A JSON-serialisable dict: architecture, model_type, processor (class name),
             image_processor (class name), image_settings (the pixel-changing settings), token_settings
-            (how many tokens an image becomes), prompt_format ('chat_template' or
-            'paligemma-prefix'), chat_template_sha256, input_side.
+            (how many tokens an image becomes), prompt_format ('chat_template', 'paligemma-prefix' or
+            'florence2-task'), chat_template_sha256 ('' without chat turns), input_side.
         """
         image_processor = getattr(self.processor, 'image_processor', None)
         settings = image_processor.to_dict() if image_processor is not None else {}
@@ -454,9 +463,9 @@ class ChatModel:
                 for k in _TOKEN_SETTINGS
                 if getattr(self.processor, k, None) is not None
             },
-            'prompt_format': 'paligemma-prefix' if self._prefix_only else 'chat_template',
+            'prompt_format': self.prompt_format.name,
             'chat_template_sha256': hashlib.sha256(self.chat_template.encode()).hexdigest()
-            if not self._prefix_only
+            if self.prompt_format.chat
             else '',
             'input_side': self.input_side,
         }

@@ -3,8 +3,9 @@
 A grounding answer lists objects, each a label and a box, written as the model's family writes them
 (BOX_FORMATS): Qwen2.5-VL's JSON `bbox_2d` in the pixels of its resized input, Qwen3-VL's JSON on a
 0-1000 grid, PaliGemma's `<locYYYY><locXXXX><locYYYY><locXXXX> label` bins of 1024, Florence-2's
-`label<loc_X><loc_Y><loc_X><loc_Y>` bins of 1000. Each box is brought to the pixels of the frame the
-model was given and clipped to it; each label to a class of the vocabulary (counts.label_matcher).
+`label<loc_X><loc_Y><loc_X><loc_Y>` bins of 1000 (its open-vocabulary detection asked once per class).
+Each box is brought to the pixels of the frame the model was given and clipped to it; each label to a
+class of the vocabulary (counts.label_matcher).
 An answer that does not follow its format is a parse failure (a failed evaluation), never "no
 objects"; a label that names no class is left out (the answer keeps it, as a detector keeps only its
 queried classes). A chat VLM states no score: every object it names scores 1.
@@ -34,6 +35,7 @@ __all__ = [
     'detection_prediction',
     'family_of_model_id',
     'grounding_question',
+    'grounding_questions',
     'parse_grounding',
 ]
 
@@ -166,7 +168,8 @@ class BoxFormat:
     Attributes:
         name: the `box_format` option's value.
         units: what the numbers mean, for docs and messages.
-        question: the default question; {classes} becomes the classes joined by `joiner`.
+        question: the default question; {classes} becomes the classes joined by `joiner`; one with
+            {class} is asked once per class (grounding_questions).
         joiner: how the classes are listed in the question.
         read: an answer -> (label, box in units) per object; raises ValueError with the reason.
         scale: (frame width, height, Qwen resize) -> (sx, sy).
@@ -219,11 +222,12 @@ BOX_FORMATS: dict[str, BoxFormat] = {
             _read_paligemma,
             lambda width, height, resize: (width / 1024, height / 1024),
         ),
-        # Florence-2's object detection task token (its own categories, read through the vocabularies).
+        # Florence-2's open-vocabulary detection task, one class a prompt: it answers with the phrase
+        # it was given as every box's label ('<OD>' names its own categories instead: docs/models.md).
         BoxFormat(
             'florence2',
             'label<loc_X><loc_Y><loc_X><loc_Y>, bins of 1000',
-            '<OD>',
+            '<OPEN_VOCABULARY_DETECTION>{class}',
             ', ',
             _read_florence,
             lambda width, height, resize: (width / 1000, height / 1000),
@@ -272,13 +276,22 @@ def box_format_for(box_format: str | None, family: str) -> str:
 
 
 def grounding_question(prompt: str | None, box_format: str, classes: Sequence[str]) -> str:
-    """The grounding question a chat model is asked: the user's, or the format's default."""
+    """The grounding question a chat model is asked: the user's, or the format's default (with {class}
+    where it is asked once per class)."""
     if prompt is not None:
         if not prompt.strip():
             raise ParameterError('prompt must not be empty')
         return prompt
     form = BOX_FORMATS[box_format]
-    return form.question.format(classes=form.joiner.join(classes))
+    return form.question.replace('{classes}', form.joiner.join(classes))
+
+
+def grounding_questions(question: str, classes: Sequence[str]) -> list[str]:
+    """What each frame is asked: a question holding {class} once per class (the class's name in its
+    place, in class order), any other question once."""
+    if '{class}' not in question:
+        return [question]
+    return [question.replace('{class}', cls) for cls in classes]
 
 
 def parse_grounding(
@@ -326,19 +339,24 @@ def parse_grounding(
 
 
 def detection_prediction(
-    text: str,
+    text: str | Sequence[str],
     box_format: str,
     size: tuple[int, int],
     classes: Sequence[str],
     match: Callable[[str], str | None],
     resize: QwenResize = RELEASED_QWEN_RESIZE,
 ) -> Prediction:
-    """A detection Prediction from a grounding answer (parse_grounding); one that does not parse is a
-    parse failure (Prediction.error set, no values), never no objects."""
-    text = text.strip()
-    try:
-        detections = parse_grounding(text, box_format, size, match, resize)
-    except ValueError as exc:
-        return Prediction('detection', {}, text, error=f'unparseable answer: {exc}')
+    """A detection Prediction from a grounding answer, or from the answers to a frame's questions (one
+    per class: grounding_questions), each read on its own (parse_grounding) and recorded one a line.
+    One that does not parse makes a parse failure (Prediction.error set, no values), never no objects."""
+    answers = [text.strip()] if isinstance(text, str) else [answer.strip() for answer in text]
+    recorded = '\n'.join(answers)
+    detections: list[Detection] = []
+    for index, answer in enumerate(answers):
+        try:
+            detections.extend(parse_grounding(answer, box_format, size, match, resize))
+        except ValueError as exc:
+            which = f'answer {index}: ' if len(answers) > 1 else ''
+            return Prediction('detection', {}, recorded, error=f'unparseable answer: {which}{exc}')
     values: Mapping[str, float] = {c: float(sum(d.cls == c for d in detections)) for c in classes}
-    return Prediction('detection', dict(values), text, detections)
+    return Prediction('detection', dict(values), recorded, tuple(detections))

@@ -14,6 +14,7 @@ from metavlm_ros.models.options import Option
 __all__ = [
     'IMAGE_PROCESSORS',
     'IMAGE_PROCESSOR_OPTION',
+    'crops_frames',
     'image_processor_class',
     'input_side',
     'load_image_processor',
@@ -129,3 +130,16 @@ def input_side(processor: Any) -> int:
         if side:
             return int(side)
     return 0
+
+
+def crops_frames(processor: Any) -> bool:
+    """Whether the processor cuts part of a frame away: a centre crop other than to the very size it
+    resized to (LLaVA-1.5's CLIP processor: the shorter side to 336, then the middle 336 x 336), so
+    positions in its input are not fractions of the whole frame. Squashing processors (PaliGemma,
+    Florence-2: every frame to one square) and tiling ones keep the whole frame."""
+    ip = getattr(processor, 'image_processor', processor)
+    if not getattr(ip, 'do_center_crop', False):
+        return False
+    size, crop = dict(getattr(ip, 'size', None) or {}), dict(getattr(ip, 'crop_size', None) or {})
+    squashed = bool(getattr(ip, 'do_resize', True)) and 'height' in size and 'width' in size
+    return not (squashed and (size['height'], size['width']) == (crop.get('height'), crop.get('width')))

@@ -9,6 +9,7 @@ from typing import Any
 
 from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.models.tiny import quiet_seeded
+from metavlm_ros.models.tiny_florence import florence2
 from metavlm_ros.models.tiny_qwen import qwen2_5_vl, qwen2_vl, qwen3_vl
 from metavlm_ros.models.tiny_shapes import (
     CLIP_MEAN,
@@ -40,6 +41,7 @@ from metavlm_ros.models.tiny_vocabularies import (
 __all__ = [
     'FAMILIES',
     'REQUIRED_WORDS',
+    'TASK_PROMPT_FAMILIES',
     'VIDEO_FAMILIES',
     'build_base_vlm',
     'build_tiny_vlm',
@@ -47,7 +49,7 @@ __all__ = [
 ]
 
 
-# -- families (the Qwen ones: models/tiny_qwen.py) -----------------------------------------------
+# -- families (Qwen: models/tiny_qwen.py; Florence-2: models/tiny_florence.py) -------------------------
 def _idefics3_processor(side: int, patch: int, scale: int, tiles: int) -> tuple[Any, Any]:
     """SmolVLM's processor: frames resized so the longer side is at most `tiles` tiles of `side`,
     cut into tiles of the vision tower's side, plus one global view of the whole frame."""
@@ -281,6 +283,10 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any, Any]]] = {
     'gemma3': _gemma3,
 }
 
+#: The builder of each tiny family asked by task prompt instead of chat turns (kind detection only,
+#: models/prompt_formats.py): a model, its processor and its tokenizer.
+TASK_PROMPT_FAMILIES: dict[str, Callable[[], tuple[Any, Any, Any]]] = {'florence2': florence2}
+
 
 def save_tiny(model: Any, processor: Any, directory: Path | str) -> Path:
     """Save a tiny model and its processor where Hugging Face loads them from (safetensors weights)."""
@@ -298,12 +304,14 @@ def build_tiny_vlm(family: str, directory: Path | str, seed: int | None = 0) -> 
     32, a one- or two-layer vision tower on 32 x 32 tiles); the processor is the family's processor
     class with its image processor (PIL backend), a tokenizer built here from the project's prompts
     (yes/no, digits, JSON punctuation and class names are single tokens), the family's special tokens
-    and a chat template in the family's published layout. The directory loads with
-    `AutoProcessor` / `AutoModelForImageTextToText` offline, and `transformers serve` can serve it.
+    and a chat template in the family's published layout (Florence-2, asked by task prompt: none).
+    The directory loads with `AutoProcessor` / `AutoModelForImageTextToText` offline, and
+    `transformers serve` can serve a chat family's.
 
     Args:
         family: one of FAMILIES: 'qwen2_vl', 'qwen2_5_vl', 'qwen3_vl', 'idefics3' (SmolVLM),
-            'paligemma', 'llava', 'llava_onevision' or 'gemma3'.
+            'paligemma', 'llava', 'llava_onevision' or 'gemma3'; or of TASK_PROMPT_FAMILIES:
+            'florence2'.
         directory: where to save; created when missing.
         seed: seed of the weight initialisation; the same seed gives the same weights (None: the
             caller has seeded torch, as build_tiny_model does).
@@ -314,22 +322,25 @@ def build_tiny_vlm(family: str, directory: Path | str, seed: int | None = 0) -> 
     Raises:
         ParameterError: an unknown family.
     """
-    if family not in FAMILIES:
-        raise ParameterError(f'unknown tiny VLM family {family!r}; valid families: {", ".join(FAMILIES)}')
+    builders = {**FAMILIES, **TASK_PROMPT_FAMILIES}
+    if family not in builders:
+        raise ParameterError(f'unknown tiny VLM family {family!r}; valid families: {", ".join(builders)}')
     if family in VIDEO_FAMILIES and importlib.util.find_spec('torchvision') is None:
         raise ModelError(
             f'{family} needs torchvision: transformers builds its processor with a video processor, '
             'which requires torchvision even for images'
         )
     with quiet_seeded(seed):
-        model, processor, tokenizer = FAMILIES[family]()
+        model, processor, tokenizer = builders[family]()
         check_vocabulary(tokenizer)
         # A trained chat model ends its answer with its end-of-turn token and never writes chat markers
         # or padding inside it; a random one would, and `transformers serve` parses a Qwen answer at
-        # those markers. Its generation config keeps them out of answers (every generate() reads it).
-        model.generation_config.suppress_tokens = [
-            i for i in tokenizer.all_special_ids if i != tokenizer.eos_token_id
-        ]
+        # those markers. Its generation config keeps them out of answers (every generate() reads it),
+        # unless the family's builder chose (Florence-2 answers in special tokens).
+        if not model.generation_config.suppress_tokens:
+            model.generation_config.suppress_tokens = [
+                i for i in tokenizer.all_special_ids if i != tokenizer.eos_token_id
+            ]
         return save_tiny(model, processor, directory)
 
 

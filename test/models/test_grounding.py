@@ -16,6 +16,7 @@ from metavlm_ros.models.grounding import (
     detection_prediction,
     family_of_model_id,
     grounding_question,
+    grounding_questions,
     parse_grounding,
 )
 
@@ -99,6 +100,18 @@ def test_florence2_detection_task_is_x_first_bin_centres_of_1000():
     )
 
 
+def test_answers_to_per_class_questions_are_read_each_on_its_own():
+    answers = ['', 'fish<loc_0><loc_0><loc_499><loc_499>', 'trash<loc_500><loc_500><loc_999><loc_999>']
+    prediction = _read(answers, 'florence2', (100, 100))
+    assert [d.cls for d in prediction.detections] == ['animal', 'trash']
+    assert prediction.text == '\n'.join(answers)  # one answer a line, in question order
+    # One answer that does not parse fails the frame, even where the others joined would read as boxes.
+    answers[0] = 'a bottle'
+    failed = detection_prediction(answers, 'florence2', (100, 100), CLASSES, MATCH)
+    assert failed.error.startswith("unparseable answer: answer 0: 'a bottle' is not label<loc_X>")
+    assert failed.values == {} and failed.detections == () and failed.text == '\n'.join(answers)
+
+
 def test_boxes_past_the_border_are_clipped_to_the_frame():
     (found,) = _read(_qwen(('crab', [-50, 900, 400, 1200])), 'qwen3', (100, 100)).detections
     assert found.box == pytest.approx((0.0, 90.0, 40.0, 100.0))
@@ -160,7 +173,14 @@ def test_malformed_answers_are_parse_failures_never_no_objects(box_format, text,
 
 def test_default_questions_and_formats_per_family():
     assert grounding_question(None, 'paligemma', CLASSES) == 'detect animal ; vegetation ; object ; trash'
-    assert grounding_question(None, 'florence2', CLASSES) == '<OD>'
+    florence = grounding_question(None, 'florence2', CLASSES)
+    assert florence == '<OPEN_VOCABULARY_DETECTION>{class}'  # asked once per class
+    assert grounding_questions(florence, ['fish', 'can']) == [
+        '<OPEN_VOCABULARY_DETECTION>fish',
+        '<OPEN_VOCABULARY_DETECTION>can',
+    ]
+    assert grounding_questions('<OD>', CLASSES) == ['<OD>']  # a prompt without {class}: once
+    assert grounding_questions('Where is the {class}? {"a": 1}', ['fish']) == ['Where is the fish? {"a": 1}']
     assert grounding_question(None, 'qwen2.5', ['fish']).startswith(
         'Outline the position of each fish in this underwater image and output all the coordinates in '
         'JSON format'

@@ -6,7 +6,7 @@ import json
 import pytest
 from PIL import Image
 
-from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.method.boxes import Detection
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.search import SearchConfig, run_search
@@ -75,7 +75,7 @@ def test_random_answers_are_failed_evaluations_of_a_search(qwen):
     )
     assert run_search(FRAME, qwen, config).source_error == source.error
     # With a source given, every follow-up the random model answers is a failed evaluation.
-    given = qwen.asked.answer(_answer(('fish', [0, 0, 24, 20])), FRAME)
+    given = qwen.asked.answer([_answer(('fish', [0, 0, 24, 20]))], FRAME)
     result = run_search(FRAME, qwen, config, source=given)
     followups = [ev for ev in result.evaluations if ev.composition.order > 0]
     assert followups and all(ev.failed for ev in followups)
@@ -95,6 +95,13 @@ def test_the_default_question_and_answer_length_and_refused_options(qwen, tmp_pa
         create_backend('vlm', directory, device='cpu', kind='detection', answer_format='json')
     with pytest.raises(ParameterError, match='box_format: .* not one of'):
         create_backend('vlm', directory, device='cpu', kind='detection', box_format='yolo')
+
+
+def test_a_processor_that_crops_frames_cannot_ground(tmp_path):
+    # LLaVA-1.5's CLIP processor keeps the middle square of a wide frame: its boxes are not the frame's.
+    directory = build_tiny_model('vlm', tmp_path / 'llava', family='llava')
+    with pytest.raises(ModelError, match='crops frames'):
+        create_backend('vlm', str(directory), device='cpu', kind='detection', box_format='qwen3')
 
 
 # -- served ------------------------------------------------------------------------------------------

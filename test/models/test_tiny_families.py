@@ -57,8 +57,8 @@ def test_the_same_seed_gives_the_same_weights(tmp_path):
 
 
 def test_an_unknown_family_is_refused(tmp_path):
-    with pytest.raises(ParameterError, match="unknown tiny VLM family 'florence2'"):
-        build_tiny_vlm('florence2', tmp_path)
+    with pytest.raises(ParameterError, match="unknown tiny VLM family 'kosmos2'"):
+        build_tiny_vlm('kosmos2', tmp_path)
 
 
 def test_the_base_model_has_smolvlm_256m_shape(tmp_path):

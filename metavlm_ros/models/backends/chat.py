@@ -1,6 +1,6 @@
 """Any Hugging Face image-text-to-text chat VLM in process (Qwen2-VL, SmolVLM, PaliGemma, LLaVA, Gemma 3):
 a count question (Eq. 2), a yes/no question per class (Eq. 3) or a grounding question (boxes,
-models/grounding.py), through models/generative.py."""
+models/grounding.py; Florence-2's task prompts too), through models/generative.py."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from metavlm_ros.models.grounding import (
     box_format_for,
     detection_prediction,
     grounding_question,
+    grounding_questions,
 )
 from metavlm_ros.models.hf import hf_config, torch_device, torch_dtype
-from metavlm_ros.models.image_processors import IMAGE_PROCESSOR_OPTION, image_processor_class
+from metavlm_ros.models.image_processors import IMAGE_PROCESSOR_OPTION, crops_frames, image_processor_class
 from metavlm_ros.models.model_files import resolve_model, weights_hash
 from metavlm_ros.models.options import Backend
 from metavlm_ros.models.pixel_path import PixelPath
+from metavlm_ros.models.prompt_formats import family_prompt_format
 from metavlm_ros.models.questions import (
     QUESTION_OPTIONS,
     answer_tokens,
@@ -56,8 +58,10 @@ class GenerativeQuestions:
 
     Attributes:
         kind: 'count', 'confidence' or 'detection'.
-        question: the count or grounding question (kinds 'count', 'detection').
-        questions: one yes/no question per class, in class order (kind 'confidence').
+        question: the count question, the grounding question (with {class} where it is asked per
+            class) or the yes/no question's template.
+        questions: what each frame is asked, in order: the count question; the grounding question, or
+            one per class (models/grounding.py grounding_questions); one yes/no question per class.
         box_format: how a grounding answer writes boxes (kind 'detection'; None while the model's
             family is not known: `family` None).
         resize: how a Qwen2.5-VL resizes frames (box format 'qwen2.5'): the released processor's
@@ -91,6 +95,7 @@ class GenerativeQuestions:
             raise ParameterError(f'box_format is for kind detection; this model {does}')
         if kind == 'count':
             self.question = count_question(prompt, answer_format, self.classes)
+            self.questions = [self.question]
             # Validates the vocabularies against the classes before any model is reached.
             parse_counts('', self.classes, self.vocabularies)
         elif kind == 'detection':
@@ -101,6 +106,7 @@ class GenerativeQuestions:
             if box_format is not None or family is not None:
                 self.box_format = box_format_for(box_format, family or '')
             self.question = grounding_question(prompt, self.box_format or 'qwen2.5', self.classes)
+            self.questions = grounding_questions(self.question, self.classes)
         else:
             given = [name for name, value in (('prompt', prompt), ('vocabularies', vocabularies)) if value]
             if answer_format != 'text':
@@ -116,12 +122,13 @@ class GenerativeQuestions:
         asked = ('classes', 'kind', 'prompt', 'answer_format', 'confidence_question', 'vocabularies')
         return cls(**{name: options[name] for name in asked}, box_format=options['box_format'], family=family)
 
-    def answer(self, text: str, frame: np.ndarray) -> Prediction:
-        """A generated answer about `frame` as a Prediction: counts, or boxes in the frame's pixels."""
+    def answer(self, answers: Sequence[str], frame: np.ndarray) -> Prediction:
+        """The generated answers to `questions` about `frame` as a Prediction: counts, or boxes in the
+        frame's pixels (a grounding asked per class fails where any of its answers does not parse)."""
         if self.kind == 'detection':
             size = (frame.shape[1], frame.shape[0])
-            return detection_prediction(text, self.box_format, size, self.classes, self.match, self.resize)
-        return self.count(text)
+            return detection_prediction(answers, self.box_format, size, self.classes, self.match, self.resize)
+        return self.count(answers[0])
 
     def count(self, answer: str) -> Prediction:
         return count_prediction(answer, self.classes, self.answer_format, self.vocabularies)
@@ -140,7 +147,8 @@ class ChatBackend(Backend):
     question, from one prefill per frame whose cache every class question continues (or one prefill
     per (frame, class) where the family needs it), without generating (docs/method.md §9).
     kind 'detection': a grounding question, greedy answers read in the family's box format
-    (models/grounding.py), boxes in the pixels of the frame given.
+    (models/grounding.py), boxes in the pixels of the frame given. Florence-2, asked by task prompt
+    (models/prompt_formats.py), gives this kind only: one open-vocabulary detection per class.
     """
 
     name = 'vlm'
@@ -193,6 +201,12 @@ class ChatBackend(Backend):
         family = str(hf_config(str(self.model_path)).get('model_type') or '')
         self.asked = GenerativeQuestions(classes=classes, family=family, **questions)
         kind = self.asked.kind
+        asked_as = family_prompt_format(family)
+        if kind not in asked_as.kinds:
+            raise ParameterError(
+                f'{self.model_path}: a {family} model ({asked_as.name} prompts) gives kind '
+                f'{" or ".join(asked_as.kinds)} only, not {kind}'
+            )
         from metavlm_ros.models.generative import ChatModel
 
         self.model_id = str(model)
@@ -212,6 +226,11 @@ class ChatBackend(Backend):
         images = getattr(self.chat.processor, 'image_processor', None)
         if getattr(images, 'merge_size', None):  # a Qwen processor: its own resize, not the released one
             self.asked.resize = QwenResize.of_processor(images)
+        if kind == 'detection' and crops_frames(images):
+            raise ModelError(
+                f'{self.model_path}: its image processor crops frames (do_center_crop), so the boxes of a '
+                'grounding answer cannot be brought back to the whole frame'
+            )
         self.input_size = self.chat.input_side
         self._hash: str | None = None
 
@@ -222,8 +241,9 @@ class ChatBackend(Backend):
         for start in range(0, len(frames), self.batch_size):
             chunk = frames[start : start + self.batch_size]
             if self.kind != 'confidence':
-                answers = self.chat.generate(chunk, self.asked.question, self.max_new_tokens)
-                predictions.extend(map(self.asked.answer, answers, chunk))
+                # One batch per question: a count's one, a grounding's one or one per class.
+                replies = [self.chat.generate(chunk, q, self.max_new_tokens) for q in self.asked.questions]
+                predictions.extend(map(self.asked.answer, zip(*replies, strict=True), chunk))
             else:
                 rows = self.chat.yes_probability(chunk, self.asked.questions)
                 predictions.extend(self.asked.confidence(row) for row in rows)
@@ -371,7 +391,8 @@ class ChatBackend(Backend):
 
     @classmethod
     def build_tiny(cls, directory: Path, *, family: str = 'idefics3', **variant: Any) -> None:
-        """A tiny random-weight chat VLM of a real family (models/tiny_families.py FAMILIES)."""
+        """A tiny random-weight VLM of a real family (models/tiny_families.py FAMILIES, and
+        TASK_PROMPT_FAMILIES: Florence-2)."""
         from metavlm_ros.models.tiny_families import build_tiny_vlm
 
         build_tiny_vlm(family, directory, seed=None)  # build_tiny_model seeded it

@@ -127,10 +127,10 @@ class ServedBackend(Backend):
     kind 'count': the question as a user message with the frame (a PNG data URL), temperature 0 and a
     seed, the answer parsed by GenerativeQuestions (text or JSON; a failure to parse is recorded).
     kind 'confidence': per class, one request for one token with `top_logprobs`, P(yes) / (P(yes) +
-    P(no)) of the first answer token (`yes_probability`). kind 'detection': a grounding question
-    asked as a count is, the answer read in the box format (models/grounding.py; by default the
-    family the model id names). A generation's requests go out together, at most `max_in_flight` at
-    a time.
+    P(no)) of the first answer token (`yes_probability`). kind 'detection': a grounding question (or
+    one per class) asked as a count is, the answers read in the box format (models/grounding.py; by
+    default the family the model id names). A generation's requests go out together, at most
+    `max_in_flight` at a time.
     """
 
     name = 'openai'
@@ -396,7 +396,7 @@ class ServedBackend(Backend):
             )
         self.model_entry = dict(matches[0])
         confidence = self.kind == 'confidence'
-        question = self.asked.questions[0] if confidence else self.asked.question
+        question = self.asked.questions[0]
         try:
             self._ask(self._request_body(_PROBE_FRAME, question, confidence=confidence), confidence)
         except _NoLogprobs:
@@ -416,7 +416,7 @@ class ServedBackend(Backend):
         """
         frames = [check_frame(frame, what=f'frame {index}') for index, frame in enumerate(frames)]
         confidence = self.kind == 'confidence'
-        questions = self.asked.questions if confidence else [self.asked.question]
+        questions = self.asked.questions
         # Each request is encoded in its own worker (OpenCV's PNG encoder releases the GIL), so one
         # frame's encoding overlaps the others' round trips instead of delaying the whole batch.
         futures = [
@@ -450,7 +450,7 @@ class ServedBackend(Backend):
             call.cache_hits += sum(r[3] for r in rows)
             answers = [r[0] for r in rows]
             if not confidence:
-                prediction = self.asked.answer(answers[0], frames[index])
+                prediction = self.asked.answer(answers, frames[index])
             else:
                 failed = [
                     f'{cls}: {a[0]}'
