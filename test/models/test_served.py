@@ -372,3 +372,29 @@ def test_server_lost_ends_a_search_as_an_interruption():
         finally:
             backend.close()
     assert isinstance(ServerLost('x'), SearchInterrupted) and 'connection refused' in backend.failure
+
+
+def test_served_grounding_asks_what_the_model_is_asked_in_process_and_fails_what_does_not_parse(
+    served, tiny_llava
+):
+    # A grounding question through the real server: the tiny LLaVA's greedy answer to it is the one it
+    # gives in process to the same question; its random words hold no boxes, so every frame is a
+    # failed evaluation with the answer kept, never a frame with no objects (docs/models.md).
+    endpoint, model = served
+    same = {'max_new_tokens': 48}  # detection answers get a longer default than count answers
+    remote = create_backend(
+        'openai', model, endpoint=endpoint, kind='detection', box_format='qwen2.5', **same
+    )
+    try:
+        over_http = remote.predict(FRAMES[:3])
+    finally:
+        remote.close()
+    (question,) = remote.asked.questions
+    local = create_backend('vlm', str(tiny_llava), device='cpu', prompt=question, **same)
+    assert local.asked.questions == [question]
+    in_process = local.predict(FRAMES[:3])
+    assert [p.text for p in over_http] == [p.text for p in in_process]
+    assert len({p.text for p in over_http}) > 1  # the answers depend on the frame
+    for prediction in over_http:
+        assert prediction.kind == 'detection' and prediction.error.startswith('unparseable answer')
+        assert not prediction.detections
