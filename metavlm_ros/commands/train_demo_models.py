@@ -177,6 +177,34 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+#: The demo detector's numeric options: TrainingConfig field, type, help (each is --field-with-dashes).
+DETECTOR_OPTIONS = (
+    ('detector_train_frames', int, 'training frames'),
+    ('detector_frames_per_scene', int, 'training frames taken from each scene'),
+    ('detector_image_size', int, 'input side (the CLIP position embeddings are resized to its grid)'),
+    ('detector_steps', int, 'optimiser steps'),
+    ('detector_batch_size', int, 'frames per step'),
+    ('detector_lr', float, 'peak learning rate of the detection heads'),
+    ('detector_vision_lr_scale', float, 'learning-rate factor of the vision tower started from the CLIP'),
+    (
+        'detector_augment',
+        float,
+        'fraction of training frames transformed by small compositions of the relations',
+    ),
+    (
+        'detector_augment_magnitude',
+        float,
+        'largest deviation of an augmenting relation, as a fraction of its maximum',
+    ),
+    (
+        'detector_min_pixels',
+        int,
+        'objects under this many input pixels are taught neither as objects nor as background',
+    ),
+    ('detector_calibration_frames', int, 'training frames the score calibration is chosen on'),
+)
+
+
 def _add_detector_options(parser: argparse.ArgumentParser, defaults: object) -> None:
     """The demo detector's options (each sets the TrainingConfig field of its name)."""
     group = parser.add_argument_group('demo detector (--models detector)')
@@ -188,31 +216,7 @@ def _add_detector_options(parser: argparse.ArgumentParser, defaults: object) -> 
         help='the demo CLIP whose towers the detector starts from (default: the CLIP trained in the same '
         'run, else the shipped one)',
     )
-    for name, kind, text in (
-        ('detector_train_frames', int, 'training frames'),
-        ('detector_frames_per_scene', int, 'training frames taken from each scene'),
-        ('detector_image_size', int, 'input side (the CLIP position embeddings are resized to its grid)'),
-        ('detector_steps', int, 'optimiser steps'),
-        ('detector_batch_size', int, 'frames per step'),
-        ('detector_lr', float, 'peak learning rate of the detection heads'),
-        ('detector_vision_lr_scale', float, 'learning-rate factor of the vision tower started from the CLIP'),
-        (
-            'detector_augment',
-            float,
-            'fraction of training frames transformed by small compositions of the relations',
-        ),
-        (
-            'detector_augment_magnitude',
-            float,
-            'largest deviation of an augmenting relation, as a fraction of its maximum',
-        ),
-        (
-            'detector_min_pixels',
-            int,
-            'objects under this many input pixels are taught neither as objects nor as background',
-        ),
-        ('detector_calibration_frames', int, 'training frames the score calibration is chosen on'),
-    ):
+    for name, kind, text in DETECTOR_OPTIONS:
         default = getattr(defaults, name)
         group.add_argument(
             f'--{name.replace("_", "-")}', type=kind, default=default, help=f'{text} (default {default})'
@@ -257,17 +261,7 @@ def run(args: argparse.Namespace) -> int:
         robustness_frames=args.robustness_frames,
         robustness_evaluations=args.robustness_evaluations,
         detector_from=str(args.detector_from) if args.detector_from is not None else None,
-        detector_train_frames=args.detector_train_frames,
-        detector_frames_per_scene=args.detector_frames_per_scene,
-        detector_image_size=args.detector_image_size,
-        detector_calibration_frames=args.detector_calibration_frames,
-        detector_steps=args.detector_steps,
-        detector_batch_size=args.detector_batch_size,
-        detector_lr=args.detector_lr,
-        detector_vision_lr_scale=args.detector_vision_lr_scale,
-        detector_augment=args.detector_augment,
-        detector_augment_magnitude=args.detector_augment_magnitude,
-        detector_min_pixels=args.detector_min_pixels,
+        **{name: getattr(args, name) for name, _, _ in DETECTOR_OPTIONS},
     ).validate()
     out = Path(args.out)
     for name in models:
