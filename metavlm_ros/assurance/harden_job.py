@@ -18,13 +18,14 @@ from metavlm_ros.common.directories import sha256_file
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.images import Frame
 from metavlm_ros.footage.frames import frame_digest
-from metavlm_ros.footage.ground_truth import GroundTruthLookup
+from metavlm_ros.footage.ground_truth import GroundTruthLookup, true_detections
 from metavlm_ros.method.metrics import threshold_key
 from metavlm_ros.method.search import SearchConfig, searched_frame
 from metavlm_ros.models.vlm import create_backend, model_identity
 from metavlm_ros.training.card import CARD, card_record, save_model, write_card
 from metavlm_ros.training.followups import FollowupPlan
 from metavlm_ros.training.harden import CHECKPOINT, HardenSettings, TrainingFrame, harden
+from metavlm_ros.training.validation import FrameTruth
 
 __all__ = ['HardenJob', 'HardenOutcome', 'harden_model']
 
@@ -66,10 +67,18 @@ def _check_out(out: Path, resume: bool) -> None:
         raise ParameterError(f'--out {out}: exists; name a new directory (or --resume a killed run)')
 
 
-def _present(frames: Sequence[Frame], classes: Sequence[str]) -> list[tuple[bool, ...] | None]:
+def _truths(frames: Sequence[Frame], prepared: Sequence[np.ndarray], classes: Sequence[str]) -> list:
+    """Each frame's ground truth at the size the model is asked at (FrameTruth; None: none)."""
     lookup = GroundTruthLookup()
-    truths = [lookup(frame) for frame in frames]
-    return [None if t is None else tuple(t.counts.get(c, 0) > 0 for c in classes) for t in truths]
+    truths = []
+    for frame, rgb in zip(frames, prepared, strict=True):
+        truth = lookup(frame)
+        if truth is None:
+            truths.append(None)
+            continue
+        boxes = true_detections(truth, rgb.shape[1] / frame.rgb.shape[1])
+        truths.append(FrameTruth(tuple(truth.counts.get(c, 0) > 0 for c in classes), tuple(boxes)))
+    return truths
 
 
 def _evidence_record(roots: Sequence[Path]) -> list[dict]:
@@ -108,11 +117,10 @@ def harden_model(
     )
     backend = create_backend(job.backend, job.model, **job.options)
     base = {**model_identity(job.backend, job.model, job.options), 'weights_sha256': backend.weights_hash()}
-    present = _present(frames, backend.classes)
     prepared = [searched_frame(f.rgb, SearchConfig(), backend) for f in frames]
     training = [
-        TrainingFrame(f.id, rgb, frame_digest(rgb), p)
-        for f, rgb, p in zip(frames, prepared, present, strict=True)
+        TrainingFrame(f.id, rgb, frame_digest(rgb), truth)
+        for f, rgb, truth in zip(frames, prepared, _truths(frames, prepared, backend.classes), strict=True)
     ]
     log(
         f'harden: {len(training)} frame(s), {len(plan.regions)} region(s) from {job.criteria.path.name}, '
@@ -165,10 +173,8 @@ def harden_model(
                 model_identity(job.backend, str(job.out), options),
             ),
         }
-        truth = _present(heldout, backends['base'][0].classes)
-        present = np.array(truth, bool) if all(t is not None for t in truth) else None
         gate = run_gate(
-            job.criteria, heldout, backends, job.out / 'gate', present=present, log=log, **job.gate_search
+            job.criteria, heldout, backends, job.out / 'gate', truths=_truths, log=log, **job.gate_search
         )
         record = {**record, 'frames': {**record['frames'], 'heldout': [frame_digest(f.rgb) for f in heldout]}}
         record['gate'] = gate.as_record()

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from metavlm_ros.assurance.compare import IMPROVED, REGRESSED, comparison_outcome
 from metavlm_ros.assurance.criteria import Criteria
 from metavlm_ros.assurance.evidence import Evidence
@@ -69,12 +67,14 @@ def violating_changes(evidence: Iterable[Evidence], key: str) -> list[Compositio
 @dataclass(frozen=True)
 class Gate:
     """The tool's own gate on held-out frames: each criterion's status for the base and the hardened
-    model, the comparison's items, and clean accuracy on the held-out frames (None: no ground truth)."""
+    model, the comparison's items, and clean accuracy on the held-out frames in `measure` (None: no ground
+    truth, or too few frames)."""
 
     base: Verification
     hardened: Verification
     comparison: Comparison
     accuracy: dict[str, float | None]
+    measure: str = 'presence AUC'
 
     @property
     def regressed(self) -> bool:
@@ -90,8 +90,8 @@ class Gate:
             'summary': (
                 f'metavlm verify: {self.base.outcome} (base) -> {self.hardened.outcome} (hardened); '
                 f'metavlm compare: {comparison_outcome(changes)} ({improved} of {len(changes)} items '
-                f'improved, {regressed} regressed); presence AUC on the held-out frames '
-                f'{_auc(self.accuracy["base"])} -> {_auc(self.accuracy["hardened"])}'
+                f'improved, {regressed} regressed); {self.measure} on the held-out frames '
+                f'{_figure(self.accuracy["base"])} -> {_figure(self.accuracy["hardened"])}'
             ),
             'outcome': {'base': self.base.outcome, 'hardened': self.hardened.outcome},
             'criteria': [
@@ -108,12 +108,13 @@ class Gate:
                 for c in changes
             ],
             'comparison': comparison_outcome(changes),
-            'presence_auc': dict(self.accuracy),
+            'accuracy': dict(self.accuracy),
+            'accuracy_measure': self.measure,
         }
 
 
-def _auc(value: float | None) -> str:
-    return 'n/a' if value is None else f'{value:.3f}'
+def _figure(value: float | None) -> str:
+    return 'not measured (no ground truth, or too few frames)' if value is None else f'{value:.3f}'
 
 
 def run_gate(
@@ -122,32 +123,35 @@ def run_gate(
     backends: Mapping[str, tuple[Any, dict]],
     out: Path,
     *,
-    present: Any,
+    truths: Callable[[Sequence[Frame], Sequence[Any], Sequence[str]], Sequence[Any]],
     log: Callable[[str], None] = print,
     **search: Any,
 ) -> Gate:
     """Verify the base and the hardened model on the same held-out frames with the same plan and seed
-    (out/verify-base, out/verify-hardened), compare them (out/compare), and measure each one's presence
-    AUC on the frames where `present` (frames x classes, or None) gives the ground truth.
+    (out/verify-base, out/verify-hardened), compare them (out/compare), and measure each one's clean
+    accuracy against the ground truth (`training.validation.clean_accuracy`).
 
     Args:
         backends: 'base' and 'hardened' -> (backend, model identity).
+        truths: (frames, the frames as the model is asked them, classes) -> each frame's FrameTruth or
+            None (footage without ground truth).
         search: verify_frames' search settings (population, evaluations, seed, working_size,
             envelope_rounds).
     """
-    from metavlm_ros.training.validation import presence_auc
+    from metavlm_ros.training.validation import clean_accuracy
 
     done = {}
     accuracy: dict[str, float | None] = {}
+    measure = ''
     for name, (backend, identity) in backends.items():
         log(f'gate: metavlm verify of the {name} model on {len(frames)} held-out frame(s)')
         done[name] = verify_frames(
             criteria, frames, backend, identity, out / f'verify-{name}', log=log, **search
         )
-        accuracy[name] = None
-        if present is not None:
-            answers = backend.predict([searched_frame(f.rgb, SearchConfig(), backend) for f in frames])
-            scores = np.array([[a.values[c] for c in backend.classes] for a in answers], float)
-            accuracy[name] = presence_auc(scores, present)
+        prepared = [searched_frame(f.rgb, SearchConfig(), backend) for f in frames]
+        answers = backend.predict(prepared)
+        measure, accuracy[name] = clean_accuracy(
+            answers, truths(frames, prepared, backend.classes), backend.classes, prepared
+        )
     comparison = compare_results(out / 'verify-base', out / 'verify-hardened', out / 'compare')
-    return Gate(done['base'], done['hardened'], comparison, accuracy)
+    return Gate(done['base'], done['hardened'], comparison, accuracy, measure)

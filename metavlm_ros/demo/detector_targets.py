@@ -1,4 +1,5 @@
-"""What the demo detector is taught: batches with their boxes, patches matched to objects, the losses."""
+"""What the demo detector is taught: batches with their boxes and patches matched to objects (the loss is
+training/detection_loss.py's)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,9 @@ from metavlm_ros.demo.batches import random_augmentation
 from metavlm_ros.demo.config import TrainingConfig
 from metavlm_ros.demo.scenes import SceneSet, resize_square
 from metavlm_ros.method.prediction import CLASSES
+from metavlm_ros.training.detection_loss import detection_loss, matching_cost
 
-__all__ = [
-    'CLASS_WEIGHT',
-    'GIOU_WEIGHT',
-    'L1_WEIGHT',
-    'box_targets',
-    'detection_batch',
-    'detection_loss',
-]
-
-#: DETR's box loss weights (L1 on centre and size; 1 - generalised IoU), which OWL-ViT trains with and
-#: matches patches to objects by.
-L1_WEIGHT, GIOU_WEIGHT = 5.0, 2.0
-#: Weight of the class loss, sigmoid cross-entropy over every patch and class. OWL-ViT trains with
-#: RetinaNet's focal loss; on these scenes it left the background patches at scores of 0.1-0.2 (a
-#: tenth of the held-out detections right at the family's threshold 0.1), where the plain
-#: cross-entropy pushes them down (docs/demo.md, "The demo detector").
-CLASS_WEIGHT = 0.5
+__all__ = ['box_targets', 'detection_batch', 'detection_loss']
 
 
 def _moved_rows(rows: np.ndarray, composition: Any, width: int, height: int) -> np.ndarray:
@@ -125,11 +111,7 @@ def box_targets(
             pair = np.hypot(*(middle[patch] - centres[k]).T)
         else:
             probability = predicted[0][frame, patch, objects[k, 0].astype(int)]
-            answered = predicted[1][frame, patch]
-            l1 = np.abs(answered - wanted[k]).sum(axis=1)
-            pair = (
-                -probability + L1_WEIGHT * l1 + GIOU_WEIGHT * (1 - _generalised_iou_np(answered, wanted[k]))
-            )
+            pair = matching_cost(probability, predicted[1][frame, patch], wanted[k])
         cost = np.full((len(taught), grid * grid), np.inf)
         cost[row, patch] = pair
         if len(taught):
@@ -142,60 +124,3 @@ def box_targets(
             patch = cells[k][1] * grid + cells[k][0]
             ignore[frame, patch] = classes[frame, patch] < 0
     return classes, ignore, boxes
-
-
-def _generalised_iou_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Generalised IoU of matching rows of two (N, 4) centre-size box arrays."""
-    a = np.concatenate([a[:, :2] - a[:, 2:] / 2, a[:, :2] + a[:, 2:] / 2], axis=1)
-    b = np.concatenate([b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2], axis=1)
-    overlap = np.clip(np.minimum(a[:, 2:], b[:, 2:]) - np.maximum(a[:, :2], b[:, :2]), 0, None).prod(axis=1)
-    union = (a[:, 2:] - a[:, :2]).prod(axis=1) + (b[:, 2:] - b[:, :2]).prod(axis=1) - overlap
-    hull = (np.maximum(a[:, 2:], b[:, 2:]) - np.minimum(a[:, :2], b[:, :2])).prod(axis=1)
-    return overlap / np.maximum(union, 1e-9) - (hull - union) / np.maximum(hull, 1e-9)
-
-
-def _corners(box: Any) -> Any:
-    import torch
-
-    return torch.cat([box[..., :2] - box[..., 2:] / 2, box[..., :2] + box[..., 2:] / 2], dim=-1)
-
-
-def _generalised_iou(a: Any, b: Any) -> Any:
-    """Generalised IoU of matching rows of two (N, 4) centre-size box tensors."""
-    import torch
-
-    a, b = _corners(a), _corners(b)
-    low, high = torch.maximum(a[:, :2], b[:, :2]), torch.minimum(a[:, 2:], b[:, 2:])
-    overlap = (high - low).clamp(min=0).prod(dim=1)
-    area_a, area_b = (a[:, 2:] - a[:, :2]).prod(dim=1), (b[:, 2:] - b[:, :2]).prod(dim=1)
-    union = area_a + area_b - overlap
-    hull = (torch.maximum(a[:, 2:], b[:, 2:]) - torch.minimum(a[:, :2], b[:, :2])).prod(dim=1)
-    return overlap / union.clamp(min=1e-9) - (hull - union) / hull.clamp(min=1e-9)
-
-
-def detection_loss(
-    logits: Any, predicted: Any, classes: np.ndarray, ignore: np.ndarray, boxes: np.ndarray
-) -> tuple[Any, Any, Any, Any]:
-    """The detection losses on the patches given their objects (`box_targets`): sigmoid cross-entropy of
-    every patch and class (untaught patches left out), and on the patches with an object, L1 on its
-    box's centre and size and 1 - generalised IoU; each summed and divided by the number of objects.
-
-    Returns:
-        (loss, classes, l1, giou) tensors: the weighted sum and its three terms.
-    """
-    import torch
-    from torch.nn import functional
-
-    labels = torch.from_numpy(classes)
-    target = functional.one_hot(labels.clamp(min=0), logits.shape[-1]).float() * (labels >= 0)[..., None]
-    weight = torch.from_numpy(~ignore).float()[..., None]
-    objects = max(1, int((classes >= 0).sum()))
-    entropy = functional.binary_cross_entropy_with_logits(
-        logits, target, weight=weight.expand_as(logits), reduction='sum'
-    )
-    chosen = labels >= 0
-    truth = torch.from_numpy(boxes)[chosen]
-    l1 = functional.l1_loss(predicted[chosen], truth, reduction='sum') / objects
-    giou = (1 - _generalised_iou(predicted[chosen], truth)).sum() / objects
-    entropy = entropy / objects
-    return CLASS_WEIGHT * entropy + L1_WEIGHT * l1 + GIOU_WEIGHT * giou, entropy, l1, giou

@@ -53,17 +53,12 @@ def save_model(backend: Any, out: Path) -> str:
 def card_record(**parts: Any) -> dict:
     """The card's record: the tool's version first, then `parts` as given (base, model, frames,
     evidence, plan, settings, training, validation, gate)."""
-    return {'format': 1, 'metavlm_version': __version__, **parts}
+    return {'format': 2, 'metavlm_version': __version__, **parts}
 
 
 def _figure_rows(figures: dict[str, dict]) -> list[list]:
     return [
-        [
-            name,
-            f['violation_rate'],
-            f['clean_drift'],
-            f['presence_auc'] if f['presence_auc'] is not None else '',
-        ]
+        [name, f['violation_rate'], f['clean_drift'], f['accuracy'] if f['accuracy'] is not None else '']
         for name, f in figures.items()
     ]
 
@@ -71,6 +66,7 @@ def _figure_rows(figures: dict[str, dict]) -> list[list]:
 def _document(record: dict) -> Document:
     base, model = record['base'], record['model']
     training = record['training']
+    measure = next(iter(record['validation'].values()))['accuracy_measure']
     blocks: list = [
         Paragraph(
             f'A {base["backend"]} model hardened by metavlm_ros {record["metavlm_version"]} from ',
@@ -87,10 +83,11 @@ def _document(record: dict) -> Document:
                     f'{len(record["frames"]["validation"])} frames never trained on, '
                     f'{record["settings"]["validation_followups"]} planned follow-ups each; violation at '
                     f'{record["settings"]["threshold"]:g}; clean drift: clean answers moved from the base '
-                    "model's by the threshold or more; presence AUC against the ground truth."
+                    f"model's as the oracle judges a change; {measure} against the ground truth (empty: "
+                    'none, or too few frames for it).'
                 ),
                 Table(
-                    columns=['blend alpha', 'violation rate', 'clean drift', 'presence AUC'],
+                    columns=['blend alpha', 'violation rate', 'clean drift', measure],
                     rows=_figure_rows(record['validation']),
                     formats=['', '.3f', '.3f', '.3f'],
                 ),

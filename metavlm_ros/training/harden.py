@@ -18,7 +18,7 @@ from metavlm_ros.method.relations import apply_composition
 from metavlm_ros.training.followups import FollowupPlan
 from metavlm_ros.training.objectives import objective_for
 from metavlm_ros.training.tuning import METHODS, attach, blend, choose_method
-from metavlm_ros.training.validation import Figures, ValidationSet
+from metavlm_ros.training.validation import Figures, FrameTruth, ValidationSet
 
 __all__ = ['CHECKPOINT', 'HardenSettings', 'Hardened', 'TrainingFrame', 'harden']
 
@@ -30,13 +30,13 @@ ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 @dataclass(frozen=True)
 class TrainingFrame:
-    """A frame as the search sees it (working size), its sha256, and which classes its ground truth
-    shows (None: no ground truth)."""
+    """A frame as the search sees it (working size), its sha256, and its ground truth at that size
+    (None: the footage has none)."""
 
     name: str
     rgb: np.ndarray
     sha256: str
-    present: tuple[bool, ...] | None = None
+    truth: FrameTruth | None = None
 
 
 @dataclass(frozen=True)
@@ -199,14 +199,11 @@ def harden(
         raise InputError('the base model answers none of the training frames (every answer failed to parse)')
     objective = objective_for(backend, teacher)
     check_rng = np.random.default_rng([settings.seed, 1])
-    present = None
-    if all(f.present is not None for f in held):
-        present = np.array([f.present for f in held], bool)
     validation = ValidationSet(
         tuple(f.rgb for f in held),
         tuple(backend.predict([f.rgb for f in held])),
         tuple(tuple(plan.draw(check_rng) for _ in range(settings.validation_followups)) for _ in held),
-        present,
+        tuple(f.truth for f in held),
     )
     tuning = attach(model, method, rank=settings.rank)
     model.train()
@@ -248,7 +245,7 @@ def harden(
             sources = [train[i].rgb for i in picked]
             followups = [apply_composition(f, c) for f, c in zip(sources, changes, strict=True)]
             loss = objective.loss(backend, sources, picked)
-            loss = loss + settings.consistency * objective.loss(backend, followups, picked)
+            loss = loss + settings.consistency * objective.loss(backend, followups, picked, changes)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()

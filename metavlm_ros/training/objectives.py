@@ -1,15 +1,18 @@
 """What hardening fits, per kind of answer: a model's answers on a batch against the base model's answers
-on the same sources (docs/harden.md)."""
+on the same sources, carried through the change for boxes (docs/harden.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from metavlm_ros.common.errors import ParameterError
+from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.prediction import Prediction
 
-__all__ = ['OBJECTIVES', 'AnswerObjective', 'ConfidenceObjective', 'objective_for']
+__all__ = ['OBJECTIVES', 'AnswerObjective', 'ConfidenceObjective', 'DetectionObjective', 'objective_for']
 
 
 def _batch(backend: Any, frames: Sequence[Any]) -> Any:
@@ -31,7 +34,9 @@ class ConfidenceObjective:
             [[p.values[c] for c in backend.classes] for p in teacher], dtype=torch.float32
         )
 
-    def loss(self, backend: Any, frames: Sequence[Any], picked: Sequence[int]) -> Any:
+    def loss(
+        self, backend: Any, frames: Sequence[Any], picked: Sequence[int], changes: Sequence[Composition] = ()
+    ) -> Any:
         scores = backend.scores(_batch(backend, frames))
         return ((scores - self.targets[list(picked)]) ** 2).mean()
 
@@ -44,14 +49,65 @@ class AnswerObjective:
     def __init__(self, backend: Any, teacher: Sequence[Prediction]) -> None:
         self.answers = [p.text for p in teacher]
 
-    def loss(self, backend: Any, frames: Sequence[Any], picked: Sequence[int]) -> Any:
+    def loss(
+        self, backend: Any, frames: Sequence[Any], picked: Sequence[int], changes: Sequence[Composition] = ()
+    ) -> Any:
         return backend.answer_loss(_batch(backend, frames), [self.answers[i] for i in picked])
+
+
+class DetectionObjective:
+    """Boxes (detector backends: `detection_outputs`): the detection loss a detector is trained with
+    (training/detection_loss.py) against the base's source detections as objects, on a follow-up carried
+    through the change's warp as the oracle carries them (method/boxes.py `expected_boxes`: each edge the
+    middle of its band; an object the oracle does not require is neither object nor background) and with
+    the object a change pastes in (§13) to be found. Every slot the matching leaves is background, so
+    what the base did not find is taught as nothing, and what it found is taught to hold its place."""
+
+    def __init__(self, backend: Any, teacher: Sequence[Prediction]) -> None:
+        self.detections = [p.detections for p in teacher]
+        self.classes = list(backend.classes)
+
+    def objects(self, index: int, change: Composition | None, width: int, height: int) -> np.ndarray:
+        """The rows (class index, cx, cy, w, h as fractions of the frame, taught) the model must answer
+        with on source `index` transformed by `change` (None: the source itself)."""
+        from metavlm_ros.method.boxes import expected_boxes
+        from metavlm_ros.method.insertion_oracle import expected_with_insertion, inserted_in
+        from metavlm_ros.method.relations import composition_matrix
+
+        matrix = None if change is None else composition_matrix(change, width, height)
+        expected = expected_boxes(self.detections[index], matrix, width, height, tolerance=0.0)
+        inserted = None if change is None else inserted_in(change, width, height)
+        if inserted is not None:
+            expected = expected_with_insertion(expected, inserted, True, tolerance=0.0)
+        rows = []
+        for box in expected:
+            edges = (np.asarray(box.outer) + np.asarray(box.inner)) / 2
+            x1, x2 = sorted(edges[[0, 2]] / width)
+            y1, y2 = sorted(edges[[1, 3]] / height)
+            rows.append(
+                [self.classes.index(box.cls), (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1, box.required]
+            )
+        return np.asarray(rows, np.float32).reshape(-1, 6)
+
+    def loss(
+        self, backend: Any, frames: Sequence[Any], picked: Sequence[int], changes: Sequence[Composition] = ()
+    ) -> Any:
+        from metavlm_ros.training.detection_loss import detection_loss, slot_targets
+
+        logits, boxes = backend.detection_outputs(frames)
+        steps = list(changes) or [None] * len(picked)
+        objects = [
+            self.objects(i, c, f.shape[1], f.shape[0]) for i, c, f in zip(picked, steps, frames, strict=True)
+        ]
+        targets = slot_targets(objects, logits.detach().sigmoid().cpu().numpy(), boxes.detach().cpu().numpy())
+        return detection_loss(logits, boxes, *targets)[0]
 
 
 #: Per kind of answer, the objective and the backend method it needs.
 OBJECTIVES: dict[str, tuple[type, str]] = {
     'confidence': (ConfidenceObjective, 'scores'),
     'count': (AnswerObjective, 'answer_loss'),
+    'detection': (DetectionObjective, 'detection_outputs'),
 }
 
 
@@ -59,13 +115,13 @@ def objective_for(backend: Any, teacher: Sequence[Prediction]) -> Any:
     """The objective of `backend`'s kind of answer, anchored on `teacher` (the base's answers).
 
     Raises:
-        ParameterError: A backend whose answers cannot be trained on (served, detections for now).
+        ParameterError: A backend whose answers cannot be trained on (served ones, grounding answers).
     """
     kind = getattr(backend, 'kind', '')
     entry = OBJECTIVES.get(kind)
     if entry is None or not hasattr(backend, entry[1]):
         raise ParameterError(
-            f'{getattr(backend, "name", backend)}: hardening takes in-process confidence (clip, siglip, vlm) '
-            'and count (blip, vlm) backends for now; see docs/harden.md'
+            f'{getattr(backend, "name", backend)}: hardening takes in-process confidence (clip, siglip, '
+            'vlm), count (blip, vlm) and detector backends; see docs/harden.md'
         )
     return entry[0](backend, teacher)

@@ -28,18 +28,28 @@ FULL_LIMIT = 20_000_000
 #: BLIP's `vision_model` and CLIP's projection of its output into the shared space; the chat VLMs' tower
 #: (Idefics3 / SmolVLM `model.vision_model`, Qwen2-VL `model.visual` with its patch merger, LLaVA,
 #: PaliGemma, Gemma 3 `model.vision_tower`) and the connector that projects it into the language model's
-#: embeddings (Idefics3 `model.connector`, the others' `model.multi_modal_projector`).
+#: embeddings (Idefics3 `model.connector`, the others' `model.multi_modal_projector`); the detectors'
+#: image side: OWL-ViT's and OWLv2's vision tower with the heads that read its patches (class, box,
+#: objectness and their layer norm), Grounding DINO's backbone and its projections into the encoder.
 _VISION = re.compile(
     r'^(vision_model|visual_projection'
-    r'|model\.(vision_model|visual|vision_tower|connector|multi_modal_projector))\b'
+    r'|model\.(vision_model|visual|vision_tower|connector|multi_modal_projector|backbone|input_proj_vision)'
+    r'|owl(vit|v2)\.vision_model|class_head|box_head|objectness_head|layer_norm)\b'
 )
 #: The linear layers LoRA adapts, inside the vision tower only: attention (CLIP's and SigLIP's q, k, v and
 #: out projections, BLIP's and Qwen2-VL's fused qkv and projection) and the MLP (fc1 and fc2; Qwen2.5-VL's
-#: gated one; Qwen3-VL's linear_fc1 and linear_fc2). Qwen2-VL's patch embedding (a convolution) is left out.
+#: gated one; Qwen3-VL's linear_fc1 and linear_fc2; Grounding DINO's Swin backbone's query, key and value).
+#: Qwen2-VL's patch embedding (a convolution) is left out; the detectors' heads are small and train in full.
 _LORA_TARGETS = (
-    r'.*(vision_model|visual|vision_tower)\..*\.'
-    r'(q_proj|k_proj|v_proj|out_proj|qkv|attn\.proj|projection|(linear_)?fc[12]|gate_proj|up_proj|down_proj)'
+    r'(.*(vision_model|visual|vision_tower)\..*\.'
+    r'(q_proj|k_proj|v_proj|out_proj|qkv|attn\.proj|projection|(linear_)?fc[12]|gate_proj|up_proj|down_proj))'
+    r'|(.*backbone\..*\.attention\.self\.(query|key|value))'
 )
+
+#: Model types peft cannot put LoRA adapters on (they have no input embeddings it can read): tuned in full.
+_FULL_ONLY = ('grounding-dino', 'mm-grounding-dino')
+#: The heads of the detector families that LoRA leaves to train in full.
+_DETECTOR_HEADS = ('class_head', 'box_head', 'objectness_head')
 
 
 def vision_parameters(model: Any) -> dict[str, Any]:
@@ -58,6 +68,12 @@ def choose_method(model: Any, method: str) -> str:
     tower = vision_parameters(model)
     if not tower:
         raise ParameterError(f'{type(model).__name__} has no vision tower this tool knows to harden')
+    model_type = getattr(getattr(model, 'config', None), 'model_type', '')
+    if model_type in _FULL_ONLY:
+        # peft wraps a model only through its input embeddings, which transformers does not give these.
+        if method == 'lora':
+            raise ParameterError(f'--method lora: peft cannot wrap {model_type} models; use full (or auto)')
+        return 'full'
     if method != 'auto':
         return method
     return 'full' if sum(p.numel() for p in tower.values()) < FULL_LIMIT else 'lora'
@@ -101,9 +117,19 @@ def attach(model: Any, method: str, *, rank: int = 8) -> Tuning:
         return Tuning(model, method, 0, tower)
     if rank < 1:
         raise ParameterError(f'--rank must be at least 1, got {rank}')
+    import torch
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=_LORA_TARGETS)
+    # A detector's heads (OWL's class, box and objectness heads) are a few small layers read by every
+    # patch: trained in full beside the tower's adapters (peft's modules_to_save), merged back as they are.
+    heads = [name for name in _DETECTOR_HEADS if isinstance(getattr(model, name, None), torch.nn.Module)]
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.0,
+        target_modules=_LORA_TARGETS,
+        modules_to_save=heads or None,
+    )
     # get_peft_model adds the adapters inside `model` itself: the backend holding it runs them.
     wrapped = get_peft_model(model, config)
     trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}

@@ -5,6 +5,7 @@ import pytest
 
 from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.training.harden import TrainingFrame
+from metavlm_ros.training.validation import FrameTruth
 from test.conftest import make_frame
 
 
@@ -15,5 +16,5 @@ def training_frames():
     for i in range(10):
         rgb = make_frame(48, 36, seed=i)
         present = tuple(bool(v) for v in np.roll([1, 1, 0, 0], i % 4))
-        frames.append(TrainingFrame(f'f{i}', rgb, frame_digest(rgb), present))
+        frames.append(TrainingFrame(f'f{i}', rgb, frame_digest(rgb), FrameTruth(present)))
     return frames

@@ -197,12 +197,12 @@ class DetectorBackend(HFBackend):
                 predictions.extend(self._detect(self.image_inputs(batch), sizes))
         return predictions
 
-    def _slots(self, images: dict[str, Any], sizes: list[tuple[int, int]]) -> tuple[Any, Any, Any]:
-        """Every query slot's score, best class and box in its frame's pixels: (frames, slots) tensors and
-        (frames, slots, 4) boxes, the scores differentiable outside inference mode."""
+    def _class_logits(self, images: dict[str, Any], count: int) -> tuple[Any, Any]:
+        """Every query slot's logit per class, (frames, slots, classes), and its box as the model gives
+        it, (frames, slots, 4) centre-size fractions of the model's view; differentiable outside
+        inference mode."""
         import torch
 
-        count = len(sizes)
         # _text was made under inference_mode: outside it, only a plain copy can take part in autograd.
         own = self._text
         if not torch.is_inference_mode_enabled():
@@ -219,8 +219,31 @@ class DetectorBackend(HFBackend):
         # Per class, the best of its tokens (one query per class for OWL), compared as logits: the
         # sigmoid saturates to 1.0 in float32, where ties would pick classes by their order.
         per_class = torch.stack([logits[..., row].amax(dim=-1) for row in owner], dim=-1)
+        return per_class, outputs.pred_boxes
+
+    def _slots(self, images: dict[str, Any], sizes: list[tuple[int, int]]) -> tuple[Any, Any, Any]:
+        """Every query slot's score, best class and box in its frame's pixels: (frames, slots) tensors and
+        (frames, slots, 4) boxes, the scores differentiable outside inference mode."""
+        per_class, centres = self._class_logits(images, len(sizes))
         best, labels = per_class.max(dim=-1)  # (frames, slots)
-        return best.sigmoid(), labels, frame_boxes(outputs.pred_boxes, sizes, self.family.square)
+        return best.sigmoid(), labels, frame_boxes(centres, sizes, self.family.square)
+
+    def detection_outputs(self, frames: Sequence[np.ndarray]) -> tuple[Any, Any]:
+        """What the model answers frames with, as a detector is trained on it (hardening, docs/harden.md):
+        every slot's logit per class, (frames, slots, classes), and its box as (cx, cy, w, h) fractions of
+        its frame, (frames, slots, 4); both differentiable in the weights. OWLv2's boxes, fractions of the
+        frame padded to a square, are rescaled to the frame's own."""
+        import torch
+
+        per_class, centres = self._class_logits(self.image_inputs(list(frames)), len(frames))
+        if self.family.square:
+            scale = []
+            for frame in frames:
+                height, width = frame.shape[:2]
+                side = max(height, width)
+                scale.append([side / width, side / height, side / width, side / height])
+            centres = centres * torch.tensor(scale, device=centres.device)[:, None, :]
+        return per_class, centres.float()
 
     def _detect(self, images: dict[str, Any], sizes: list[tuple[int, int]]) -> list[Prediction]:
         scores, labels, boxes = self._slots(images, sizes)
