@@ -19,7 +19,7 @@ from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.images import Frame
 from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.footage.ground_truth import GroundTruthLookup, true_detections
-from metavlm_ros.method.metrics import threshold_key
+from metavlm_ros.method.answers import Thresholds, answer_for
 from metavlm_ros.method.search import SearchConfig, searched_frame
 from metavlm_ros.models.vlm import create_backend, model_identity
 from metavlm_ros.training.card import CARD, card_record, save_model, write_card
@@ -112,10 +112,12 @@ def harden_model(
     for root in job.results:
         checked_evidence(root)  # a damaged or altered root is refused before anything is trained
     evidence = [load_evidence(root) for root in job.results]
-    plan = FollowupPlan.of(
-        training_regions(job.criteria), violating_changes(evidence, threshold_key(job.settings.threshold))
-    )
     backend = create_backend(job.backend, job.model, **job.options)
+    # The evidence's violations by the key of the model's kind of answer, at the training thresholds
+    # (a count's 'count', a confidence's threshold, boxes' IoU threshold).
+    thresholds = Thresholds((job.settings.threshold,), job.settings.iou_threshold)
+    key = answer_for(getattr(backend, 'kind', 'confidence')).refining_key(thresholds)
+    plan = FollowupPlan.of(training_regions(job.criteria), violating_changes(evidence, key))
     base = {**model_identity(job.backend, job.model, job.options), 'weights_sha256': backend.weights_hash()}
     prepared = [searched_frame(f.rgb, SearchConfig(), backend) for f in frames]
     training = [

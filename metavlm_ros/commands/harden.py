@@ -56,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         '--method', choices=METHODS, default=defaults_.method, help='lora, full, or auto by size'
     )
     for field in fields(HardenSettings):
-        if field.name in ('method', 'threshold'):
+        if field.name in ('method', 'threshold', 'iou_threshold'):
             continue
         recipe.add_argument(
             f'--{field.name.replace("_", "-")}', type=type(field.default), default=field.default,
@@ -65,6 +65,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     recipe.add_argument(
         '--threshold', type=float, default=None, help="violation threshold (default: the criteria's)"
     )
+    recipe.add_argument(
+        '--iou-threshold', type=float, default=None,
+        help="boxes: a matched box below this IoU is displaced (default: the criteria's)",
+    )  # fmt: skip
     gate = parser.add_argument_group('the gate (metavlm verify on --heldout)')
     gate.add_argument(
         '--evaluations', type=int, default=GATE_EVALUATIONS, help=f'(default: {GATE_EVALUATIONS})'
@@ -94,9 +98,12 @@ def run(args: argparse.Namespace) -> int:
         raise ParameterError('give --heldout FRAMES for the gate (frames never trained on), or --no-gate')
     criteria = load_criteria(args.criteria or example_criteria())
     threshold = args.threshold if args.threshold is not None else criteria.threshold
+    iou = args.iou_threshold if args.iou_threshold is not None else criteria.iou_threshold
+    own = ('threshold', 'iou_threshold')
     settings = HardenSettings(
-        **{f.name: getattr(args, f.name) for f in fields(HardenSettings) if f.name != 'threshold'},
+        **{f.name: getattr(args, f.name) for f in fields(HardenSettings) if f.name not in own},
         threshold=threshold,
+        iou_threshold=iou,
     )
     job = HardenJob(
         backend=args.backend,

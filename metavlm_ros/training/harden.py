@@ -51,6 +51,7 @@ class HardenSettings:
     rank: int = 8
     seed: int = 0
     threshold: float = 0.05
+    iou_threshold: float = 0.5
     validation_share: float = 0.25
     validation_followups: int = 8
     max_accuracy_drop: float = 0.01
@@ -66,6 +67,7 @@ class HardenSettings:
             'consistency': self.consistency >= 0,
             'rank': self.rank >= 1,
             'threshold': 0 < self.threshold <= 1,
+            'iou_threshold': 0 < self.iou_threshold <= 1,
             'validation_share': 0 < self.validation_share < 1,
             'validation_followups': self.validation_followups >= 1,
             'max_accuracy_drop': self.max_accuracy_drop >= 0,
@@ -264,7 +266,9 @@ def harden(
     blends = {}
     for alpha in ALPHAS:
         model.load_state_dict(blend(base_state, tuned_state, alpha))
-        blends[alpha] = validation.figures(backend.predict, backend.classes, settings.threshold)
+        blends[alpha] = validation.figures(
+            backend.predict, backend.classes, settings.threshold, settings.iou_threshold
+        )
     alpha, notes = _choose(blends, settings)
     model.load_state_dict(blend(base_state, tuned_state, alpha))
     return Hardened(

@@ -114,7 +114,9 @@ class ValidationSet:
     changes: tuple[tuple[Composition, ...], ...]
     truths: tuple[FrameTruth | None, ...]
 
-    def figures(self, predict, classes: Sequence[str], threshold: float) -> Figures:
+    def figures(
+        self, predict, classes: Sequence[str], threshold: float, iou_threshold: float = 0.5
+    ) -> Figures:
         """The figures of the model behind `predict` (frames -> Predictions), each follow-up judged by
         its kind of answer as the search judges it (method/answers.py: boxes through the change)."""
         sources = predict(list(self.frames))
@@ -126,7 +128,7 @@ class ValidationSet:
             ]
         )
         pairs = [(s, c) for s, changes in zip(sources, self.changes, strict=True) for c in changes]
-        criteria = Thresholds((threshold,))
+        criteria = Thresholds((threshold,), iou_threshold)
 
         def violates(
             source: Prediction, followup: Prediction, change: Composition, frame: np.ndarray

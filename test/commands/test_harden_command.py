@@ -1,10 +1,14 @@
-"""`metavlm harden` as a user runs it: a tiny CLIP hardened on synthetic footage with ground truth, gated
-by verify and compare on held-out scenes; the model card read with jq; the model loads again; evidence
-of earlier searches is trained on and named by sha256; bad input is one line and exit 2."""
+"""`metavlm harden` as a user runs it: the README's loop (scenes, verify, harden with its gate) run as
+written on the demo CLIP's update demo-clip-v2, smaller; the model card read with jq; the model loads
+again; the evidence of the verify is trained on and named by sha256; a detector is hardened on boxes;
+bad input is one line and exit 2."""
 
 import hashlib
 import json
+import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,8 +18,21 @@ from metavlm_ros.cli import main
 from metavlm_ros.models.vlm import create_backend
 from test.conftest import make_frame
 
+ROOT = Path(__file__).resolve().parents[2]
+V2 = ROOT / 'metavlm_ros' / 'models' / 'demo-clip-v2'
 BUDGET = ['--steps', '3', '--batch', '2', '--validation-followups', '2']
-GATE = ['--evaluations', '10', '--population', '5', '--envelope-rounds', '1']
+#: What the test shrinks in the README's loop, and nothing else: every name and every other option stays
+#: as written (2 frames a scene instead of 12 and 4; the search, training and gate cut to seconds).
+SMALLER = {
+    '--frames 12': '--frames 3',
+    '--frames 4': '--frames 2',
+    '--size 480x270': '--size 96x54',
+    '--evaluations 300': '--evaluations 10',
+    '--population 20': '--population 5',
+    '--envelope-rounds 2': '--envelope-rounds 1',
+    '--steps 150': '--steps 3 --batch 2 --validation-followups 2 --evaluations 10 --population 5 '
+    '--envelope-rounds 1',
+}
 
 
 def _jq(path: Path, program: str):
@@ -30,27 +47,56 @@ def _weights_sha256(directory: Path) -> str:
     return digest.hexdigest()
 
 
+def readme_loop() -> list[str]:
+    """The shell lines of the README's block under 'From a FAIL to a better model', continuations joined."""
+    text = (ROOT / 'README.md').read_text(encoding='utf-8')
+    section = text[text.index('## From a FAIL to a better model') :]
+    block = re.search(r'```bash\n(.*?)```', section, re.S).group(1)
+    return [line for line in block.replace('\\\n', ' ').splitlines() if line.strip()]
+
+
 @pytest.fixture(scope='module')
-def hardened(tiny_clip_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp('harden')
-    for name, frames, seed in (('train', '8', '5'), ('held', '3', '6')):
-        scenes = ['scenes', '--out', str(root / name), '--format', 'png', '--frames', frames]
-        assert main([*scenes, '--size', '96x54', '--seed', seed]) == 0
-    command = ['harden', str(root / 'train'), '--heldout', str(root / 'held'), '--model', str(tiny_clip_dir)]
-    code = main([*command, '--out', str(root / 'model'), *BUDGET, *GATE])
-    return root, code
+def hardened(tmp_path_factory):
+    """The README's loop run as written, from a folder that holds the repository's config and package."""
+    root = tmp_path_factory.mktemp('loop')
+    for name in ('config', 'metavlm_ros'):
+        (root / name).symlink_to(ROOT / name)
+    env = {
+        **os.environ,
+        'PATH': f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}',
+        'HF_HUB_OFFLINE': '1',
+    }
+    script = []
+    for line in readme_loop():
+        for written, smaller in SMALLER.items():
+            line = line.replace(written, smaller)
+        script.append(line)
+    codes = {}
+    for line in script:
+        if not line.startswith(('for ', 'metavlm ')):
+            continue  # an assignment: carried into every later line
+        assignments = [a for a in script if re.match(r'^[A-Z0-9_]+=', a)]
+        done = subprocess.run(
+            ['bash', '-c', '\n'.join([*assignments, line])],
+            cwd=root, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        codes[line.split()[1] if line.startswith('metavlm') else 'scenes'] = done.returncode
+        # verify exits 1 on FAIL and 3 on INCONCLUSIVE; harden 1 on a regression; anything else is an error.
+        assert done.returncode in (0, 1, 3), f'{line}\nexited {done.returncode}:\n{done.stderr[-2000:]}'
+    return root, codes['harden']
 
 
-def test_the_hardened_model_its_card_and_its_gate(hardened, tiny_clip_dir, capsys):
+def test_the_hardened_model_its_card_and_its_gate(hardened, capsys):
     root, code = hardened
-    model = root / 'model'
+    model = root / 'models' / 'demo-clip-v2-hardened'
     card = model / 'harden.json'
     compared = json.loads((model / 'gate' / 'compare' / 'compare.json').read_text())
     assert code == (1 if compared['regressed'] else 0)
-    assert _jq(card, '.base.weights_sha256') == _weights_sha256(tiny_clip_dir)
+    assert _jq(card, '.base.weights_sha256') == _weights_sha256(V2)
     assert _jq(card, '.model.weights_sha256') == _weights_sha256(model)
     frames = _jq(card, '.frames')
-    assert len(set(frames['train']) | set(frames['validation'])) == 8 and len(frames['heldout']) == 3
+    # train-21 .. train-24 of 3 frames each, heldout-31 and heldout-32 of 2.
+    assert len(set(frames['train']) | set(frames['validation'])) == 12 and len(frames['heldout']) == 4
     assert not set(frames['heldout']) & set(frames['train'])
     assert _jq(card, '.training.loss.every_step | length') == 3
     for side in ('base', 'hardened'):
@@ -58,35 +104,33 @@ def test_the_hardened_model_its_card_and_its_gate(hardened, tiny_clip_dir, capsy
         assert _jq(card, f'.gate.outcome.{side}') == verdict['overall']
     assert _jq(card, '.gate.comparison') == compared['outcome']
     assert [c['item'] for c in _jq(card, '.gate.changes')] == [c['item'] for c in compared['changes']]
-    # The footage has ground truth: clean accuracy on the held-out frames, before and after (3 frames
+    # The footage has ground truth: clean accuracy on the held-out frames, before and after (4 frames
     # are too few for a presence AUC: not measured rather than a figure of chance).
     assert _jq(card, '.gate.accuracy') == {'base': None, 'hardened': None}
     assert _jq(card, '.gate.accuracy_measure') == 'presence AUC'
     assert 'presence AUC on the held-out frames not measured' in _jq(card, '.gate.summary')
-    assert (model / 'README.md').read_text().startswith('# Hardened model: model')
+    assert (model / 'README.md').read_text().startswith('# Hardened model: demo-clip-v2-hardened')
     # The hardened model is a model like the base: the backend loads it from its directory alone.
     answers = create_backend('clip', str(model)).predict([make_frame(48, 36)])
     assert set(answers[0].values) == {'animal', 'vegetation', 'object', 'trash'}
 
 
-def test_evidence_of_earlier_searches_is_trained_on_and_named(hardened, tiny_clip_dir, capsys):
+def test_the_evidence_of_the_verify_is_trained_on_and_named(hardened):
     root, _ = hardened
-    evidence = root / 'model' / 'gate' / 'verify-base' / 'evidence'
+    evidence = root / 'results' / 'verify-v2' / 'evidence'
     records = pd.concat(
         [pd.read_json(p, lines=True) for p in evidence.rglob('evaluations.jsonl*')], ignore_index=True
     )
-    violated = records[records['violation'].map(lambda v: bool(v.get('0.05')))]
-    out = root / 'again'
-    command = ['harden', str(root / 'train'), '--no-gate', '--model', str(tiny_clip_dir), '--out', str(out)]
-    assert main([*command, '--results', str(evidence), *BUDGET]) == 0
-    plan = _jq(out / 'harden.json', '.plan')
+    card = root / 'models' / 'demo-clip-v2-hardened' / 'harden.json'
+    threshold = _jq(card, '.settings.threshold')
+    violated = records[records['violation'].map(lambda v: bool(v.get(f'{threshold:g}')))]
+    plan = _jq(card, '.plan')
     distinct = {json.dumps(p, sort_keys=True) for p in violated['parameters']}
-    assert distinct and len(plan['broken']) == len(distinct)
-    (named,) = _jq(out / 'harden.json', '.evidence')
-    assert named['root'] == str(evidence) and named['files']
+    assert len(plan['broken']) == len(distinct)
+    (named,) = _jq(card, '.evidence')
+    assert named['root'] == 'results/verify-v2/evidence' and named['files']
     for name, digest in named['files'].items():
         assert hashlib.sha256((evidence / name).read_bytes()).hexdigest() == digest
-    assert 'gate' not in json.loads((out / 'harden.json').read_text())
 
 
 @pytest.mark.parametrize(
@@ -100,10 +144,10 @@ def test_evidence_of_earlier_searches_is_trained_on_and_named(hardened, tiny_cli
 )
 def test_bad_input_is_one_line_and_exit_2(hardened, tiny_clip_dir, capsys, extra, message):
     root, _ = hardened
-    extra = [e.format(model=root / 'model', new=root / 'new') for e in extra]
+    extra = [e.format(model=root / 'models' / 'demo-clip-v2-hardened', new=root / 'new') for e in extra]
     if 'X' in extra:
-        extra[extra.index('X')] = str(root / 'held')
-    code = main(['harden', str(root / 'train'), '--model', str(tiny_clip_dir), *extra])
+        extra[extra.index('X')] = str(root / 'heldout-31')
+    code = main(['harden', str(root / 'train-21'), '--model', str(tiny_clip_dir), *extra])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (root / 'new').exists()
@@ -111,10 +155,20 @@ def test_bad_input_is_one_line_and_exit_2(hardened, tiny_clip_dir, capsys, extra
 
 def test_a_detector_is_hardened_on_boxes_and_judged_by_detection_f1(hardened, tiny_model_dirs, capsys):
     root, _ = hardened
-    model = tiny_model_dirs('detector', family='owlvit')
+    model = ['--backend', 'detector', '--model', str(tiny_model_dirs('detector', family='owlvit'))]
+    model += ['--score-threshold', '0.05']
+    # A search of the same detector first: its box violations (key iou0.5) are what harden replays.
+    search = root / 'detector-search'
+    command = ['search', str(root / 'train-21'), *model, '--population', '5', '--evaluations', '10']
+    assert main([*command, '--out', str(search)]) == 0
+    records = pd.concat([pd.read_json(p, lines=True) for p in search.rglob('evaluations.jsonl*')])
+    violated = records[records['violation'].map(lambda v: bool(v.get('iou0.5')))]
+    assert len(violated)  # a random tiny detector's boxes move under any change
     out = root / 'detector'
-    command = ['harden', str(root / 'train'), '--no-gate', '--backend', 'detector', '--model', str(model)]
-    assert main([*command, '--score-threshold', '0.05', '--out', str(out), *BUDGET]) == 0
+    command = ['harden', str(root / 'train-21'), str(root / 'train-22'), '--no-gate', *model]
+    assert main([*command, '--results', str(search), '--out', str(out), *BUDGET]) == 0
+    distinct = {json.dumps(p, sort_keys=True) for p in violated['parameters']}
+    assert len(_jq(out / 'harden.json', '.plan.broken')) == len(distinct)
     validation = _jq(out / 'harden.json', '.validation')
     # The scenes' true boxes reach the validation frames: their clean accuracy is detection F1, measured.
     assert {v['accuracy_measure'] for v in validation.values()} == {'detection F1 at IoU 0.5'}
