@@ -256,6 +256,13 @@ class ChatModel:
         Returns:
             One answer per frame: the generated tokens only, as the prompt format decodes them.
         """
+        return self.prompt_format.decode(self.tokenizer, self.generate_ids(frames, question, max_new_tokens))
+
+    def generate_ids(
+        self, frames: Sequence[np.ndarray], question: str, max_new_tokens: int
+    ) -> list[list[int]]:
+        """The token ids `generate` decodes: per frame the generated tokens only, padding after the end
+        of a shorter answer included (what hardening teaches, token for token)."""
         import torch
 
         if not frames:
@@ -271,7 +278,7 @@ class ChatModel:
             )
         # Decoder-only models return the prompt followed by the answer; encoder-decoders the answer.
         answers = output if self._encoder_decoder else output[:, inputs['input_ids'].shape[1] :]
-        return self.prompt_format.decode(self.tokenizer, answers.tolist())
+        return answers.tolist()
 
     def yes_probability(self, frames: Sequence[np.ndarray], questions: Sequence[str]) -> np.ndarray:
         """P(yes) / (P(yes) + P(no)) of the first answer token, for every frame and question.

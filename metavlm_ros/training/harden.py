@@ -199,7 +199,7 @@ def harden(
     teacher = [answer for answer in teacher if not answer.error]
     if not train:
         raise InputError('the base model answers none of the training frames (every answer failed to parse)')
-    objective = objective_for(backend, teacher)
+    objective = objective_for(backend, teacher, [f.rgb for f in train])
     check_rng = np.random.default_rng([settings.seed, 1])
     validation = ValidationSet(
         tuple(f.rgb for f in held),

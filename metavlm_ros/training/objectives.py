@@ -27,7 +27,7 @@ class ConfidenceObjective:
     """Confidences (contrastive and chat backends: `scores`): the mean squared difference of the per-class
     confidences from the base's, in the units the violation threshold is in."""
 
-    def __init__(self, backend: Any, teacher: Sequence[Prediction]) -> None:
+    def __init__(self, backend: Any, teacher: Sequence[Prediction], frames: Sequence[Any] = ()) -> None:
         import torch
 
         self.targets = torch.tensor(
@@ -43,11 +43,15 @@ class ConfidenceObjective:
 
 class AnswerObjective:
     """Generated answers (BLIP and chat count backends: `answer_loss`): the cross-entropy of the base's
-    answer text by teacher forcing (sequence-level distillation: the follow-up must be answered in the
-    base's words for the source, whose parse is the count the oracle compares)."""
+    answer by teacher forcing (sequence-level distillation: the follow-up must be answered in the base's
+    words for the source, whose parse is the count the oracle compares). Where the backend gives the
+    generated token ids (`answer_ids`, chat VLMs), those are the target, token for token; else the
+    answer text, tokenised again."""
 
-    def __init__(self, backend: Any, teacher: Sequence[Prediction]) -> None:
-        self.answers = [p.text for p in teacher]
+    def __init__(self, backend: Any, teacher: Sequence[Prediction], frames: Sequence[Any] = ()) -> None:
+        self.answers: list = [p.text for p in teacher]
+        if frames and callable(getattr(backend, 'answer_ids', None)):
+            self.answers = backend.answer_ids(list(frames))
 
     def loss(
         self, backend: Any, frames: Sequence[Any], picked: Sequence[int], changes: Sequence[Composition] = ()
@@ -63,7 +67,7 @@ class DetectionObjective:
     the object a change pastes in (§13) to be found. Every slot the matching leaves is background, so
     what the base did not find is taught as nothing, and what it found is taught to hold its place."""
 
-    def __init__(self, backend: Any, teacher: Sequence[Prediction]) -> None:
+    def __init__(self, backend: Any, teacher: Sequence[Prediction], frames: Sequence[Any] = ()) -> None:
         self.detections = [p.detections for p in teacher]
         self.classes = list(backend.classes)
 
@@ -111,8 +115,9 @@ OBJECTIVES: dict[str, tuple[type, str]] = {
 }
 
 
-def objective_for(backend: Any, teacher: Sequence[Prediction]) -> Any:
-    """The objective of `backend`'s kind of answer, anchored on `teacher` (the base's answers).
+def objective_for(backend: Any, teacher: Sequence[Prediction], frames: Sequence[Any] = ()) -> Any:
+    """The objective of `backend`'s kind of answer, anchored on `teacher` (the base's answers to
+    `frames`, which a generated answer's token ids are taken from again where the backend gives them).
 
     Raises:
         ParameterError: A backend whose answers cannot be trained on (served ones, grounding answers).
@@ -124,4 +129,4 @@ def objective_for(backend: Any, teacher: Sequence[Prediction]) -> Any:
             f'{getattr(backend, "name", backend)}: hardening takes in-process confidence (clip, siglip, '
             'vlm), count (blip, vlm) and detector backends; see docs/harden.md'
         )
-    return entry[0](backend, teacher)
+    return entry[0](backend, teacher, frames)

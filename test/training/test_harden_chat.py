@@ -71,3 +71,23 @@ def test_a_chat_vlm_hardened_on_confidences_with_lora_saves_in_its_base_form(
     for ours, theirs in zip(backend.predict(frames), again.predict(frames), strict=True):
         assert ours.values == pytest.approx(theirs.values, abs=1e-5)
     assert not any('lora' in k for k in again.model.state_dict())
+
+
+def test_the_answer_taught_is_the_token_ids_generation_chose(tiny_model_dirs):
+    # A tiny LLaVA's byte-level vocabulary splits its own decoded answer otherwise than generation did,
+    # and its answers run to max_new_tokens without an end token: the text, tokenised again and ended,
+    # is not what the model said. The ids are: teacher forcing them, every position's likeliest token is
+    # the one generation chose (greedy), and they decode to predict's answer.
+    backend = create_backend('vlm', str(tiny_model_dirs('vlm', family='llava')), max_new_tokens=6)
+    frames = [make_frame(48, 36, seed=i) for i in range(3)]
+    ids = backend.answer_ids(frames)
+    texts = [p.text for p in backend.predict(frames)]
+    assert backend.chat.prompt_format.decode(backend.chat.tokenizer, ids) == texts
+    inputs = backend.chat.prompt_inputs(frames, [backend.asked.question] * len(frames))
+    with torch.no_grad():
+        logits, labels = backend._teacher_forced(inputs, ids)
+        taught = labels != -100
+        chosen = logits.gather(-1, labels.clamp(min=0)[..., None])[..., 0][taught]
+        # Within float noise of the best (cached decoding and one teacher-forced pass round apart).
+        assert (logits.amax(-1)[taught] - chosen).max() < 1e-4
+        assert float(backend.answer_loss(frames, ids)) < float(backend.answer_loss(frames, texts))

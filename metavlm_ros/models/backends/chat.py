@@ -265,11 +265,30 @@ class ChatBackend(Backend):
         self._trains('confidence')
         return self.chat.yes_scores(frames, self.asked.questions)
 
-    def answer_loss(self, frames: Sequence[np.ndarray], answers: Sequence[str]) -> Any:
+    def answer_ids(self, frames: Sequence[np.ndarray]) -> list[list[int]]:
+        """The token ids of the count answer `predict` decodes, one row a frame: the greedy tokens up to
+        and with the model's end-of-answer token (without it where the answer ran to max_new_tokens).
+        The very tokens generation chose, which a decoded text tokenised again need not give back.
+
+        Raises:
+            ParameterError: This model gives another kind of answer.
+        """
+        self._trains('count')
+        end = set(self._end_tokens())
+        rows = []
+        for start in range(0, len(frames), self.batch_size):
+            chunk = list(frames[start : start + self.batch_size])
+            for row in self.chat.generate_ids(chunk, self.asked.question, self.max_new_tokens):
+                stop = next((i for i, token in enumerate(row) if token in end), None)
+                rows.append(row if stop is None else row[: stop + 1])
+        return rows
+
+    def answer_loss(self, frames: Sequence[np.ndarray], answers: Sequence[str | Sequence[int]]) -> Any:
         """The mean cross-entropy of `answers` (one a frame) by teacher forcing, after the chat prompt
         `predict` asks: the same template, image placement and left padding `generate` decodes from, each
-        answer's tokens after its prompt and ended by the model's end-of-answer token, positions as
-        `generate` gives them. Differentiable, for `metavlm harden` (kind count).
+        answer's tokens after its prompt, positions as `generate` gives them. An answer is a text
+        (tokenised, then ended by the model's end-of-answer token) or token ids as `answer_ids` gives
+        them (taken as they are). Differentiable, for `metavlm harden` (kind count).
 
         Raises:
             ParameterError: This model gives another kind of answer, or is an encoder-decoder or
@@ -283,7 +302,12 @@ class ChatBackend(Backend):
             raise ParameterError(f'{self.model_path}: hardening does not take {family} models yet')
         inputs = self.chat.prompt_inputs(frames, [self.asked.question] * len(frames))
         end = self._end_tokens()[:1]
-        rows = [self.chat.tokenizer(a, add_special_tokens=False)['input_ids'] + end for a in answers]
+        rows = [
+            self.chat.tokenizer(a, add_special_tokens=False)['input_ids'] + end
+            if isinstance(a, str)
+            else list(a)
+            for a in answers
+        ]
         logits, labels = self._teacher_forced(inputs, rows)
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
