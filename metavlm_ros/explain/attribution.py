@@ -236,11 +236,12 @@ def pixel_scorer(backend: VLMBackend) -> Callable[[Any], Any] | None:
 
     A backend may give its own `pixel_scores(pixels)`: frames as a float tensor (N, 3, H, W) of
     0..255 values in, scores (N, classes) out, or None where it has none (the detectors: each class's
-    detection scores summed; BLIP and a LLaVA count model: their own answer's log-probability). An
+    detection scores summed; BLIP and a counting chat VLM: their own answer's log-probability; a yes/no
+    chat VLM: its confidences; LLaVA-1.5's and the Qwen families' processors among the chat VLMs'). An
     in-process contrastive backend (CLIP, SigLIP) gives `scores(image_inputs)`, which a frame's pixels
     reach through its processor's steps made differentiable (`PixelPath.differentiable_pixel_values`).
-    Anything else has none here: a served model, a chat VLM whose processor tiles or patches frames,
-    SigLIP 2's NaFlex patches, a torchvision image processor (docs/explain.md has the table).
+    Anything else has none here: a served model, a chat VLM whose processor tiles frames, SigLIP 2's
+    NaFlex patches, a torchvision image processor but Qwen's (docs/explain.md has the table).
     """
     own = getattr(backend, 'pixel_scores', None)
     if callable(own):

@@ -312,16 +312,16 @@ class ChatModel:
                 logits = self._logits_after_prefix(frames, prompts, suffixes)
             else:
                 logits = self._logits_of_whole_prompts(frames, prompts)
-            probability = self._yes_share(logits)
+            probability = self.yes_share(logits)
         return probability.cpu().double().numpy().reshape(len(frames), len(questions))
 
     def yes_scores(self, frames: Sequence[np.ndarray], questions: Sequence[str]) -> Any:
         """`yes_probability` as a tensor that torch differentiates (frames x questions, on the device): one
         whole prefill per (frame, question), outside inference mode, for training (`metavlm harden`)."""
         logits = self._logits_of_whole_prompts(frames, [self._prompt(q) for q in questions])
-        return self._yes_share(logits).reshape(len(frames), len(questions))
+        return self.yes_share(logits).reshape(len(frames), len(questions))
 
-    def _yes_share(self, logits: Any) -> Any:
+    def yes_share(self, logits: Any) -> Any:
         """P(yes) / (P(yes) + P(no)) of next-token logits (rows x vocabulary), summed over the words'
         single-token spellings (answer_tokens): one value a row, differentiable."""
         import torch

@@ -138,7 +138,8 @@ def test_a_tiny_clip_map_has_the_frame_shape_and_is_finite(tiny_clip):
 @pytest.fixture(scope='module')
 def tiny_gradient_backends(tiny_model_dirs, tiny_blip_dir):
     """The in-process backends with pixel scores of their own: each detector family (every slot a
-    detection, so every class has a score), BLIP and a chat VLM with a CLIP processor (LLaVA-1.5)."""
+    detection, so every class has a score), BLIP, a chat VLM with a CLIP processor (LLaVA-1.5) and
+    one with Qwen2-VL's."""
     backends = {
         family: create_backend(
             'detector', str(tiny_model_dirs('detector', family=family)), device='cpu', score_threshold=0.0
@@ -148,11 +149,14 @@ def tiny_gradient_backends(tiny_model_dirs, tiny_blip_dir):
     backends['blip'] = create_backend('blip', str(tiny_blip_dir), device='cpu', max_new_tokens=4)
     llava = tiny_model_dirs('vlm', family='llava')
     backends['llava'] = create_backend('vlm', str(llava), device='cpu', max_new_tokens=4)
+    # Qwen2-VL's dynamic-resolution patches (models/qwen_pixels.py): a yes/no model.
+    qwen = tiny_model_dirs('vlm', family='qwen2_vl')
+    backends['qwen2_vl'] = create_backend('vlm', str(qwen), device='cpu', kind='confidence')
     return backends
 
 
-@pytest.mark.parametrize('name', [*DETECTOR_FAMILIES, 'blip', 'llava'])
-def test_detectors_and_count_models_are_mapped_by_gradients(tiny_gradient_backends, name):
+@pytest.mark.parametrize('name', [*DETECTOR_FAMILIES, 'blip', 'llava', 'qwen2_vl'])
+def test_detectors_and_chat_models_are_mapped_by_gradients(tiny_gradient_backends, name):
     backend = tiny_gradient_backends[name]
     assert pixel_scorer(backend) is not None
     made = gradient_map(backend, FRAME, 'trash', steps=2)

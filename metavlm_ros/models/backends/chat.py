@@ -39,6 +39,7 @@ from metavlm_ros.models.questions import (
     count_prediction,
     count_question,
 )
+from metavlm_ros.models.qwen_pixels import QwenPixelPath
 from metavlm_ros.models.registry import register
 
 __all__ = ['ChatBackend', 'GenerativeQuestions']
@@ -349,38 +350,62 @@ class ChatBackend(Backend):
 
     @property
     def pixel_scores(self) -> Callable[[Any], Any] | None:
-        """The log-probability of the model's own count answer as a function of frames' pixels that torch
-        differentiates, in every class's column (BLIP's, models/backends/blip.py, says why the whole
-        answer's); None where the pixels cannot reach the model differentiably here.
+        """The model's answer as a function of frames' pixels that torch differentiates, (N, classes);
+        None where the pixels cannot reach the model differentiably here.
 
-        The frames' pixels must be what the model sees: of the families here only an image processor
-        PixelPath follows (one resized, cropped frame: LLaVA-1.5's CLIP processor) gives that, and only
-        a model teacher forcing scores as it generates (answer_loss's; not PaliGemma). Qwen2-VL's
-        patches, Idefics3's and LLaVA-OneVision's tiles and Gemma 3's processor have no such path:
-        those models are mapped by occlusion. Kinds confidence and detection have none either.
+        Kind confidence: `predict`'s confidences, each from a whole prefill (as Qwen2-VL's are). Kind
+        count: the log-probability of the model's own answer, in every class's column (BLIP's,
+        models/backends/blip.py, says why the whole answer's), for a model teacher forcing scores as it
+        generates (answer_loss's; not PaliGemma). The frames' pixels must be what the model sees:
+        an image processor PixelPath follows (one resized, cropped frame: LLaVA-1.5's CLIP processor,
+        PaliGemma's SigLIP one) or Qwen2-VL's dynamic-resolution patches (QwenPixelPath; Qwen2.5-VL
+        and Qwen3-VL use it too). Idefics3's and LLaVA-OneVision's tiles and Gemma 3's processor have
+        no such path, nor has kind detection: those are mapped by occlusion.
         """
-        path = PixelPath.from_processor(self.chat.processor)
-        if self.kind != 'count' or path is None or not self._teacher_forces():
+        processor = self.chat.processor
+        path = PixelPath.from_processor(processor) or QwenPixelPath.from_processor(processor)
+        # A count is scored by teacher forcing its answer; a confidence by one prefill of each question.
+        encoder_decoder = getattr(self.chat.model.config, 'is_encoder_decoder', False)
+        scored = {'count': self._teacher_forces(), 'confidence': not encoder_decoder}
+        if path is None or not scored.get(self.kind, False):
             return None
-        return partial(self._answer_log_probability, path)
+        score = self._answer_log_probability if self.kind == 'count' else self._confidences
+        return partial(score, path)
 
-    def _answer_log_probability(self, path: PixelPath, pixels: Any) -> Any:
-        """Each frame's greedy answer from its differentiable pixel values, and the sum of its tokens'
-        log-probabilities (its end token included where it ended) by teacher forcing."""
-        import torch
-
+    def _pixel_inputs(self, path: PixelPath | QwenPixelPath, pixels: Any, questions: Sequence[str]) -> Any:
+        """The prompt batch of every frame of `pixels` with every question (frame-major), whose pixel
+        values are the path's, differentiable in `pixels`."""
         count = len(pixels)
         values = path.differentiable_pixel_values(pixels.to(self.chat.device), self.chat.dtype)
-        # The prompt's tokens (a fixed number of image tokens for a processor PixelPath follows) from
+        # The prompt's tokens (how many image tokens: fixed, or by the frame's size for Qwen2-VL) from
         # the frames as whole numbers; the pixel values the model sees are the differentiable ones.
-        frames = list(pixels.detach().round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy())
-        inputs = self.chat.prompt_inputs(frames, [self.asked.question] * count)
+        frames = list(pixels.detach().round().clamp(0, 255).byte().permute(0, 2, 3, 1).cpu().numpy())
+        asked = [(frame, question) for frame in frames for question in questions]
+        inputs = self.chat.prompt_inputs([f for f, _ in asked], [q for _, q in asked])
+        # Each frame's values once for each of its questions: whole frames or (Qwen2-VL) its patches.
+        values = values.unflatten(0, (count, -1)).repeat_interleave(len(questions), dim=0).flatten(0, 1)
         if tuple(inputs['pixel_values'].shape) != tuple(values.shape):
             raise ModelError(
                 f'{self.model_path}: the processor gives pixel values {tuple(inputs["pixel_values"].shape)}, '
                 f'the differentiable path {tuple(values.shape)}'
             )
         inputs['pixel_values'] = values
+        return inputs
+
+    def _confidences(self, path: PixelPath | QwenPixelPath, pixels: Any) -> Any:
+        """Each frame's P(yes) / (P(yes) + P(no)) per class from its differentiable pixel values, one
+        whole prefill per (frame, class)."""
+        inputs = self._pixel_inputs(path, pixels, self.asked.questions)
+        keep = {'logits_to_keep': 1} if self.chat.last_logits_only else {}
+        logits = self.chat.model(**inputs, **keep).logits[:, -1, :]
+        return self.chat.yes_share(logits).reshape(len(pixels), len(self.classes))
+
+    def _answer_log_probability(self, path: PixelPath | QwenPixelPath, pixels: Any) -> Any:
+        """Each frame's greedy answer from its differentiable pixel values, and the sum of its tokens'
+        log-probabilities (its end token included where it ended) by teacher forcing."""
+        import torch
+
+        inputs = self._pixel_inputs(path, pixels, [self.asked.question])
         with torch.no_grad():
             prompt = {k: v.detach() if k == 'pixel_values' else v for k, v in inputs.items()}
             output = self.chat.model.generate(
@@ -398,7 +423,7 @@ class ChatBackend(Backend):
         logits, labels = self._teacher_forced(inputs, rows)
         chosen = torch.log_softmax(logits, dim=-1).gather(-1, labels.clamp(min=0)[..., None])[..., 0]
         total = (chosen * (labels != -100)).sum(dim=1)
-        return total[:, None].expand(count, len(self.classes))
+        return total[:, None].expand(len(pixels), len(self.classes))
 
     def _trains(self, kind: str) -> None:
         if self.kind != kind:

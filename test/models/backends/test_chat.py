@@ -15,6 +15,7 @@ from metavlm_ros.models.tiny import build_tiny_model
 from metavlm_ros.models.tiny_families import FAMILIES
 from metavlm_ros.models.vlm import create_backend
 from test.conftest import make_frame
+from test.models.generated import generated_log_probability
 
 FRAMES = [make_frame(64 + 8 * i, 48 + 4 * i, seed=i) for i in range(3)]
 BUILT = list(FAMILIES)
@@ -248,25 +249,38 @@ def test_llava_pixel_scores_are_its_own_answer_log_probability(tiny_model_dirs):
     assert scores.shape == (1, 4) and (scores[0] == scores[0, 0]).all()  # the whole answer, every column
     scores[0, 0].backward()
     assert torch.isfinite(pixels.grad).all() and pixels.grad.abs().max() > 0
-    chat = backend.chat
-    with torch.no_grad():
-        inputs = chat.prompt_inputs([frame], [backend.asked.question])
-        output = chat.model.generate(
-            **inputs, max_new_tokens=5, do_sample=False, num_beams=1, output_logits=True,
-            return_dict_in_generate=True, pad_token_id=chat.tokenizer.pad_token_id,
-        )  # fmt: skip
-    ends, generated = set(np.atleast_1d(chat.model.generation_config.eos_token_id).tolist()), 0.0
-    for step, token in enumerate(output.sequences[0, inputs['input_ids'].shape[1] :].tolist()):
-        generated += float(torch.log_softmax(output.logits[step][0].float(), -1)[token])
-        if token in ends:  # the answer ends with its end token; generate pads after it
-            break
-    assert scores[0, 0].item() == pytest.approx(generated, rel=1e-4)
+    assert scores[0, 0].item() == pytest.approx(generated_log_probability(backend, frame, 5), rel=1e-4)
+
+
+@pytest.mark.parametrize('family', ['llava', 'paligemma'])
+def test_yes_no_pixel_scores_are_the_confidences_predict_gives(tiny_model_dirs, family):
+    """A yes/no model whose processor has a differentiable path (LLaVA's CLIP one, PaliGemma's SigLIP
+    one; Qwen's: test_qwen_families.py) scores frames' pixels as predict does, with gradients."""
+    import torch
+
+    backend = create_backend(
+        'vlm', str(tiny_model_dirs('vlm', family=family)), device='cpu', kind='confidence'
+    )
+    frame = make_frame(64, 48, seed=4)  # resized: within PIL's rounding of the processor's pixels
+    pixels = torch.from_numpy(frame).permute(2, 0, 1)[None].float().requires_grad_()
+    scores = backend.pixel_scores(pixels)
+    scores.sum().backward()
+    assert torch.isfinite(pixels.grad).all() and pixels.grad.abs().max() > 0
+    # Stated tolerance: 1e-4 (measured up to 1.4e-5: float32 sums, LLaVA's cached prefix, PIL's rounding).
+    expected = list(backend.predict([frame])[0].values.values())
+    np.testing.assert_allclose(scores.detach().numpy()[0], expected, atol=1e-4)
 
 
 def test_chat_models_without_a_differentiable_path_have_no_pixel_scores(tiny_model_dirs):
-    # Idefics3 (as SmolVLM) tiles the frame; PaliGemma's prefix attends both ways; a yes/no model.
+    # Idefics3 (as SmolVLM) tiles the frame; PaliGemma's answer attends otherwise than its prompt (a
+    # count is scored by teacher forcing); LLaVA's torchvision processor resizes otherwise than PIL;
+    # a grounding answer's boxes have no score here.
     assert create_backend('vlm', str(tiny_model_dirs('vlm')), device='cpu').pixel_scores is None
     paligemma = tiny_model_dirs('vlm', family='paligemma')
     assert create_backend('vlm', str(paligemma), device='cpu').pixel_scores is None
     llava = str(tiny_model_dirs('vlm', family='llava'))
-    assert create_backend('vlm', llava, device='cpu', kind='confidence').pixel_scores is None
+    fast = create_backend('vlm', llava, device='cpu', kind='confidence', image_processor='torchvision')
+    assert fast.pixel_scores is None
+    qwen = str(tiny_model_dirs('vlm', family='qwen2_vl'))
+    grounding = create_backend('vlm', qwen, device='cpu', kind='detection', box_format='qwen2.5')
+    assert grounding.pixel_scores is None
