@@ -40,6 +40,17 @@ def _per_class(values: dict[str, float]) -> str:
     return ', '.join(f'{c} {v:.3f}' for c, v in values.items())
 
 
+def _recorded_path(path: Path) -> str:
+    """A model directory as a training record names it: package-relative for the models this package
+    ships (metavlm_ros/models/...), so the record holds no path of the machine it was trained on; any
+    other directory as given."""
+    package = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(package.name) / Path(path).resolve().relative_to(package))
+    except ValueError:
+        return str(path)
+
+
 def _curve_text(curve: Sequence[float]) -> str:
     return ' '.join(f'{v:.3f}' for v in curve)
 
@@ -191,7 +202,7 @@ def _detector(
         'seconds': round(seconds, 1),
         'loss_curve': curve,
         'heldout': metrics,
-        'clip_from': str(clip),
+        'clip_from': _recorded_path(clip),
         'clip_weights': weights_hash(clip, length=64),
         'calibration': trained['calibration'],
     }
