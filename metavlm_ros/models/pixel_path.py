@@ -10,12 +10,15 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    'GRADIENT_PROCESSORS',
+    'GRADIENT_TORCHVISION_PROCESSORS',
     'PIL_FILTERS',
     'PREPROCESS',
     'PROCESSORS',
     'REDUCING_GAP',
     'PixelPath',
     'differentiable_resize',
+    'lanczos_resize',
     'pil_resizes_height_first',
 ]
 
@@ -28,12 +31,24 @@ PREPROCESS = ('batched', 'processor')
 #: (docs/performance.md gives the measured difference for larger ones).
 REDUCING_GAP = 2.0
 
-#: PIL's filters (Image.Resampling numbers) torch's antialiased interpolation follows, by torch's name:
-#: the same kernels (bicubic with a = -0.5), normalised at the edges as PIL does.
-PIL_FILTERS = {2: 'bilinear', 3: 'bicubic'}
+#: PIL's filters (Image.Resampling numbers) the torch resize follows, by name: bilinear and bicubic are
+#: torch's antialiased interpolation (the same kernels, bicubic with a = -0.5, normalised at the edges as
+#: PIL does); LANCZOS, which torch lacks, is PIL's own separable kernel (`lanczos_resize`).
+PIL_FILTERS = {1: 'lanczos', 2: 'bilinear', 3: 'bicubic'}
+
+#: PIL's Lanczos kernel reaches 3 input pixels either side (scaled by the downscale factor).
+LANCZOS_SUPPORT = 3.0
 
 #: The PIL image processors (class names less 'Pil') whose steps PixelPath reproduces for answers.
 PROCESSORS = ('CLIPImageProcessor', 'BlipImageProcessor', 'SiglipImageProcessor')
+
+#: Those whose steps PixelPath follows for gradients: Gemma 3's too (without pan-and-scan: a resize
+#: to a square, rescale, normalise), whose PIL resize (no reducing gap) PixelPath.resize does not
+#: follow to the bit on frames far larger than its input.
+GRADIENT_PROCESSORS = (*PROCESSORS, 'Gemma3ImageProcessor')
+
+#: The torchvision processors PixelPath follows for gradients (its uint8 resize, the width first).
+GRADIENT_TORCHVISION_PROCESSORS = ('Gemma3ImageProcessor',)
 
 
 @functools.cache
@@ -72,9 +87,9 @@ def differentiable_resize(
     PIL resizes a uint8 frame in two passes (in the order `pil_resizes_height_first` gives, unless
     `height_first` says otherwise: torchvision's uint8 resize takes the width first always), each
     clipped to 0..255 and rounded: here each pass is torch's antialiased interpolation with PIL's
-    filter (PIL_FILTERS: the same kernel; any other is taken as bilinear), clipped the same, not
-    rounded. The values agree within PIL's rounding (about a grey level), not to the bit: the path
-    serves gradients, never answers.
+    filter, or PIL's Lanczos kernel rebuilt (PIL_FILTERS; any other filter is taken as bilinear),
+    clipped the same, not rounded. The values agree within PIL's rounding (about a grey level), not
+    to the bit: the path serves gradients, never answers.
     """
     import torch.nn.functional as functional
 
@@ -84,10 +99,52 @@ def differentiable_resize(
         height_first = pil_resizes_height_first(pixels.shape[-2], pixels.shape[-1], size)
     between = (height, pixels.shape[-1]) if height_first else (pixels.shape[-2], width)
     for shape in (between, (height, width)):
-        if tuple(shape) != tuple(pixels.shape[-2:]):
+        if tuple(shape) == tuple(pixels.shape[-2:]):
+            continue
+        if mode == 'lanczos':
+            pixels = lanczos_resize(pixels, shape)
+        else:
             pixels = functional.interpolate(
                 pixels, size=shape, mode=mode, antialias=True, align_corners=False
-            ).clamp(0, 255)
+            )
+        pixels = pixels.clamp(0, 255)
+    return pixels
+
+
+def _lanczos_weights(inputs: int, outputs: int) -> Any:
+    """PIL's Lanczos weights (outputs, inputs) for one axis, as its `precompute_coeffs` takes them: the
+    kernel stretched by the downscale factor (antialiasing), each output's window clipped to the frame
+    and its weights normalised to sum to one. Float64, not PIL's 22-bit fixed point."""
+    import torch
+
+    scale = inputs / outputs
+    stretch = max(scale, 1.0)
+    support = LANCZOS_SUPPORT * stretch
+    centres = (torch.arange(outputs, dtype=torch.float64) + 0.5) * scale
+    # PIL's window: from int(centre - support + 0.5), at least 0, to int(centre + support + 0.5), at
+    # most the frame (int truncates towards zero: the clamp makes floor the same here).
+    first = torch.floor(centres - support + 0.5).clamp(min=0)
+    last = torch.floor(centres + support + 0.5).clamp(max=inputs)
+    positions = torch.arange(inputs, dtype=torch.float64)
+    inside = (positions[None] >= first[:, None]) & (positions[None] < last[:, None])
+    x = (positions[None] - centres[:, None] + 0.5) / stretch
+    weights = torch.sinc(x) * torch.sinc(x / LANCZOS_SUPPORT)
+    weights = torch.where(inside & (x >= -LANCZOS_SUPPORT) & (x < LANCZOS_SUPPORT), weights, 0.0)
+    total = weights.sum(dim=1, keepdim=True)
+    return weights / torch.where(total == 0, 1.0, total)
+
+
+def lanczos_resize(pixels: Any, size: tuple[int, int]) -> Any:
+    """Frames (N, C, H, W) resampled to `size` (height, width) with PIL's Lanczos kernel, each axis that
+    changes in one pass (width, then height), neither clipped nor rounded: `differentiable_resize` orders
+    the passes and clips them as PIL does. Differentiable in `pixels` (two matrix products)."""
+    height, width = size
+    if width != pixels.shape[-1]:
+        weights = _lanczos_weights(pixels.shape[-1], width).to(pixels.device, pixels.dtype)
+        pixels = pixels @ weights.T
+    if height != pixels.shape[-2]:
+        weights = _lanczos_weights(pixels.shape[-2], height).to(pixels.device, pixels.dtype)
+        pixels = weights @ pixels
     return pixels
 
 
@@ -109,6 +166,8 @@ class PixelPath:
         scale: rescale factor (1/255).
         mean: per-channel mean.
         std: per-channel standard deviation.
+        width_first: a torchvision processor's path (gradients alone: `resize` is PIL's): its uint8
+            resize takes the width first whatever the sizes.
     """
 
     shortest_edge: int
@@ -118,24 +177,33 @@ class PixelPath:
     scale: float
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
+    width_first: bool = False
 
     @classmethod
-    def from_processor(cls, processor: Any, names: Sequence[str] = PROCESSORS) -> PixelPath | None:
+    def from_processor(
+        cls, processor: Any, names: Sequence[str] = PROCESSORS, torchvision: Sequence[str] = ()
+    ) -> PixelPath | None:
         """The path of a CLIP-, BLIP- or SigLIP-style image processor (or a processor holding it), or None.
 
         Args:
             processor: an image processor, or a processor holding one.
-            names: the processor classes (less 'Pil') taken; another class whose steps are these
+            names: the PIL processor classes (less 'Pil') taken; another class whose steps are these
                 (OWL-ViT's: resize, crop, rescale, normalise) may be named for gradients alone.
+            torchvision: the torchvision processor classes taken, for gradients alone (width_first).
         """
         ip = getattr(processor, 'image_processor', processor)
-        # PixelPath resizes with PIL: it reproduces PIL image processors only.
-        if not type(ip).__name__.endswith('Pil') or type(ip).__name__.removesuffix('Pil') not in names:
+        # PixelPath resizes with PIL: it reproduces PIL image processors only, torchvision ones for
+        # gradients (differentiable_pixel_values) where the caller names them.
+        name = type(ip).__name__
+        width_first = name in torchvision
+        if not width_first and (not name.endswith('Pil') or name.removesuffix('Pil') not in names):
             return None
         size = dict(getattr(ip, 'size', None) or {})
         if not (getattr(ip, 'do_resize', False) and ip.do_rescale and ip.do_normalize):
             return None
         if getattr(ip, 'do_pad', False) or size.get('longest_edge') or getattr(ip, 'resample', None) is None:
+            return None
+        if getattr(ip, 'do_pan_and_scan', False):  # Gemma 3's crops: views the path does not make
             return None
         mean, std = list(ip.image_mean), list(ip.image_std)
         if len(mean) != 3 or len(std) != 3:
@@ -151,7 +219,8 @@ class PixelPath:
             # A crop larger than the resized frame would pad: left to the processor.
             if not all(crop) or max(crop) > (shortest or min(fixed)):
                 return None
-        return cls(shortest, fixed, crop, int(ip.resample), float(ip.rescale_factor), tuple(mean), tuple(std))
+        scale = float(ip.rescale_factor)
+        return cls(shortest, fixed, crop, int(ip.resample), scale, tuple(mean), tuple(std), width_first)
 
     @property
     def input_size(self) -> int:
@@ -204,7 +273,8 @@ class PixelPath:
         import torch
 
         height, width = self.resized_shape(*pixels.shape[-2:])
-        pixels = differentiable_resize(pixels, (height, width), self.resample)
+        height_first = False if self.width_first else None  # None: PIL's own order
+        pixels = differentiable_resize(pixels, (height, width), self.resample, height_first=height_first)
         if self.crop:
             top, left = (height - self.crop[0]) // 2, (width - self.crop[1]) // 2
             pixels = pixels[..., top : top + self.crop[0], left : left + self.crop[1]]

@@ -43,3 +43,41 @@ def test_pil_resamples_in_the_order_pil_resizes_height_first_gives(source, size)
     pixels = torch.from_numpy(frame).permute(2, 0, 1)[None].float()
     ours = differentiable_resize(pixels, size, Image.Resampling.BICUBIC)[0].permute(1, 2, 0).numpy()
     assert np.abs(ours - _pil(frame, *size)).max() < 1.5
+
+
+@pytest.mark.parametrize(('source', 'size'), SIZES[:4])
+def test_the_lanczos_kernel_rebuilt_resizes_as_pil(source, size):
+    """PIL's LANCZOS (Idefics3's filter), which torch lacks, rebuilt (lanczos_resize): within PIL's
+    rounding of PIL's pixels, shrinking and growing; torch's bicubic lies several levels away."""
+    frame = _noise(*source)
+    (new_height, new_width), lanczos = size, Image.Resampling.LANCZOS
+    theirs = np.asarray(Image.fromarray(frame).resize((new_width, new_height), resample=lanczos))
+    pixels = torch.from_numpy(frame).permute(2, 0, 1)[None].float()
+    for resample, within in ((lanczos, True), (Image.Resampling.BICUBIC, False)):
+        ours = differentiable_resize(pixels, size, resample)[0].permute(1, 2, 0).numpy()
+        # Stated tolerance 1.5 grey levels (measured up to 1.11, on noise and scenes).
+        assert (np.abs(ours - theirs).max() < 1.5) == within
+
+
+@pytest.mark.parametrize('backend', ['pil', 'torchvision'])
+def test_gemma3_square_resize_gives_the_processor_pixel_values(backend):
+    """Gemma 3's processor without pan-and-scan (resize to a square, rescale, normalise) is PixelPath's
+    for gradients, PIL's or torchvision's (the width first); with pan-and-scan its crops have none."""
+    from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    from metavlm_ros.models.pixel_path import GRADIENT_PROCESSORS, GRADIENT_TORCHVISION_PROCESSORS, PixelPath
+
+    cls = Gemma3ImageProcessorPil if backend == 'pil' else Gemma3ImageProcessor
+    ip = cls(size={'height': 32, 'width': 32})
+    assert PixelPath.from_processor(ip) is None  # not for answers
+    path = PixelPath.from_processor(ip, GRADIENT_PROCESSORS, GRADIENT_TORCHVISION_PROCESSORS)
+    assert path is not None and path.width_first == (backend == 'torchvision')
+    for frame in (_noise(517, 333), _noise(90, 40, seed=1), _noise(48, 64, seed=2)):
+        theirs = ip(images=[Image.fromarray(frame)], return_tensors='pt')['pixel_values']
+        pixels = torch.from_numpy(frame).permute(2, 0, 1)[None].float()
+        ours = path.differentiable_pixel_values(pixels, torch.float32)
+        # Stated tolerance 1.5 grey levels (measured up to 1.0 on these frames, either processor).
+        assert ours.shape == theirs.shape and float((ours - theirs).abs().max()) * 0.5 * 255 < 1.5
+    panned = cls(size={'height': 32, 'width': 32}, do_pan_and_scan=True)
+    assert PixelPath.from_processor(panned, GRADIENT_PROCESSORS, GRADIENT_TORCHVISION_PROCESSORS) is None

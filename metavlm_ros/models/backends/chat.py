@@ -16,6 +16,7 @@ import numpy as np
 from metavlm_ros.common.errors import ModelError, ParameterError
 from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.prediction import Prediction
+from metavlm_ros.models.anyres_pixels import AnyResPixelPath
 from metavlm_ros.models.counts import label_matcher, parse_counts
 from metavlm_ros.models.grounding import (
     RELEASED_QWEN_RESIZE,
@@ -26,10 +27,11 @@ from metavlm_ros.models.grounding import (
     grounding_questions,
 )
 from metavlm_ros.models.hf import hf_config, torch_device, torch_dtype
+from metavlm_ros.models.idefics3_pixels import Idefics3PixelPath
 from metavlm_ros.models.image_processors import IMAGE_PROCESSOR_OPTION, crops_frames, image_processor_class
 from metavlm_ros.models.model_files import resolve_model, weights_hash
 from metavlm_ros.models.options import Backend
-from metavlm_ros.models.pixel_path import PixelPath
+from metavlm_ros.models.pixel_path import GRADIENT_PROCESSORS, GRADIENT_TORCHVISION_PROCESSORS, PixelPath
 from metavlm_ros.models.prompt_formats import family_prompt_format
 from metavlm_ros.models.questions import (
     QUESTION_OPTIONS,
@@ -43,6 +45,9 @@ from metavlm_ros.models.qwen_pixels import QwenPixelPath
 from metavlm_ros.models.registry import register
 
 __all__ = ['ChatBackend', 'GenerativeQuestions']
+
+#: The image processors rebuilt in torch that bring frames' pixels to the model differentiably.
+DifferentiablePath = PixelPath | QwenPixelPath | Idefics3PixelPath | AnyResPixelPath
 
 # Files whose content fixes how a frame and a question become the model's input.
 _PROCESSOR_FILES = (
@@ -358,12 +363,19 @@ class ChatBackend(Backend):
         models/backends/blip.py, says why the whole answer's), for a model teacher forcing scores as it
         generates (answer_loss's; not PaliGemma). The frames' pixels must be what the model sees:
         an image processor PixelPath follows (one resized, cropped frame: LLaVA-1.5's CLIP processor,
-        PaliGemma's SigLIP one) or Qwen2-VL's dynamic-resolution patches (QwenPixelPath; Qwen2.5-VL
-        and Qwen3-VL use it too). Idefics3's and LLaVA-OneVision's tiles and Gemma 3's processor have
-        no such path, nor has kind detection: those are mapped by occlusion.
+        PaliGemma's SigLIP one, Gemma 3's without pan-and-scan, PIL or torchvision), Qwen2-VL's
+        dynamic-resolution patches (QwenPixelPath; Qwen2.5-VL and Qwen3-VL use it too) or Idefics3's
+        tiles (Idefics3PixelPath, SmolVLM's, PIL or torchvision) or LLaVA-OneVision's AnyRes tiles
+        (AnyResPixelPath, PIL). Gemma 3's pan-and-scan crops, LLaVA-OneVision's torchvision processor
+        and kind detection have no such path: those are mapped by occlusion.
         """
         processor = self.chat.processor
-        path = PixelPath.from_processor(processor) or QwenPixelPath.from_processor(processor)
+        path = (
+            PixelPath.from_processor(processor, GRADIENT_PROCESSORS, GRADIENT_TORCHVISION_PROCESSORS)
+            or QwenPixelPath.from_processor(processor)
+            or Idefics3PixelPath.from_processor(processor)
+            or AnyResPixelPath.from_processor(processor)
+        )
         # A count is scored by teacher forcing its answer; a confidence by one prefill of each question.
         encoder_decoder = getattr(self.chat.model.config, 'is_encoder_decoder', False)
         scored = {'count': self._teacher_forces(), 'confidence': not encoder_decoder}
@@ -372,7 +384,7 @@ class ChatBackend(Backend):
         score = self._answer_log_probability if self.kind == 'count' else self._confidences
         return partial(score, path)
 
-    def _pixel_inputs(self, path: PixelPath | QwenPixelPath, pixels: Any, questions: Sequence[str]) -> Any:
+    def _pixel_inputs(self, path: DifferentiablePath, pixels: Any, questions: Sequence[str]) -> Any:
         """The prompt batch of every frame of `pixels` with every question (frame-major), whose pixel
         values are the path's, differentiable in `pixels`."""
         count = len(pixels)
@@ -392,7 +404,7 @@ class ChatBackend(Backend):
         inputs['pixel_values'] = values
         return inputs
 
-    def _confidences(self, path: PixelPath | QwenPixelPath, pixels: Any) -> Any:
+    def _confidences(self, path: DifferentiablePath, pixels: Any) -> Any:
         """Each frame's P(yes) / (P(yes) + P(no)) per class from its differentiable pixel values, one
         whole prefill per (frame, class)."""
         inputs = self._pixel_inputs(path, pixels, self.asked.questions)
@@ -400,7 +412,7 @@ class ChatBackend(Backend):
         logits = self.chat.model(**inputs, **keep).logits[:, -1, :]
         return self.chat.yes_share(logits).reshape(len(pixels), len(self.classes))
 
-    def _answer_log_probability(self, path: PixelPath | QwenPixelPath, pixels: Any) -> Any:
+    def _answer_log_probability(self, path: DifferentiablePath, pixels: Any) -> Any:
         """Each frame's greedy answer from its differentiable pixel values, and the sum of its tokens'
         log-probabilities (its end token included where it ended) by teacher forcing."""
         import torch

@@ -271,11 +271,43 @@ def test_yes_no_pixel_scores_are_the_confidences_predict_gives(tiny_model_dirs, 
     np.testing.assert_allclose(scores.detach().numpy()[0], expected, atol=1e-4)
 
 
-def test_chat_models_without_a_differentiable_path_have_no_pixel_scores(tiny_model_dirs):
-    # Idefics3 (as SmolVLM) tiles the frame; PaliGemma's answer attends otherwise than its prompt (a
-    # count is scored by teacher forcing); LLaVA's torchvision processor resizes otherwise than PIL;
-    # a grounding answer's boxes have no score here.
-    assert create_backend('vlm', str(tiny_model_dirs('vlm')), device='cpu').pixel_scores is None
+@pytest.mark.parametrize(
+    ('family', 'image_processor'),
+    [('gemma3', 'torchvision'), ('idefics3', 'pil'), ('llava_onevision', 'pil')],
+)
+def test_tiling_and_square_processors_pixel_scores_are_their_answers(family_dirs, family, image_processor):
+    """Gemma 3's square resize (test_pixel_path.py), Idefics3's tiles and global view (SmolVLM's;
+    LANCZOS rebuilt in torch: test_idefics3_pixels.py) and LLaVA-OneVision's AnyRes tiles and base
+    view (test_anyres_pixels.py) bring the pixels to the model differentiably: a yes/no model's pixel
+    scores are predict's confidences, a count model's the log-probability generation gave its answer,
+    on a frame each resizes (Idefics3 and LLaVA-OneVision cut it into 2 x 2 tiles and a whole view)."""
+    import torch
+
+    options = {'device': 'cpu', 'image_processor': image_processor}
+    confidence = create_backend('vlm', str(family_dirs[family]), kind='confidence', **options)
+    count = create_backend('vlm', str(family_dirs[family]), max_new_tokens=5, **options)
+    path = confidence.pixel_scores.args[0]
+    assert getattr(path, 'width_first', False) == (image_processor == 'torchvision')
+    frame = make_frame(64, 48, seed=4)
+    pixels = torch.from_numpy(frame).permute(2, 0, 1)[None].float().requires_grad_()
+    scores = confidence.pixel_scores(pixels)
+    scores.sum().backward()
+    assert torch.isfinite(pixels.grad).all() and pixels.grad.abs().max() > 0
+    # Stated tolerance: 1e-4 (measured up to 1.5e-5 for Gemma 3, 7.9e-6 for Idefics3, either processor,
+    # 5.2e-6 for LLaVA-OneVision, on three frame sizes).
+    expected = list(confidence.predict([frame])[0].values.values())
+    np.testing.assert_allclose(scores.detach().numpy()[0], expected, atol=1e-4)
+    answer = count.pixel_scores(pixels.detach())[0, 0].item()
+    assert answer == pytest.approx(generated_log_probability(count, frame, 5), rel=1e-4)
+
+
+def test_chat_models_without_a_differentiable_path_have_no_pixel_scores(tiny_model_dirs, family_dirs):
+    # LLaVA-OneVision's torchvision processor is not followed; PaliGemma's answer attends otherwise
+    # than its prompt (a count is scored by teacher forcing); LLaVA's torchvision processor resizes
+    # otherwise than PIL; a grounding answer's boxes have no score here.
+    onevision = str(family_dirs['llava_onevision'])
+    options = {'device': 'cpu', 'kind': 'confidence', 'image_processor': 'torchvision'}
+    assert create_backend('vlm', onevision, **options).pixel_scores is None
     paligemma = tiny_model_dirs('vlm', family='paligemma')
     assert create_backend('vlm', str(paligemma), device='cpu').pixel_scores is None
     llava = str(tiny_model_dirs('vlm', family='llava'))
