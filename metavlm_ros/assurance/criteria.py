@@ -58,8 +58,9 @@ class Criteria:
         return answer_for(kind).refining_key(Thresholds((self.threshold,), self.iou_threshold))
 
 
-def example_criteria() -> Path:
-    """The shipped example criteria file: from the source checkout, else the installed share directory.
+def example_criteria(name: str = EXAMPLE) -> Path:
+    """A shipped criteria file (`EXAMPLE` unless named): from the source checkout, else the installed
+    share directory.
 
     Raises:
         ParameterError: Neither holds it.
@@ -67,13 +68,13 @@ def example_criteria() -> Path:
     import sys
 
     places = [
-        Path(__file__).resolve().parents[2] / 'config' / 'criteria' / EXAMPLE,
-        Path(sys.prefix) / 'share' / 'metavlm_ros' / 'config' / 'criteria' / EXAMPLE,
+        Path(__file__).resolve().parents[2] / 'config' / 'criteria' / name,
+        Path(sys.prefix) / 'share' / 'metavlm_ros' / 'config' / 'criteria' / name,
     ]
     for place in places:
         if place.is_file():
             return place
-    raise ParameterError(f'the example criteria {EXAMPLE} are not installed (looked in {places[0].parent})')
+    raise ParameterError(f'the example criteria {name} are not installed (looked in {places[0].parent})')
 
 
 def load_criteria(path: str | Path) -> Criteria:

@@ -38,12 +38,17 @@ _DEMO_NAMES = frozenset(
         'strongest_violations.png',
         'trade_off.png',
         'assurance',
+        'water',
         'modes',
         *DEMO_MODELS,
         *(f'{backend}_rand' for backend in DEMO_MODELS),
     }
 )
-# Free space the demo needs at least (it writes 10-30 MB with the defaults, docs/ros.md).
+# The envelope per Jerlov water type (MR12): its claims, and how many frames of the footage, spread over
+# it, it is measured on (each a boundary search per type and model: about 2 s a frame for all three).
+WATER_CRITERIA = 'demo_water.yaml'
+WATER_FRAMES = 3
+# Free space the demo needs at least (it writes about 45 MB with the defaults, docs/demo.md).
 DEMO_BYTES = 64 * 2**20
 
 
@@ -316,6 +321,8 @@ def run_demo(
     Returns:
         Paths (bag, results per model, report.md, report.json, montage) and the run summaries.
     """
+    from metavlm_ros.assurance.criteria import example_criteria, load_criteria
+    from metavlm_ros.assurance.water_envelopes import Subject, measure_waters
     from metavlm_ros.common.results import read_jsonl
     from metavlm_ros.demo.report import (
         DemoSection,
@@ -326,6 +333,7 @@ def run_demo(
         write_demo_report,
     )
     from metavlm_ros.explain.sections import results_modes
+    from metavlm_ros.footage.frames import iter_frames
     from metavlm_ros.method.encoding import Composition
     from metavlm_ros.method.relations import apply_composition
     from metavlm_ros.models.registry import backend_class
@@ -333,7 +341,7 @@ def run_demo(
     from metavlm_ros.viewer.boxes import draw_outlines, violation_outlines
 
     started = time.monotonic()
-    steps = 3 + len(DEMO_MODELS)
+    steps = 4 + len(DEMO_MODELS)
     log(f'[1/{steps}] rendering synthetic footage ...')
     bag, by_stamp = _footage(out, frames, seed, log)
     sections, summaries, panels = [], {}, []
@@ -395,8 +403,16 @@ def run_demo(
                 outlines = violation_outlines(record.get('boxes'), record.get('followup_detections'))
                 draw_outlines(followup, outlines, text=0.7)
             panels.append(pair_panel(source, followup, record, f'demo {backend} | {record["image"]}'))
-    log(f'[{steps - 1}/{steps}] acceptance criteria and the regression gate (demo CLIP) ...')
+    log(f'[{steps - 2}/{steps}] acceptance criteria and the regression gate (demo CLIP) ...')
     assurance_lines, gate = _assurance(out / 'assurance', bag, evaluations, seed, log)
+    log(f'[{steps - 1}/{steps}] the demo models in Jerlov water types (MR12 water) ...')
+    footage = list(iter_frames([bag]))
+    spread = footage[:: max(1, len(footage) // WATER_FRAMES)][:WATER_FRAMES]
+    water = measure_waters(
+        load_criteria(example_criteria(WATER_CRITERIA)), spread,
+        [Subject(b, TITLES[b], b, 'demo') for b in DEMO_MODELS], out / 'water', population=20,
+        evaluations=evaluations, seed=seed, envelope_rounds=2, log=log,
+    )  # fmt: skip
     log(f'[{steps}/{steps}] writing the report ...')
     # The demo CLIP's failure modes, from its searches through ROS and Rand's of the same frames.
     modes = results_modes(
@@ -419,6 +435,8 @@ def run_demo(
         assurance=assurance_lines,
         modes=modes.section,
         modes_records=modes.records,
+        water=water.section('The demo models in Jerlov water (MR12 water)', 'water'),
+        water_figures=water.as_json(),
     )
     return {
         'bag': bag,
@@ -429,6 +447,7 @@ def run_demo(
         'trade_off': plot,
         'assurance': gate,
         'modes': out / 'modes' if modes.files else None,
+        'water': out / 'water',
         'summaries': summaries,
         'seconds': time.monotonic() - started,
     }
@@ -466,6 +485,8 @@ def run(args: argparse.Namespace) -> int:
         print('  no violation found: raise --evaluations or --frames for a montage')
     if done.get('modes') is not None:
         print(f'  failure modes:         {done["modes"] / "modes.md"}')
+    if done.get('water') is not None:
+        print(f'  Jerlov water (MR12):   {done["water"]}/ (per model: verdict, evidence)')
     gate = done['assurance']
     print(f'  verdict (demo CLIP):   {gate["verdict"]}: {out / "assurance" / "verify-clip" / "verdict.md"}')
     for name, regressed in gate['regressions'].items():

@@ -327,8 +327,14 @@ def write_demo_report(
     assurance: Sequence[Block] = (),
     modes: Section | None = None,
     modes_records: Sequence[Mapping[str, Any]] = (),
+    water: Section | None = None,
+    water_figures: Mapping[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """Write report.md (human) and report.json (the same tables) under `out`, each atomically.
+
+    `water` (optional): the demo models' envelope per Jerlov water type as a section (assurance/, a layer
+    above, measures and makes it); report.json keeps `water_figures`, its figures and what they were
+    measured on.
 
     `modes` (optional): the demo CLIP's failure modes as a section (explain/, a layer above, makes it);
     report.json keeps `modes_records`, modes.json's records.
@@ -370,6 +376,9 @@ def write_demo_report(
     if assurance:
         blocks.append(Section('Acceptance criteria and the regression gate (demo CLIP)', assurance))
         data['assurance'] = markdown_text(assurance).split('\n')
+    if water is not None:
+        blocks.append(water)
+        data['water'] = dict(water_figures or {})
     md = write_document(Document('metavlm demo report', blocks), out / 'report.md')
     js = out / 'report.json'
     write_file_atomic(js, json.dumps(data, indent=1).encode('utf-8'))

@@ -1,18 +1,23 @@
 """Tests of `metavlm demo` end to end and of its report tables and montage."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from metavlm_ros import cli
-from metavlm_ros.common.errors import InputError
+from metavlm_ros.assurance.criteria import example_criteria, load_criteria
+from metavlm_ros.assurance.water_envelopes import Boundary, water_conditions
+from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.record_format import SEARCH_SOURCE
 from metavlm_ros.common.results import read_identity, read_jsonl
 from metavlm_ros.demo.report import criterion, montage, pair_panel, pareto_plot, strongest, tabulate
 from metavlm_ros.explain.modes import catalogue_of
 from metavlm_ros.explain.sections import NO_MODES, TOP_MODES
+from metavlm_ros.footage.frames import iter_frames
+from metavlm_ros.method.water import water_index
 from metavlm_ros.models.vlm import model_identity
 
 DEMO_MODELS = Path(__file__).resolve().parents[2] / 'metavlm_ros' / 'models'
@@ -170,6 +175,7 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
         assert stored['random'] == {r['image']: r['hypervolume'] for r in rand}
     if report.get('montage'):
         assert (out / 'strongest_violations.png').stat().st_size > 1000
+    _check_water(out, report, text)
     # Each demo results directory (tester and Rand) renders its stored follow-ups again, byte for byte.
     for name in ('clip', 'clip_rand'):
         written = [p for p in read_jsonl(out / name / 'pareto.jsonl') if p['frame']]
@@ -181,6 +187,85 @@ def test_demo_runs_end_to_end_and_writes_its_report(tmp_path, capsys):
             (png,) = again.glob(f'*_e{p["index"]:05d}.png')
             assert png.read_bytes() == (out / name / p['frame']).read_bytes()
             png.unlink()
+
+
+def _water_breaks(evidence: Path, key: str) -> dict[tuple[str, float], float]:
+    """Per (frame, water index), the smallest range of MR12 water that broke the answer at `key`, as
+    DuckDB reads the evidence's records (inf: none did); every record is `water` alone, judged."""
+    import duckdb
+
+    rows = duckdb.sql(
+        f"""SELECT json ->> '$.image', CAST(json -> '$.parameters.water_type' AS DOUBLE),
+                   min(CAST(json -> '$.parameters.water' AS DOUBLE))
+                       FILTER (WHERE CAST(json -> '$.violation."{key}"' AS BOOLEAN)),
+                   count(*) FILTER (WHERE CAST(json -> '$.order' AS INTEGER) <> 1
+                                    OR json_keys(json -> '$.parameters')[1] <> 'water'
+                                    OR CAST(json -> '$.failed' AS BOOLEAN))
+            FROM read_ndjson_objects('{evidence}/*/evaluations.jsonl.gz') GROUP BY ALL"""
+    ).fetchall()
+    assert rows and all(other == 0 for *_, other in rows)
+    return {(image, index): math.inf if broke is None else broke for image, index, broke, _ in rows}
+
+
+def _check_water(out: Path, report: dict, text: str) -> None:
+    """The demo models in Jerlov water: per type, the median over the frames of the smallest range added
+    that broke the answer, as the evidence kept under OUT/water holds it."""
+    water = report['water']
+    assert water['types'] == ['I', 'II', 'III', '1C', '5C', '9C'] and water['range_max'] == 10.0
+    assert water['frames'] == [f.id for f in iter_frames([out / 'footage' / 'demo'])]  # --frames 2: both
+    assert '## The demo models in Jerlov water (MR12 water)' in text
+    assert water['criteria_sha256'] == load_criteria(example_criteria('demo_water.yaml')).sha256
+    assert sorted(p.name for p in (out / 'water').iterdir()) == [
+        f'verify-{m}' for m in ('blip', 'clip', 'detector')
+    ]
+    models = water['models']
+    assert list(models) == ['demo CLIP', 'demo BLIP', 'demo detector']
+    assert [m['key'] for m in models.values()] == ['0.05', 'count', 'iou0.5']
+    for title, model in models.items():
+        results = Path(model['results_dir'])
+        assert (results / 'SHA256SUMS').is_file() and (results / 'verdict.json').is_file()
+        breaks = _water_breaks(results / 'evidence', model['key'])
+        assert {index for _, index in breaks} == {water_index(t) for t in water['types']}
+        for name, cell in model['boundaries'].items():
+            found = sorted(breaks[(image, water_index(name))] for image in water['frames'])
+            median = found[(len(found) - 1) // 2]  # the lower median, as the envelope's figure
+            assert cell['frames'] == len(found)
+            assert cell['censored'] == sum(math.isinf(b) for b in found), (title, name)
+            if math.isinf(median):
+                assert cell['beyond_range'] and cell['median'] == water['range_max'], (title, name)
+            else:
+                assert not cell['beyond_range'], (title, name)
+                assert cell['median'] == pytest.approx(median, abs=1e-9), (title, name)
+                assert 0 < median <= water['range_max']
+    for name in water['types']:
+        cells = [m['boundaries'][name] for m in models.values()]
+        shown = ['> 10 m' if c['beyond_range'] else f'{c["median"]:.2f} m' for c in cells]
+        family = 'oceanic' if name in ('I', 'II', 'III') else 'coastal'
+        assert f'| {name} ({family}) | {" | ".join(shown)} |' in text
+
+
+def test_water_cells_say_beyond_the_range_only_when_the_median_frame_held(tmp_path):
+    # Three frames: the lower median is the second smallest; it held when two of the three held.
+    assert Boundary(10.0, 3, 2).text(10.0) == '> 10 m' and Boundary(10.0, 3, 2).beyond_range
+    assert Boundary(10.0, 3, 1).text(10.0) == '10.00 m'  # broke at 10 m itself, one frame held
+    # Two frames: the lower median is the smaller; it held only when both did.
+    assert Boundary(0.5, 2, 1).text(10.0) == '0.50 m' and not Boundary(10.0, 2, 1).beyond_range
+    assert Boundary(10.0, 2, 2).beyond_range
+    assert Boundary(None, 3, 0).text(10.0) == 'no evidence'
+    with pytest.raises(ParameterError, match=r'small-changes: must be an envelope claim on water'):
+        water_conditions(load_criteria(example_criteria()))
+    # A claim at a depth too: the table says "at the surface", so it is refused rather than mislabelled.
+    deep = tmp_path / 'deep.yaml'
+    deep.write_text(
+        'format: 1\nname: deep\ncriteria:\n  - {id: deep, kind: envelope, relation: water, at_least: 1, '
+        'frames: 0.5, within: {water_type: [II, II], water_depth: [10, 10]}}\n'
+    )
+    with pytest.raises(ParameterError, match=r'deep: must be .* and no other condition'):
+        water_conditions(load_criteria(deep))
+    assert water_conditions(load_criteria(example_criteria('demo_water.yaml')))[-1] == (
+        '9C',
+        'Jerlov 9C, at the surface',
+    )
 
 
 def test_pareto_plot_draws_each_algorithm_in_its_colour(tmp_path):

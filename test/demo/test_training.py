@@ -546,7 +546,8 @@ def test_a_transformed_training_frame_moves_its_maps_with_it():
 
 def test_demo_blip_is_steadier_under_small_changes_than_under_large_ones(blip, heldout):
     # The issue's own measure: Rand on the 20 held-out frames of the robustness figures, 300
-    # evaluations each (order uniform in 1..6); here 150 each, half the time, with the same bounds. The shipped BLIP was fine-tuned with a consistency
+    # evaluations each (order uniform in 1..6); here 150 each, half the time, with the same bounds.
+    # The shipped BLIP was fine-tuned with a consistency
     # loss between transformed copies of its training frames (issue 15, docs/demo.md); it changes a
     # count at order 1 in 16.3 % of evaluations, rising to 45.7 % at order 6, and the median over
     # frames of its smallest violating f_trans is 0.47. The BLIP before it (run J): 30.1 %, 71.4 %
