@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,12 +22,19 @@ from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import ENVELOPE_POINTS, Bracket, boundaries, directions
 from metavlm_ros.method.relations import DEFAULT_RELATIONS, RELATION_BY_ID, RELATION_GROUPS
 
-__all__ = ['MAX_CONDITIONS', 'EnvelopeCriterion']
+__all__ = [
+    'CONDITIONED',
+    'MAX_CONDITIONS',
+    'EnvelopeCriterion',
+    'describe_condition',
+    'point_ranges',
+    'record_condition',
+]
 
 _DIRECTIONS = ('-', '+', 'both')
-# Relations measured at conditions even when a claim names none: MR12, whose boundary moves by orders
-# of magnitude between Jerlov I and 9C; unnamed, its conditions are nominal (Jerlov I at the surface).
-_CONDITIONED = frozenset(RELATION_GROUPS['optics'])
+#: Relations measured at conditions even when a claim names none: MR12, whose boundary moves by orders
+#: of magnitude between Jerlov I and 9C; unnamed, its conditions are nominal (Jerlov I at the surface).
+CONDITIONED = frozenset(RELATION_GROUPS['optics'])
 #: The most conditions one claim may be measured at: each is a boundary search of every frame.
 MAX_CONDITIONS = 24
 # Records carry float noise: an extra this close to a condition's value was measured there.
@@ -84,7 +91,7 @@ class EnvelopeCriterion(Criterion):
     @property
     def conditioned(self) -> bool:
         """Whether the claim is measured at conditions (it names some, or its relation is MR12)."""
-        return bool(self.within) or self.relation in _CONDITIONED
+        return bool(self.within) or self.relation in CONDITIONED
 
     @property
     def points(self) -> list[tuple[float, ...]]:
@@ -110,21 +117,12 @@ class EnvelopeCriterion(Criterion):
     def condition_text(self, ranges: Mapping[str, tuple[float, float]] | None = None) -> str:
         """Conditions in words: the relation's own phrase (MR12: 'Jerlov II to 5C, at the surface'), or
         each named extra's interval."""
-        relation = RELATION_BY_ID[self.relation]
         ranges = self.ranges() if ranges is None else ranges
-        if relation.phrase is not None:
-            return relation.phrase(ranges)
-        named = {name for name, _, _ in self.within}
-        extras = dict(zip(relation.extra_ids, relation.extras, strict=True))
-        return ', '.join(
-            f'{name} {extras[name].text(lo)}' + ('' if lo == hi else f' to {extras[name].text(hi)}')
-            for name, (lo, hi) in ranges.items()
-            if name in named
-        )
+        return describe_condition(self.relation, ranges, {name for name, _, _ in self.within})
 
     def point_ranges(self, point: tuple[float, ...]) -> dict[str, tuple[float, float]]:
         """One condition as ranges of zero width, by extra id."""
-        return {name: (v, v) for name, v in zip(RELATION_BY_ID[self.relation].extra_ids, point, strict=True)}
+        return point_ranges(self.relation, point)
 
     def waters(self) -> str | None:
         relation = RELATION_BY_ID[self.relation]
@@ -190,6 +188,43 @@ class EnvelopeCriterion(Criterion):
 
     def evidence(self) -> ClaimEvidence:
         return _AtConditions(self) if self.conditioned else _Boundaries(self)
+
+
+def record_condition(record: Mapping, relation: str) -> tuple[float, ...] | None:
+    """The condition an evaluation of `relation` alone was made at: each extra's value, in the relation's
+    order (a record without an extra had it nominal); None for any other record (another relation or
+    several, a failed evaluation, a record without parameters)."""
+    parameters = record.get('parameters')
+    if record.get('order') != 1 or record.get('failed') or not parameters:
+        return None
+    if next(iter(parameters)) != relation:
+        return None
+    found = RELATION_BY_ID[relation]
+    return tuple(
+        float(parameters.get(i, e.nominal)) for i, e in zip(found.extra_ids, found.extras, strict=True)
+    )
+
+
+def point_ranges(relation: str, point: Sequence[float]) -> dict[str, tuple[float, float]]:
+    """One condition of `relation` as ranges of zero width, by extra id."""
+    return {name: (v, v) for name, v in zip(RELATION_BY_ID[relation].extra_ids, point, strict=True)}
+
+
+def describe_condition(
+    relation: str, ranges: Mapping[str, tuple[float, float]], named: Collection[str] | None = None
+) -> str:
+    """A condition, or a region of them, in words: the relation's own phrase (MR12: 'Jerlov II to 5C, at
+    the surface'), else each extra in `named` (default: every extra in `ranges`) with its interval."""
+    found = RELATION_BY_ID[relation]
+    if found.phrase is not None:
+        return found.phrase(ranges)
+    named = set(ranges) if named is None else set(named)
+    extras = dict(zip(found.extra_ids, found.extras, strict=True))
+    return ', '.join(
+        f'{name} {extras[name].text(lo)}' + ('' if lo == hi else f' to {extras[name].text(hi)}')
+        for name, (lo, hi) in ranges.items()
+        if name in named
+    )
 
 
 def _frames_for_a_bound(q: float, confidence: float) -> int:
@@ -273,15 +308,9 @@ class _AtConditions(_Boundaries):
     taken: dict[int, list[dict]] = field(default_factory=dict)
 
     def take(self, directory: Any, settings: dict, record: dict, violated: bool, key: str) -> None:
-        parameters = record.get('parameters')
-        if record.get('order') != 1 or record.get('failed') or not parameters:
+        extras = record_condition(record, self.criterion.relation)
+        if extras is None:
             return
-        relation = RELATION_BY_ID[self.criterion.relation]
-        if next(iter(parameters)) != relation.id:
-            return
-        extras = [
-            parameters.get(i, e.nominal) for i, e in zip(relation.extra_ids, relation.extras, strict=True)
-        ]
         for n, point in enumerate(self.criterion.points):
             if all(abs(a - b) <= _TOLERANCE for a, b in zip(extras, point, strict=True)):
                 self.taken.setdefault(n, []).append(record)

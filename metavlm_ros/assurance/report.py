@@ -11,8 +11,8 @@ from typing import Any
 from metavlm_ros import __version__
 from metavlm_ros.assurance.compare import comparison_outcome
 from metavlm_ros.assurance.criteria import Criteria
-from metavlm_ros.assurance.evidence import Evidence, merged_boundaries
-from metavlm_ros.assurance.judge import envelope_table
+from metavlm_ros.assurance.evidence import Evidence
+from metavlm_ros.assurance.judge import condition_boundaries, envelope_table, row_label
 from metavlm_ros.assurance.junit import write_junit
 from metavlm_ros.assurance.verdict import FailureModes, Verdict, overall
 from metavlm_ros.common.directories import write_file_atomic
@@ -186,19 +186,21 @@ def _envelope_blocks(criteria: Criteria, table: list[dict], by_class: dict | Non
             'Per relation and direction, over frames: the boundary (the smallest change that breaks the '
             "answer, in the relation's unit) lies above the lower and below the upper bound shown, with "
             f'{criteria.confidence:.0%} confidence each (order statistics; frames that held to the searched '
-            'end are censored, never dropped).'
+            'end are censored, never dropped). MR12 water has a row per condition its evaluations were made '
+            'at (a Jerlov type, a depth), or per region a search varied them over: boundaries in different '
+            'waters are not one distribution.'
         ),
         Figure('envelope.png', 'The boundary per frame, per relation and direction'),
         Table(
             columns=['direction', 'frames', 'censored', 'median: lower', 'median: upper', '5 %: lower',
                      '5 %: upper', 'smallest break'],
-            rows=[[r['direction'], r['frames'], r['censored'], *(_figure(r[b]) for b in bounds)]
+            rows=[[r['row'], r['frames'], r['censored'], *(_figure(r[b]) for b in bounds)]
                   for r in table],
         ),
     ]  # fmt: skip
     if by_class:
         classes = list(by_class)
-        medians = {c: {r['direction']: r['median_lower'] for r in rows} for c, rows in by_class.items()}
+        medians = {c: {r['row']: r['median_lower'] for r in rows} for c, rows in by_class.items()}
         blocks += [
             Paragraph(
                 "Per class: the lower bound of the median boundary of that class's answer alone "
@@ -206,35 +208,34 @@ def _envelope_blocks(criteria: Criteria, table: list[dict], by_class: dict | Non
             ),
             Table(
                 columns=['direction', *classes],
-                rows=[
-                    [r['direction'], *(_figure(medians[c].get(r['direction'])) for c in classes)]
-                    for r in table
-                ],
+                rows=[[r['row'], *(_figure(medians[c].get(r['row'])) for c in classes)] for r in table],
             ),
         ]
     return blocks
 
 
 def envelope_plot(evidence: Evidence, key: str, path: Path) -> Path | None:
-    """The envelope as a PNG: per relation and direction (a row), each frame's bracket (clean to
-    violating magnitude) as a segment, a frame that held to the end searched as an arrow; magnitudes
-    as a share of the direction's range, so rows compare. None when no direction has evidence."""
+    """The envelope as a PNG: per row of the envelope table (a relation and direction, and its condition
+    where it has one), each frame's bracket (clean to violating magnitude) as a segment, a frame that held
+    to the end searched as an arrow; magnitudes as a share of the direction's range, so rows compare.
+    None when no direction has evidence."""
     import matplotlib
 
     matplotlib.use('Agg')  # files only: no display on robots, CI or cluster nodes
     import matplotlib.pyplot as plt
 
-    merged = merged_boundaries(evidence, key)
+    by_row: dict[str, list] = {}
+    for (_, direction, condition), bracket in condition_boundaries(evidence, key).items():
+        by_row.setdefault(row_label(direction, condition), []).append(bracket)
     ends = {d.name: d.end for d in directions(SearchSpace.from_options(['all']))}
-    rows = [row['direction'] for row in envelope_table(evidence, key)]
-    if not rows:
+    table = envelope_table(evidence, key)
+    if not table:
         return None
+    rows = [row['row'] for row in table]
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
-    for y, direction in enumerate(rows):
-        brackets = sorted(
-            (b for (_, d), b in merged.items() if d == direction), key=lambda b: (b.clean, b.point)
-        )
-        end = ends[direction]
+    for y, row in enumerate(table):
+        brackets = sorted(by_row[row['row']], key=lambda b: (b.clean, b.point))
+        end = ends[row['direction']]
         for k, bracket in enumerate(brackets):
             offset = y + (k - (len(brackets) - 1) / 2) * min(0.6 / max(len(brackets), 1), 0.08)
             if bracket.censored:
