@@ -19,6 +19,7 @@ from metavlm_ros.assurance.kinds import KINDS
 from metavlm_ros.common.errors import ParameterError
 from metavlm_ros.method.answers import Thresholds, answer_for
 from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
+from metavlm_ros.method.water_ranges import WATER_RANGES
 
 __all__ = [
     'CRITERIA_FORMAT',
@@ -36,7 +37,7 @@ CRITERIA_FORMAT = 1
 #: installed package's share directory).
 EXAMPLE = 'aur_camera.yaml'
 _ID = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
-_TOP = {'format', 'name', 'threshold', 'iou_threshold', 'confidence', 'criteria'}
+_TOP = {'format', 'name', 'threshold', 'iou_threshold', 'confidence', 'water_ranges', 'criteria'}
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Criteria:
     criteria: tuple[Criterion, ...] = field(default_factory=tuple)
     #: Detections: a matched box below this IoU is displaced (docs/method.md §13).
     iou_threshold: float = DEFAULT_IOU_THRESHOLD
+    #: Where MR12 `water` takes each pixel's range: 'prior' or 'truth' (the footage's range maps).
+    water_ranges: str = 'prior'
 
     def key(self, kind: str) -> str:
         """The records' violation key these criteria judge by, for a model of prediction `kind`: the
@@ -111,6 +114,9 @@ def load_criteria(path: str | Path) -> Criteria:
         raise reader.fail('threshold', f'must lie in (0, 1), got {threshold:g}')
     iou_threshold = reader.number('iou_threshold', document.get('iou_threshold', DEFAULT_IOU_THRESHOLD), 0, 1)
     confidence = reader.number('confidence', document.get('confidence', 0.95), 0, 1)
+    water_ranges = document.get('water_ranges', 'prior')
+    if water_ranges not in WATER_RANGES:
+        raise reader.fail('water_ranges', f'must be one of {", ".join(WATER_RANGES)}, got {water_ranges!r}')
     if confidence >= 1:
         raise reader.fail('confidence', f'must lie in (0, 1), got {confidence:g}')
     items = document.get('criteria')
@@ -152,4 +158,5 @@ def load_criteria(path: str | Path) -> Criteria:
         confidence=confidence,
         criteria=tuple(criteria),
         iou_threshold=iou_threshold,
+        water_ranges=water_ranges,
     )

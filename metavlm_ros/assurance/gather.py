@@ -19,12 +19,14 @@ from pathlib import Path
 
 from metavlm_ros.assurance.criteria import Criteria
 from metavlm_ros.assurance.kinds import KINDS
+from metavlm_ros.common.errors import InputError
 from metavlm_ros.common.images import Frame
 from metavlm_ros.common.results import ResultsStore
 from metavlm_ros.footage.frames import frame_digest
+from metavlm_ros.footage.ranges import RangeLookup
 from metavlm_ros.method.encoding import SearchSpace
 from metavlm_ros.method.envelope import ENVELOPE_ROUNDS
-from metavlm_ros.method.search import SearchConfig, run_search
+from metavlm_ros.method.search import SearchConfig, prepare_frame, run_search
 from metavlm_ros.models.identity import identity_record
 
 __all__ = ['ENVELOPE_ROUNDS', 'PlannedSearch', 'gather', 'plan']
@@ -61,6 +63,8 @@ def plan(
             thresholds=(criteria.threshold,),
             iou_threshold=criteria.iou_threshold,
             working_size=working_size,
+            # The footage's ranges for the searches of MR12; the others have no use for them.
+            water_ranges=criteria.water_ranges if 'water' in space.enabled_ids else 'prior',
         ).validate()
 
     planned = []
@@ -91,6 +95,7 @@ def gather(
     models with other seeds would see it as a difference). Both models of a comparison get the same
     frames in the same order, so the same samples: they pair. Each record keeps its own seed.
     """
+    ranges = RangeLookup()
     for search in planned:
         directory = evidence / search.name
         with ResultsStore(directory, identity=identity_record(search.config, model)) as store:
@@ -100,8 +105,13 @@ def gather(
             )
             for i, frame in enumerate(frames):
                 config = dataclasses.replace(search.config, seed=search.config.seed + i)
+                truth = ranges(frame) if config.water_ranges == 'truth' else None
+                try:
+                    prepared = prepare_frame(frame.rgb, config, getattr(backend, 'input_size', 0), truth)
+                except InputError as exc:
+                    raise InputError(f'{frame.file or frame.id}: {exc}') from None
                 run_search(
-                    frame.rgb,
+                    prepared,
                     backend,
                     config,
                     image_id=frame.id,

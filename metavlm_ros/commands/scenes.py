@@ -122,8 +122,15 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if form == 'png':
-            out = write_png_folder(Path(args.out), frames(), fps=args.fps, overwrite=args.overwrite)
-            what = f'{out}/ (frame_*.png, {GROUND_TRUTH_FILE})'
+            from metavlm_ros.footage.ranges import RANGES_DIR, render_with_ranges
+
+            def ranged() -> Iterator[tuple[np.ndarray, object, np.ndarray]]:
+                for index in range(args.frames):
+                    yield render_with_ranges(generator, index)  # one render: pixels, truth and ranges
+                    bar.update(1)
+
+            out = write_png_folder(Path(args.out), ranged(), fps=args.fps, overwrite=args.overwrite)
+            what = f'{out}/ (frame_*.png, {GROUND_TRUTH_FILE}, {RANGES_DIR}/frame_*.png)'
         elif form == 'video':
             from metavlm_ros.footage.video import write_video
 
@@ -172,11 +179,14 @@ def write_png_folder(out: Path, frames, *, fps: float, overwrite: bool = False) 
     """Write frames as frame_000000.png ... plus ground_truth.jsonl (one JSON line per frame).
 
     Each line holds 'file', 'stamp_ns' (time since the first frame), 'caption' and the fields of
-    GroundTruth.to_dict(). The folder appears only when complete.
+    GroundTruth.to_dict(). `frames` yields (rgb, ground truth) or (rgb, ground truth, ranges); a
+    frame's range map is written as ranges/<its file name> (footage/ranges.py). The folder appears
+    only when complete.
 
     Raises:
         InputError: `out` exists (without overwrite), or is not a folder this command wrote.
     """
+    from metavlm_ros.footage.ranges import RANGES_DIR, write_ranges_png
     from metavlm_ros.footage.truth import caption
 
     if out.exists():
@@ -190,10 +200,13 @@ def write_png_folder(out: Path, frames, *, fps: float, overwrite: bool = False) 
     tmp.mkdir()
     try:
         with open(tmp / GROUND_TRUTH_FILE, 'w', encoding='utf-8') as lines:
-            for index, (rgb, gt) in enumerate(frames):
+            for index, (rgb, gt, *ranges) in enumerate(frames):
                 name = f'frame_{index:06d}.png'
                 # Encoded here and written by Python: a full disk is an OSError, not libpng's noise.
                 (tmp / name).write_bytes(encode_png(rgb))
+                if ranges:
+                    (tmp / RANGES_DIR).mkdir(exist_ok=True)
+                    write_ranges_png(tmp / RANGES_DIR / name, ranges[0])
                 record = {
                     'file': name,
                     'stamp_ns': round(index * 1e9 / fps),

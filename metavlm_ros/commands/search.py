@@ -67,6 +67,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "only the source's objects around it must stay (MetaOD's oracle; docs/method.md §13)",
     )
     group.add_argument(
+        '--water-ranges',
+        choices=('prior', 'truth'),
+        default='prior',
+        help="where MR12 water takes each pixel's range to the scene: 'prior' (its extras: the same range "
+        "over the frame, or a seabed plane with --range water_tilt=T:T) or 'truth' (the range map beside "
+        'each frame: ranges/<frame>.png in a folder `metavlm scenes --format png` wrote; a frame without '
+        'one is refused). Default: prior (docs/underwater.md)',
+    )
+    group.add_argument(
         '--skip-wrong-sources',
         action='store_true',
         help="detection models on footage with ground truth (the project's scenes and bags): search only "
@@ -187,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         pareto_pngs=args.pareto_pngs,
         iou_threshold=args.iou_threshold,
         find_inserted=args.find_inserted,
+        water_ranges=args.water_ranges,
     ).validate()
     verify_sources(args.frames)
     frames = iter_frames(
@@ -200,6 +210,12 @@ def run(args: argparse.Namespace) -> int:
     first = next(frames, None)
     if first is None:
         raise ParameterError('no frames selected from ' + ', '.join(args.frames))
+    if config.water_ranges == 'truth':
+        from metavlm_ros.footage.ranges import missing_ranges
+
+        missing = missing_ranges(first)  # before the model loads; later frames are checked as reached
+        if missing is not None:
+            raise missing
     identity = search_identity(args, config)
     options = {'overwrite': args.overwrite, 'resume': args.resume, 'identity': identity}
     check_results_dir(args.out, refuse_existing=True, need_bytes=config.evaluations * RECORD_BYTES, **options)

@@ -128,6 +128,13 @@ def run(args: argparse.Namespace) -> int:
         if args.envelope_rounds < 1:
             raise ParameterError(f'--envelope-rounds must be at least 1, got {args.envelope_rounds}')
         frames = _frames(args)
+        if criteria.water_ranges == 'truth':
+            from metavlm_ros.footage.ranges import RangeLookup, missing_ranges
+
+            lookup = RangeLookup()
+            missing = next(filter(None, (missing_ranges(frame, lookup) for frame in frames)), None)
+            if missing is not None:  # every frame, before the model loads
+                raise missing
         if out.exists():
             raise ParameterError(f'--out {out}: exists; name a new directory for this verification')
         model = model_identity(args.backend, args.model, model_options(args))

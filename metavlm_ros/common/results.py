@@ -28,6 +28,7 @@ from metavlm_ros.common.directories import (
 )
 from metavlm_ros.common.errors import InputError, ResultsError, StorageError
 from metavlm_ros.common.images import encode_png
+from metavlm_ros.common.range_maps import encode_ranges_png, ranges_digest
 from metavlm_ros.common.record_format import (
     EVALUATIONS,
     FRAMES,
@@ -325,7 +326,16 @@ class ResultsStore:
             return None
         return f'{SOURCES}/{path.name}', digest
 
-    def _save_png(self, path: Path, rgb: np.ndarray) -> Path | None:
+    def save_source_ranges(self, ranges: np.ndarray) -> tuple[str, str] | None:
+        """Store a search's range map once under sources/ (a 16-bit PNG of millimetres, common/range_maps.py),
+        named by its sha256; returns (relative path, sha256), None where the disk kept it out."""
+        digest = ranges_digest(ranges)
+        path = self.sources_dir / f'{digest}.ranges.png'
+        if not path.is_file() and self._save_png(path, ranges, encode=encode_ranges_png) is None:
+            return None
+        return f'{SOURCES}/{path.name}', digest
+
+    def _save_png(self, path: Path, rgb: np.ndarray, encode=encode_png) -> Path | None:
         if self.low_on_space():
             self.frames_skipped += 1
             return None
@@ -333,7 +343,7 @@ class ResultsStore:
             self.frames_over_budget += 1
             return None
         try:
-            data = encode_png(rgb)
+            data = encode(rgb)
         except InputError as exc:
             raise StorageError(f'{path}: {exc}') from None
         try:

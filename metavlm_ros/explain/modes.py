@@ -10,6 +10,7 @@ import numpy as np
 
 from metavlm_ros.assurance.evidence import Evidence, load_evidence
 from metavlm_ros.common.errors import InputError, ParameterError, ResultsError
+from metavlm_ros.common.range_maps import read_source_ranges
 from metavlm_ros.common.results import read_source_frame
 from metavlm_ros.explain.attribution import (
     INTEGRATED_GRADIENTS,
@@ -137,8 +138,9 @@ def example_frames(example: dict) -> tuple[dict, np.ndarray, np.ndarray]:
         directory, image=example['image'], algorithm=example['algorithm'], seed=example['seed']
     )
     source = read_source_frame(directory, summary)
+    ranges = read_source_ranges(directory, summary)
     record = search_evaluations(directory, summary, [index])[index]
-    return summary, source, render_followup(source, record, summary.get('warp', 'fused'))
+    return summary, source, render_followup(source, record, summary.get('warp', 'fused'), ranges)
 
 
 def _method(backend: VLMBackend, asked: str) -> str:

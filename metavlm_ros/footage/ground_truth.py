@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from metavlm_ros.common.errors import BagError
+from metavlm_ros.common.errors import BagError, InputError
 from metavlm_ros.common.images import Frame
 from metavlm_ros.footage.truth import GroundTruth
 
@@ -69,14 +69,22 @@ class SourceCheck:
     §13): `(prepared frame, source prediction or None, SourceAccuracy or None)`."""
 
     def __init__(self, backend, config, lookup: GroundTruthLookup | None = None) -> None:
+        from metavlm_ros.footage.ranges import RangeLookup
+
         self.backend, self.config = backend, config
         self.lookup = lookup or GroundTruthLookup()
+        self.ranges = RangeLookup()
 
     def __call__(self, frame: Frame):
         from metavlm_ros.method.boxes import source_accuracy
         from metavlm_ros.method.search import prepare_frame
 
-        prepared = prepare_frame(frame.rgb, self.config, getattr(self.backend, 'input_size', 0))
+        # The frame's range map goes along where MR12 takes its ranges from the footage.
+        ranges = self.ranges(frame) if self.config.water_ranges == 'truth' else None
+        try:
+            prepared = prepare_frame(frame.rgb, self.config, getattr(self.backend, 'input_size', 0), ranges)
+        except InputError as exc:
+            raise InputError(f'{frame.file or frame.id}: {exc}') from None
         truth = self.lookup(frame) if self.backend.kind == 'detection' else None
         if truth is None:
             return prepared, None, None

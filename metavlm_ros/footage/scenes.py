@@ -284,6 +284,12 @@ class SceneGenerator(SceneEffects):
         bob = self.bob_amp * math.sin(2 * math.pi * t / p[2] + ph[2])
         return yaw, drift, bob
 
+    def camera_maps(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(map_x, map_y) for cv2.remap: the point of the panorama (`background`, `surface_d`) each
+        internal pixel of frame `index` sees through the moving camera."""
+        yaw, drift, bob = self._camera(index / self.fps)
+        return self.base_x + (self.mx + yaw + drift * self.k_rows)[:, None], self.base_y + (self.my - bob)
+
     def render(self, index: int) -> tuple[np.ndarray, GroundTruth, np.ndarray]:
         """Render frame `index` with its ground truth and its object label map.
 
@@ -300,8 +306,7 @@ class SceneGenerator(SceneEffects):
         t = index / self.fps
         iw, ih = self.iw, self.ih
         yaw, drift, bob = self._camera(t)
-        map_x = self.base_x + (self.mx + yaw + drift * self.k_rows)[:, None]
-        map_y = self.base_y + (self.my - bob)
+        map_x, map_y = self.camera_maps(index)
         img = cv2.remap(self.background, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
         self._caustics_and_rays(img, t, yaw)
         labels = np.full((ih, iw), -1, np.int16)

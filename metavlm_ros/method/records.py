@@ -81,6 +81,8 @@ class SearchResult:
     source_error: str = ''
     #: (path relative to the results directory, sha256 of its pixels) of the stored source frame.
     source_frame: tuple[str, str] | None = None
+    #: The range map the search used, as stored (relative path, sha256); None: none used or stored.
+    source_ranges: tuple[str, str] | None = None
     pareto_pngs: int | None = None
 
     @property
@@ -282,11 +284,16 @@ def summary_record(result: SearchResult, backend: Any = None, extra: dict | None
 
 
 def _source_fields(result: SearchResult) -> dict:
-    """`source_frame` and `source_sha256` when the source frame was stored (no store: no field)."""
-    if result.source_frame is None:
-        return {}
-    path, digest = result.source_frame
-    return {'source_frame': path, 'source_sha256': digest}
+    """`source_frame` and `source_sha256` when the source frame was stored (no store: no field), and
+    `source_ranges` and `source_ranges_sha256` when the search used a range map and stored it."""
+    fields = {}
+    if result.source_frame is not None:
+        path, digest = result.source_frame
+        fields.update(source_frame=path, source_sha256=digest)
+    if result.source_ranges is not None:
+        path, digest = result.source_ranges
+        fields.update(source_ranges=path, source_ranges_sha256=digest)
+    return fields
 
 
 def summarise_orders(result: SearchResult, keys: Sequence[str] | None = None) -> list[str]:

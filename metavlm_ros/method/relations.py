@@ -15,6 +15,7 @@ from metavlm_ros.common.images import check_frame
 from metavlm_ros.method.extra import Extra
 from metavlm_ros.method.insertion import INSERTION_EXTRAS, INSERTION_FUNCTIONS, INSERTION_PARAMETERS
 from metavlm_ros.method.underwater import UNDERWATER_EXTRAS, UNDERWATER_FUNCTIONS, UNDERWATER_PARAMETERS
+from metavlm_ros.method.water_ranges import check_ranges, warp_ranges
 from metavlm_ros.method.water_scene import WATER_EXTRAS, WATER_FUNCTIONS, WATER_PARAMETERS, WATER_PHRASES
 
 __all__ = [
@@ -133,6 +134,8 @@ class Relation:
     (secondary parameters, e.g. MR10's angle) receives their values after its own:
     `apply(frame, value, *extras)`. `phrase`, where given, says a region of the relation in its own
     words: `phrase(ranges)`, ranges by id for the relation and each extra ('Jerlov II to 5C, up to 4 m').
+    `takes_ranges` marks a relation that uses the frame's range to the scene per pixel, where the
+    footage has one: `apply(frame, value, *extras, ranges=map)`.
     """
 
     number: int
@@ -149,6 +152,8 @@ class Relation:
     phrase: Callable[[Mapping[str, tuple[float, float]]], str] | None = field(
         default=None, compare=False, repr=False
     )
+    #: Whether `apply` reads the frame's range map where the search has one (`ranges=`, MR12).
+    takes_ranges: bool = False
 
     def __post_init__(self) -> None:
         if (self.apply is None) == (self.matrix is None):
@@ -213,9 +218,14 @@ class Relation:
         """
         return not self.changes_at_nominal and value == self.nominal
 
-    def transform(self, frame: np.ndarray, value: float, extras: Sequence[float] = ()) -> np.ndarray:
-        """Apply the relation to a checked frame at checked values (the frame itself at identity)."""
+    def transform(
+        self, frame: np.ndarray, value: float, extras: Sequence[float] = (), ranges: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Apply the relation to a checked frame at checked values (the frame itself at identity);
+        `ranges`, the frame's range map, reaches only a relation that takes one."""
         if self.matrix is None:
+            if self.takes_ranges and ranges is not None:
+                return self.apply(frame, value, *extras, ranges=ranges)
             return self.apply(frame, value, *extras)
         if self.is_identity(value):
             return frame
@@ -241,9 +251,10 @@ def _opt_in(
     extras: Mapping[str, tuple[tuple[str, str, float, float, float] | Extra, ...]],
     first: int,
     phrases: Mapping[str, Callable[[Mapping[str, tuple[float, float]]], str]] | None = None,
+    ranged: Sequence[str] = (),
 ) -> tuple[Relation, ...]:
     """Relations from a module's parameter table, numbered from `first` in the table's order; extras
-    given as (name, unit, nominal, low, high) rows or as `Extra`s."""
+    given as (name, unit, nominal, low, high) rows or as `Extra`s; those `ranged` take range maps."""
     return tuple(
         Relation(
             number,
@@ -258,6 +269,7 @@ def _opt_in(
                 extra if isinstance(extra, Extra) else Extra(*extra) for extra in extras.get(rid, ())
             ),
             phrase=(phrases or {}).get(rid),
+            takes_ranges=rid in ranged,
         )
         for number, (rid, (name, _, nominal, low, high, deviation)) in enumerate(
             parameters.items(), start=first
@@ -276,6 +288,7 @@ OPTICS_RELATIONS: tuple[Relation, ...] = _opt_in(
     WATER_EXTRAS,
     len(PAPER_RELATIONS) + len(UNDERWATER_RELATIONS) + 1,
     WATER_PHRASES,
+    ranged=('water',),
 )
 # Object insertion (docs/method.md §13), numbered last: it pastes into the follow-up as every other
 # relation left it, so its box is in the follow-up's pixels. It changes what a model should answer
@@ -357,7 +370,9 @@ def _flush(frame: np.ndarray, matrix: np.ndarray | None) -> np.ndarray:
     return _warp(frame, matrix)
 
 
-def apply_relation(frame: np.ndarray, relation_id: str, value: float, *extras: float) -> np.ndarray:
+def apply_relation(
+    frame: np.ndarray, relation_id: str, value: float, *extras: float, ranges: np.ndarray | None = None
+) -> np.ndarray:
     """Apply one metamorphic relation to a frame.
 
     Args:
@@ -366,6 +381,8 @@ def apply_relation(frame: np.ndarray, relation_id: str, value: float, *extras: f
         value: the relation's parameter, inside its range.
         *extras: the relation's extras in order (e.g. MR10's angle), inside their ranges; those not
             given are nominal.
+        ranges: the frame's range to the scene per pixel, metres (H, W), for a relation that takes
+            one (MR12); other relations ignore it.
 
     Returns:
         A new RGB uint8 array of the same shape (never the input array itself).
@@ -376,11 +393,15 @@ def apply_relation(frame: np.ndarray, relation_id: str, value: float, *extras: f
     """
     frame = check_frame(frame)
     relation = _relation(relation_id)
-    out = relation.transform(frame, relation.check_value(value), relation.check_extras(extras))
+    if ranges is not None:
+        ranges = check_ranges(ranges, frame)
+    out = relation.transform(frame, relation.check_value(value), relation.check_extras(extras), ranges)
     return out.copy() if out is frame else out
 
 
-def apply_composition(frame: np.ndarray, composition: Composed, fuse: bool = True) -> np.ndarray:
+def apply_composition(
+    frame: np.ndarray, composition: Composed, fuse: bool = True, ranges: np.ndarray | None = None
+) -> np.ndarray:
     """Apply the active relations of a composition in the fixed order of RELATIONS (MR1, MR2, ...).
 
     With ``fuse`` (the default), consecutive geometric relations (rotation and scaling, shear and
@@ -392,6 +413,8 @@ def apply_composition(frame: np.ndarray, composition: Composed, fuse: bool = Tru
         frame: RGB uint8 array of shape (H, W, 3).
         composition: which relations are active and their parameters.
         fuse: compose consecutive geometric relations into one warp.
+        ranges: the frame's range to the scene per pixel, metres (H, W), for the relations that take
+            one (MR12); moved by the geometric relations before them, as their pixels were.
 
     Returns:
         A new RGB uint8 array of the same shape (never the input array itself).
@@ -402,21 +425,29 @@ def apply_composition(frame: np.ndarray, composition: Composed, fuse: bool = Tru
     """
     frame = check_frame(frame)
     height, width = frame.shape[:2]
+    if ranges is not None:
+        ranges = check_ranges(ranges, frame)
     out = frame
     pending = None  # geometric matrices accumulated while fusing, not yet applied
+    moved = None  # every geometric matrix so far: where the range map's pixels went
     for relation, active, value, extras in zip(
         RELATIONS, composition.active, composition.values, composition.extras, strict=True
     ):
         if not active:
             continue
         value = relation.check_value(value)
+        if relation.geometric and not relation.is_identity(value):
+            matrix = relation.matrix(value, width, height)
+            moved = matrix if moved is None else _then(moved, matrix)
         if relation.geometric and fuse:
             if not relation.is_identity(value):
-                matrix = relation.matrix(value, width, height)
                 pending = matrix if pending is None else _then(pending, matrix)
             continue
         out = _flush(out, pending)
         pending = None
-        out = relation.transform(out, value, relation.check_extras(extras))
+        here = None
+        if relation.takes_ranges and ranges is not None:
+            here = ranges if moved is None else warp_ranges(ranges, moved)
+        out = relation.transform(out, value, relation.check_extras(extras), here)
     out = _flush(out, pending)
     return out.copy() if out is frame else out

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from metavlm_ros.common.errors import ParameterError, ResultsError
+from metavlm_ros.common.range_maps import read_source_ranges
 from metavlm_ros.common.results import EVALUATIONS, SUMMARY, iter_jsonl, read_source_frame, search_key
 from metavlm_ros.method.encoding import Composition
 from metavlm_ros.method.relations import apply_composition
@@ -68,13 +69,16 @@ def search_evaluations(directory: str | Path, summary: dict, indices: Iterable[i
     return found
 
 
-def render_followup(source: np.ndarray, record: dict, warp: str) -> np.ndarray:
+def render_followup(
+    source: np.ndarray, record: dict, warp: str, ranges: np.ndarray | None = None
+) -> np.ndarray:
     """The follow-up frame of one evaluation record, as its search made it.
 
     Args:
         source: The search's source frame as searched (`read_source_frame`).
         record: The evaluation record (its `parameters`: relation id -> value, exact as stored).
         warp: The search's warp setting (`fused` or `sequential`, its summary's `warp`).
+        ranges: The range map the search used (`read_source_ranges`), None where it used none.
 
     Raises:
         ParameterError: The record's parameters name no known relation or lie outside its range.
@@ -82,7 +86,8 @@ def render_followup(source: np.ndarray, record: dict, warp: str) -> np.ndarray:
     parameters = record.get('parameters')
     if not isinstance(parameters, dict):
         raise ParameterError(f'evaluation {record.get("index")}: no parameters to render')
-    return apply_composition(source, Composition.from_parameters(parameters), fuse=warp == 'fused')
+    composition = Composition.from_parameters(parameters)
+    return apply_composition(source, composition, fuse=warp == 'fused', ranges=ranges)
 
 
 def render_search(directory: str | Path, summary: dict, indices: Sequence[int]) -> dict[int, np.ndarray]:
@@ -92,6 +97,7 @@ def render_search(directory: str | Path, summary: dict, indices: Sequence[int]) 
         ResultsError, ParameterError: see read_source_frame, search_evaluations, render_followup.
     """
     source = read_source_frame(directory, summary)
+    ranges = read_source_ranges(directory, summary)
     records = search_evaluations(directory, summary, indices)
     warp = summary.get('warp', 'fused')
-    return {i: render_followup(source, records[i], warp) for i in indices}
+    return {i: render_followup(source, records[i], warp, ranges) for i in indices}

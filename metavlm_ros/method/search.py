@@ -7,14 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import cv2
 import numpy as np
 from pymoo.core.evaluator import Evaluator
 from pymoo.core.population import Population
 from pymoo.core.problem import Problem
 from pymoo.problems.static import StaticProblem
 
-from metavlm_ros.common.errors import ModelError, ParameterError, SearchInterrupted
+from metavlm_ros.common.errors import InputError, ModelError, ParameterError, SearchInterrupted
 from metavlm_ros.common.images import check_frame, parse_working_size, resize_longer_side, working_size_for
+from metavlm_ros.common.range_maps import quantise_ranges
 from metavlm_ros.method import defaults
 from metavlm_ros.method.answers import Thresholds, answer_for
 from metavlm_ros.method.boxes import DEFAULT_IOU_THRESHOLD
@@ -27,6 +29,7 @@ from metavlm_ros.method.metrics import (
 )
 from metavlm_ros.method.objectives import f_trans
 from metavlm_ros.method.relations import WARPS, apply_composition
+from metavlm_ros.method.water_ranges import WATER_RANGES, check_ranges
 
 if TYPE_CHECKING:
     from metavlm_ros.common.results import ResultsStore
@@ -92,6 +95,9 @@ class SearchConfig:
     iou_threshold: float = DEFAULT_IOU_THRESHOLD
     #: Detections with object insertion: the pasted object must be found too (§13's strict option).
     find_inserted: bool = False
+    #: Where MR12 `water` takes each pixel's range to the scene: 'prior' (its extras: constant or a
+    #: seabed plane) or 'truth' (the frame's range map, which the footage must carry; docs/underwater.md).
+    water_ranges: str = 'prior'
 
     @property
     def criteria(self) -> Thresholds:
@@ -113,6 +119,12 @@ class SearchConfig:
             raise ParameterError(f'the IoU threshold must lie in (0, 1], got {self.iou_threshold}')
         if not isinstance(self.find_inserted, bool):
             raise ParameterError(f'find_inserted must be true or false, got {self.find_inserted!r}')
+        if self.water_ranges not in WATER_RANGES:
+            raise ParameterError(
+                f'unknown water ranges {self.water_ranges!r} (choose from {", ".join(WATER_RANGES)})'
+            )
+        if self.water_ranges == 'truth' and 'water' not in self.space.enabled_ids:
+            raise ParameterError("water ranges 'truth' are for the relation water; the search leaves it out")
         if self.warp not in WARPS:
             raise ParameterError(f'unknown warp {self.warp!r} (choose from {", ".join(WARPS)})')
         self.working_size = parse_working_size(self.working_size)
@@ -133,6 +145,7 @@ class SearchConfig:
             # Only where it is not the default: the identity of every other search stays as it was.
             **({'iou_threshold': self.iou_threshold} if self.iou_threshold != DEFAULT_IOU_THRESHOLD else {}),
             **({'find_inserted': True} if self.find_inserted else {}),
+            **({'water_ranges': self.water_ranges} if self.water_ranges != 'prior' else {}),
         }
 
 
@@ -143,19 +156,37 @@ class PreparedFrame:
     rgb: np.ndarray
     #: (width, height) of the frame as it entered, before the working size.
     source_size: tuple[int, int]
+    #: The frame's range to the scene per pixel at the working size, metres, where the search uses it.
+    ranges: np.ndarray | None = None
 
 
-def prepare_frame(frame: Any, config: SearchConfig, input_side: int = 0) -> PreparedFrame:
-    """Check `frame` and shrink it to the working size for a model that sees `input_side` pixels.
+def _needed_ranges(ranges: np.ndarray | None) -> np.ndarray:
+    if ranges is None:
+        raise InputError("the frame has no range map, which water ranges 'truth' need (docs/underwater.md)")
+    return ranges
+
+
+def prepare_frame(
+    frame: Any, config: SearchConfig, input_side: int = 0, ranges: np.ndarray | None = None
+) -> PreparedFrame:
+    """Check `frame` and shrink it to the working size for a model that sees `input_side` pixels;
+    `ranges`, the frame's range map, goes along (nearest neighbour) where the config uses it.
 
     Raises:
-        InputError: not RGB uint8 (H, W, 3), or under 2 pixels a side (relations interpolate).
+        InputError: not RGB uint8 (H, W, 3), or under 2 pixels a side (relations interpolate); a
+            search of water ranges 'truth' without a range map, or one of another size than the frame.
     """
     frame = check_frame(frame, min_side=2, what='the frame')
     height, width = frame.shape[:2]
     size = working_size_for(config.working_size, width, height, input_side)
     rgb = np.ascontiguousarray(resize_longer_side(frame, size)) if size else frame
-    return PreparedFrame(rgb, (int(width), int(height)))
+    if config.water_ranges != 'truth':
+        return PreparedFrame(rgb, (int(width), int(height)))
+    ranges = _needed_ranges(ranges)
+    ranges = quantise_ranges(check_ranges(ranges, frame))  # as stored with the results: renders again
+    if rgb.shape != frame.shape:
+        ranges = cv2.resize(ranges, (rgb.shape[1], rgb.shape[0]), interpolation=cv2.INTER_NEAREST)
+    return PreparedFrame(rgb, (int(width), int(height)), ranges)
 
 
 def searched_frame(frame: Any, config: SearchConfig, backend: VLMBackend) -> np.ndarray:
@@ -166,8 +197,16 @@ def searched_frame(frame: Any, config: SearchConfig, backend: VLMBackend) -> np.
 class _Judge:
     """Judges batches of genotypes on one frame against its source prediction, with a cache."""
 
-    def __init__(self, frame: np.ndarray, backend: VLMBackend, source: Prediction, config: SearchConfig):
+    def __init__(
+        self,
+        frame: np.ndarray,
+        backend: VLMBackend,
+        source: Prediction,
+        config: SearchConfig,
+        ranges: np.ndarray | None = None,
+    ):
         self.frame = frame
+        self.ranges = ranges
         self.backend = backend
         self.source = source
         self.config = config
@@ -234,7 +273,8 @@ class _Judge:
 
     def followup_frame(self, composition: Composition) -> np.ndarray:
         """The follow-up frame of a composition, warped as the search's configuration says."""
-        return apply_composition(self.frame, composition, fuse=self.config.warp == 'fused')
+        fuse = self.config.warp == 'fused'
+        return apply_composition(self.frame, composition, fuse=fuse, ranges=self.ranges)
 
 
 class _CompositionProblem(Problem):
@@ -294,15 +334,18 @@ def run_search(
     config.validate()
     if not isinstance(frame, PreparedFrame):
         frame = prepare_frame(frame, config, getattr(backend, 'input_size', 0))
-    source_size, frame = frame.source_size, frame.rgb
+    source_size, frame, ranges = frame.source_size, frame.rgb, frame.ranges
+    if config.water_ranges == 'truth':
+        _needed_ranges(ranges)
     started = time.perf_counter()
     if source is None:
         source = backend.predict([frame])[0]
         if source is None:
             raise ModelError('the model gave no prediction for the source frame')
-    judge = _Judge(frame, backend, source, config)
+    judge = _Judge(frame, backend, source, config, ranges if config.water_ranges == 'truth' else None)
     # Stored first, once per distinct frame: every follow-up can be rendered again from it.
     stored_source = store.save_source(frame) if store is not None else None
+    stored_ranges = store.save_source_ranges(judge.ranges) if store and judge.ranges is not None else None
     result = SearchResult(
         image=image_id,
         algorithm=config.algorithm,
@@ -320,6 +363,7 @@ def run_search(
         working_width=int(frame.shape[1]),
         relations=config.space.enabled_ids,
         source_frame=stored_source,
+        source_ranges=stored_ranges,
         pareto_pngs=config.pareto_pngs,
     )
     extra = dict(extra_fields or {})

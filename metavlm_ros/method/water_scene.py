@@ -21,6 +21,7 @@ from metavlm_ros.method.water import (
     water_index,
     water_type_name,
 )
+from metavlm_ros.method.water_ranges import water_over_ranges
 
 __all__ = [
     'LAMP_HALF_ANGLE',
@@ -167,6 +168,8 @@ def water(
     scene_range: float = 2.0,
     tilt: float = 0.0,
     fov: float = 60.0,
+    *,
+    ranges: np.ndarray | None = None,
 ) -> np.ndarray:
     """The scene `distance` metres farther away (at the frame's centre) through water of a Jerlov type.
 
@@ -176,6 +179,10 @@ def water(
     from each row's range r0 = scene_range * growth to r0 + z (G = 1 without lamps). 0 metres is the
     identity at every type, depth, lamp and prior; without lamps and at tilt 0 it is the byte table of
     the revised image formation model it always was.
+
+    With `ranges`, the frame's own range to the scene per pixel (metres, (H, W): inf where open water
+    is seen, NaN unknown), the priors give way to it: each pixel's range grows by the same factor as
+    the centre's (`method/water_ranges.py`), and `scene_range` and `tilt` are not used.
 
     Raises:
         InputError: when the frame is not RGB uint8 (H, W, 3).
@@ -193,6 +200,12 @@ def water(
     coefficients = channel_coefficients(water_type, depth, distance)
     if distance == 0.0:
         return frame.copy()
+    if ranges is not None:
+        height, width = frame.shape[:2]
+        cone = _beam(height, width, fov) if lamp_power > 0.0 else None
+        return water_over_ranges(
+            frame, distance, water_type, depth, lamp_power, cone, ranges, RANGE_GROWTH_MAX
+        )
     if lamp_power == 0.0 and tilt == 0.0:
         return cv2.LUT(frame, linear_light_lut(coefficients.transmission, coefficients.veil))
     height, width = frame.shape[:2]

@@ -17,6 +17,7 @@ from foxglove.mcap import MCAPWriteOptions
 from metavlm_ros.campaign.cells import CELL_FILE, UNVERIFIED, verify_cell
 from metavlm_ros.common.errors import InputError, ParameterError, ResultsError
 from metavlm_ros.common.images import encode_png
+from metavlm_ros.common.range_maps import read_source_ranges
 from metavlm_ros.common.results import (
     EVALUATIONS,
     IDENTITY,
@@ -209,6 +210,7 @@ class _Renderer:
         self.results = results
         self._digest: str | None = None
         self._source = None
+        self._ranges = None
 
     def followup(self, record: dict) -> bytes | None:
         """The follow-up PNG of a violation whose PNG was not kept (None: no stored source frame)."""
@@ -218,8 +220,9 @@ class _Renderer:
         if summary['source_sha256'] != self._digest:
             # Records come search by search: one source in memory, not a whole run's worth.
             self._source = read_source_frame(self.results.path, summary)
+            self._ranges = read_source_ranges(self.results.path, summary)
             self._digest = summary['source_sha256']
-        return encode_png(render_followup(self._source, record, summary.get('warp', 'fused')))
+        return encode_png(render_followup(self._source, record, summary.get('warp', 'fused'), self._ranges))
 
 
 def _box_scale(results: _Results, record: dict, png: bytes | None) -> tuple[float, float] | None:

@@ -1,6 +1,7 @@
 """Tests of `metavlm scenes` through metavlm_ros.cli.main."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from metavlm_ros.cli import main
+from metavlm_ros.common.errors import InputError
 from metavlm_ros.footage.bags import (
     COMPRESSED_TOPIC,
     IMAGE_TOPIC,
@@ -16,6 +18,8 @@ from metavlm_ros.footage.bags import (
     list_image_topics,
     read_ground_truth,
 )
+from metavlm_ros.footage.frames import iter_frames
+from metavlm_ros.footage.ranges import RangeLookup, scene_ranges, write_ranges_png
 from metavlm_ros.footage.scenes import SceneGenerator
 from metavlm_ros.footage.truth import caption
 
@@ -149,7 +153,9 @@ def test_png_folder(tmp_path):
     out = tmp_path / 'pngs'
     assert main(['scenes', '--out', str(out), '--format', 'png', *SMALL]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ['frame_000000.png', 'frame_000001.png', 'frame_000002.png', 'ground_truth.jsonl']
+    frames = ['frame_000000.png', 'frame_000001.png', 'frame_000002.png']
+    assert names == [*frames, 'ground_truth.jsonl', 'ranges']
+    assert sorted(p.name for p in (out / 'ranges').iterdir()) == frames
     records = [json.loads(line) for line in (out / 'ground_truth.jsonl').read_text().splitlines()]
     gen = SceneGenerator(64, 48, 5, seed=4, environment='deep')
     for i, record in enumerate(records):
@@ -162,6 +168,32 @@ def test_png_folder(tmp_path):
         np.testing.assert_array_equal(png, rgb)
     assert main(['scenes', '--out', str(out), '--format', 'png', *SMALL]) == 2
     assert main(['scenes', '--out', str(out), '--format', 'png', '--overwrite', *SMALL]) == 0
+    assert sorted(p.name for p in out.iterdir()) == names
+
+
+def test_png_folder_ranges_are_found_for_its_frames(tmp_path, capsys):
+    out = tmp_path / 'pngs'
+    assert main(['scenes', '--out', str(out), '--format', 'png', *SMALL]) == 0
+    assert 'ranges/frame_*.png' in capsys.readouterr().out
+    frames = list(iter_frames(out))
+    assert [f.id for f in frames] == ['frame_000000', 'frame_000001', 'frame_000002']  # not ranges/
+    gen = SceneGenerator(64, 48, 5, seed=4, environment='deep')
+    lookup = RangeLookup()
+    for i, frame in enumerate(frames):
+        ranges = lookup(frame)
+        assert ranges.shape == (48, 64) and ranges.dtype == np.float32
+        _, _, labels = gen.render(i)
+        true = scene_ranges(gen, i, labels)
+        assert (np.isinf(ranges) == np.isinf(true)).all()
+        finite = np.isfinite(true)
+        assert np.abs(ranges - np.minimum(true, 65.534))[finite].max() <= 0.001
+    # A scenes folder of an earlier version, without ranges/, has none; a map of another size is refused.
+    shutil.rmtree(out / 'ranges')
+    assert lookup(frames[0]) is None
+    (out / 'ranges').mkdir()
+    write_ranges_png(out / 'ranges' / 'frame_000000.png', np.ones((24, 32), np.float32))
+    with pytest.raises(InputError, match='range map is 32x24, its frame frame_000000.png is 64x48'):
+        lookup(frames[0])
 
 
 def test_same_seed_same_bag_bytes(tmp_path):
@@ -231,7 +263,7 @@ def _tree(path):
     """The bytes of a file, or of every file of a folder."""
     if path.is_file():
         return path.read_bytes()
-    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+    return {p.name: _tree(p) for p in sorted(path.iterdir())}
 
 
 @pytest.mark.parametrize('output', [['x.mcap'], ['x.db3'], ['x', '--format', 'png'], ['x.bag'], ['x.mkv']])

@@ -579,3 +579,31 @@ def test_water_types_are_ranged_by_name_as_in_criteria_files(tmp_path, image_pat
     assert search([*water, '--range', 'water_type=II:5C'], tiny_clip_dir) == 0
     types = {r['parameters']['water_type'] for r in read_jsonl(out / 'evaluations.jsonl') if r['parameters']}
     assert types and all(3.0 <= t <= 7.0 for t in types)  # II is index 3, 5C index 7
+
+
+def test_a_search_of_water_over_the_scenes_own_ranges_renders_again(tmp_path, tiny_clip_dir, capsys):
+    """`--water-ranges truth` on a folder `metavlm scenes --format png` wrote: the identity says so, the
+    search keeps its range map beside its source, `metavlm render` makes its follow-ups again byte for
+    byte; a folder without ranges/ is refused in one line before the model loads."""
+    scenes = tmp_path / 'scenes'
+    size = ['--size', '64x48', '--frames', '1', '--seed', '4', '--environment', 'shallow']
+    assert main(['scenes', '--out', str(scenes), '--format', 'png', *size]) == 0
+    common = ['--relations', 'rotation', 'water', '--range', 'water_type=5C:9C', '--water-ranges', 'truth']
+    budget = ['--population', '6', '--evaluations', '24', '--working-size', 'full', '--pareto-pngs', 'all']
+    out = tmp_path / 'res'
+    assert search([str(scenes), *common, *budget, '--out', str(out)], tiny_clip_dir) == 0
+    identity = json.loads((out / 'search.json').read_text())
+    assert identity['identity']['settings']['water_ranges'] == 'truth'
+    (summary,) = read_jsonl(out / 'summary.jsonl')
+    assert (out / summary['source_ranges']).is_file() and summary['source_ranges'].endswith('.ranges.png')
+    pareto = read_jsonl(out / 'pareto.jsonl')
+    assert main(['render', str(out), 'pareto', '--out', str(tmp_path / 'again')]) == 0
+    for p in pareto:
+        again = tmp_path / 'again' / f'frame_000000_nsga2_s0_e{p["index"]:05d}.png'
+        assert again.read_bytes() == (out / p['frame']).read_bytes()
+    shutil.rmtree(scenes / 'ranges')
+    capsys.readouterr()
+    assert search([str(scenes), *common, *budget, '--out', str(tmp_path / 'none')], tiny_clip_dir) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'no range map' in err[0] and 'frame_000000.png' in err[0]
+    assert not (tmp_path / 'none').exists()

@@ -236,3 +236,37 @@ def test_a_fail_of_searched_frames_writes_its_modes_inside_the_verification_and_
     assert '### Failure modes' in (out / 'verdict.md').read_text()
     done = subprocess.run(['sha256sum', '--check', '--quiet', 'SHA256SUMS'], cwd=out, capture_output=True)
     assert done.returncode == 0, done.stdout
+
+
+def test_criteria_of_water_over_the_footages_ranges_search_with_each_frames_map(tmp_path, capsys):
+    """`water_ranges: truth` in a criteria file: the searches of MR12 take each frame's range map (and
+    keep it with their evidence), the others none; footage without maps is refused in one line."""
+    from metavlm_ros.common.results import read_jsonl
+
+    scenes = tmp_path / 'scenes'
+    size = ['--size', '64x48', '--frames', '2', '--seed', '3', '--environment', 'pool']
+    assert main(['scenes', '--out', str(scenes), '--format', 'png', *size]) == 0
+    claim = {'id': 'harbour', 'kind': 'envelope', 'relation': 'water', 'within': {'water_type': ['5C', '5C']},
+             'at_least': 1, 'frames': 0.5}  # fmt: skip
+    path = tmp_path / 'criteria.yaml'
+    document = {'format': 1, 'name': 'harbour', 'water_ranges': 'truth', 'criteria': [claim, FAILING]}
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / 'verify'
+    args = ['verify', str(scenes), '--criteria', str(path), '--model', 'demo', '--evaluations', '12',
+            '--population', '6', '--envelope-rounds', '2']  # fmt: skip
+    assert main([*args, '--out', str(out)]) in (0, 1, 3)
+    settings = {
+        d.name: json.loads((d / 'search.json').read_text())['identity']['settings']
+        for d in (out / 'evidence').iterdir()
+    }
+    envelope = out / 'evidence' / 'envelope-harbour-type5C'
+    assert settings[envelope.name]['water_ranges'] == 'truth' and 'water_ranges' not in settings['search']
+    maps = {s['source_ranges'] for s in read_jsonl(envelope / 'summary.jsonl')}
+    assert len(maps) == 2 and all((envelope / m).is_file() for m in maps)
+    rows = json.loads((out / 'verdict.json').read_text())['envelope']
+    assert [r['row'] for r in rows if r['direction'] == 'water+'] == ['water+ (Jerlov 5C, at the surface)']
+    shutil.rmtree(scenes / 'ranges')
+    capsys.readouterr()
+    assert main([*args, '--out', str(tmp_path / 'none')]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'no range map' in err[0] and 'frame_000000.png' in err[0], err
