@@ -123,6 +123,15 @@ def test_the_water_type_range_takes_jerlov_names_or_indices_and_records_indices(
     assert g.tester.set_parameters_atomically(indices).successful
     low, high = g.tester.settings.search.space.extra_bounds()
     assert (low[0], high[0]) == (2.0, 5.0)
+    # A name at one end, an index between types at the other: a ROS array holds one type, so both are
+    # strings (`"['1C', '7.5']"`), each end read as the name or the number it is.
+    mixed = [
+        Parameter('results_dir', value=str(g.results) + '-mixed'),
+        Parameter('ranges.water_type', value=['1C', '7.5']),
+    ]
+    assert g.tester.set_parameters_atomically(mixed).successful
+    low, high = g.tester.settings.search.space.extra_bounds()
+    assert (low[0], high[0]) == (5.0, 7.5)
 
 
 def test_a_new_transport_size_applies_to_the_next_search(graph):
