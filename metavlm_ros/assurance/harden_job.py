@@ -19,8 +19,9 @@ from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.images import Frame
 from metavlm_ros.footage.frames import frame_digest
 from metavlm_ros.footage.ground_truth import GroundTruthLookup, true_detections
+from metavlm_ros.footage.ranges import RangeLookup, missing_ranges
 from metavlm_ros.method.answers import Thresholds, answer_for
-from metavlm_ros.method.search import SearchConfig, searched_frame
+from metavlm_ros.method.search import SearchConfig, prepare_frame
 from metavlm_ros.models.vlm import create_backend, model_identity
 from metavlm_ros.training.card import CARD, card_record, save_model, write_card
 from metavlm_ros.training.followups import FollowupPlan
@@ -81,6 +82,30 @@ def _truths(frames: Sequence[Frame], prepared: Sequence[np.ndarray], classes: Se
     return truths
 
 
+def training_frames(frames: Sequence[Frame], backend, water_ranges: str = 'prior') -> list[TrainingFrame]:
+    """The frames as the search sees them (working size), with their ground truth and, where MR12 takes
+    the footage's ranges (the criteria's `water_ranges: truth`), their range maps at that size: the
+    training follow-ups are made as the gate's searches make them.
+
+    Raises:
+        InputError: a frame without a range map where the criteria want them (one line naming it).
+    """
+    config = dataclasses.replace(SearchConfig(), water_ranges=water_ranges)
+    lookup = RangeLookup()
+    prepared = []
+    for f in frames:
+        if water_ranges == 'truth' and (missing := missing_ranges(f, lookup)) is not None:
+            raise missing
+        ranges = lookup(f) if water_ranges == 'truth' else None
+        prepared.append(prepare_frame(f.rgb, config, getattr(backend, 'input_size', 0), ranges))
+    rgbs = [p.rgb for p in prepared]
+    truths = _truths(frames, rgbs, backend.classes)
+    return [
+        TrainingFrame(f.id, p.rgb, frame_digest(p.rgb), truth, p.ranges)
+        for f, p, truth in zip(frames, prepared, truths, strict=True)
+    ]
+
+
 def _evidence_record(roots: Sequence[Path]) -> list[dict]:
     """Each evidence root with the sha256 of every file of records it holds."""
     record = []
@@ -119,11 +144,12 @@ def harden_model(
     key = answer_for(getattr(backend, 'kind', 'confidence')).refining_key(thresholds)
     plan = FollowupPlan.of(training_regions(job.criteria), violating_changes(evidence, key))
     base = {**model_identity(job.backend, job.model, job.options), 'weights_sha256': backend.weights_hash()}
-    prepared = [searched_frame(f.rgb, SearchConfig(), backend) for f in frames]
-    training = [
-        TrainingFrame(f.id, rgb, frame_digest(rgb), truth)
-        for f, rgb, truth in zip(frames, prepared, _truths(frames, prepared, backend.classes), strict=True)
-    ]
+    training = training_frames(frames, backend, job.criteria.water_ranges)
+    if job.criteria.water_ranges == 'truth':  # the gate's searches need them too: refused before training
+        lookup = RangeLookup()
+        missing = next(filter(None, (missing_ranges(f, lookup) for f in heldout or ())), None)
+        if missing is not None:
+            raise missing
     log(
         f'harden: {len(training)} frame(s), {len(plan.regions)} region(s) from {job.criteria.path.name}, '
         f'{len(plan.broken)} breaking change(s) from {len(job.results)} evidence root(s)'

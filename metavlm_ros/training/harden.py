@@ -30,13 +30,15 @@ ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 @dataclass(frozen=True)
 class TrainingFrame:
-    """A frame as the search sees it (working size), its sha256, and its ground truth at that size
-    (None: the footage has none)."""
+    """A frame as the search sees it (working size), its sha256, its ground truth at that size (None: the
+    footage has none) and its range map (None: MR12's priors)."""
 
     name: str
     rgb: np.ndarray
     sha256: str
     truth: FrameTruth | None = None
+    #: Its range to the scene per pixel at that size, where MR12 takes the footage's ranges (None: priors).
+    ranges: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,7 @@ def harden(
         tuple(backend.predict([f.rgb for f in held])),
         tuple(tuple(plan.draw(check_rng) for _ in range(settings.validation_followups)) for _ in held),
         tuple(f.truth for f in held),
+        tuple(f.ranges for f in held),
     )
     tuning = attach(model, method, rank=settings.rank)
     model.train()
@@ -245,7 +248,10 @@ def harden(
             picked = rng.integers(len(train), size=settings.batch)
             changes = [plan.draw(rng) for _ in picked]
             sources = [train[i].rgb for i in picked]
-            followups = [apply_composition(f, c) for f, c in zip(sources, changes, strict=True)]
+            followups = [
+                apply_composition(train[i].rgb, c, ranges=train[i].ranges)
+                for i, c in zip(picked, changes, strict=True)
+            ]
             loss = objective.loss(backend, sources, picked)
             loss = loss + settings.consistency * objective.loss(backend, followups, picked, changes)
             optimiser.zero_grad()

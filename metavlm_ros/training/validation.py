@@ -113,6 +113,8 @@ class ValidationSet:
     base: tuple[Prediction, ...]
     changes: tuple[tuple[Composition, ...], ...]
     truths: tuple[FrameTruth | None, ...]
+    #: Each frame's range map for MR12 (None: its priors); empty: none for any frame.
+    ranges: tuple[np.ndarray | None, ...] = ()
 
     def figures(
         self, predict, classes: Sequence[str], threshold: float, iou_threshold: float = 0.5
@@ -122,8 +124,10 @@ class ValidationSet:
         sources = predict(list(self.frames))
         followups = predict(
             [
-                apply_composition(frame, change)
-                for frame, changes in zip(self.frames, self.changes, strict=True)
+                apply_composition(frame, change, ranges=ranges)
+                for frame, changes, ranges in zip(
+                    self.frames, self.changes, self.ranges or (None,) * len(self.frames), strict=True
+                )
                 for change in changes
             ]
         )
