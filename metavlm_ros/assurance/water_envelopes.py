@@ -162,13 +162,18 @@ class WaterEnvelopes:
             for t in titles
         )
         keys = ', '.join(f'{t} {self.keys[t]}' for t in titles)
+        # Where the scene's ranges came from: the footage's range maps (water_ranges: truth) or the prior.
+        if self.criteria.water_ranges == 'truth':
+            where = " at the frame's centre", "each pixel at its own range, from the frame's range map"
+        else:
+            where = '', 'the same range over the frame'
         blocks: list[Block] = [
             Paragraph(
                 'How much water each model takes: per Jerlov water type, the median over '
-                f'{len(self.frames)} frame(s) of the smallest range added (metres of water between camera '
-                'and scene, MR12 ',
+                f'{len(self.frames)} frame(s) of the smallest range added{where[0]} (metres of water '
+                'between camera and scene, MR12 ',
                 Code(WATER),
-                ' alone, at the surface, no lamps, the same range over the frame) at which the answer '
+                f' alone, at the surface, no lamps, {where[1]}) at which the answer '
                 f'violates; "> {self.maximum:g} m" where the median frame held up to the relation\'s '
                 'maximum.',
             ),

@@ -52,6 +52,9 @@ class CampaignImage:
     #: The file the frame was read from and its position there ('' for generated scenes).
     file: str = ''
     frame_index: int = 0
+    #: The frame's range to the scene per pixel (float32 metres, its size, inf = open water) where the
+    #: campaign's MR12 takes the footage's ranges (`water_ranges: truth`); None otherwise.
+    ranges: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def sha256(self) -> str:
@@ -60,25 +63,39 @@ class CampaignImage:
 
         return frame_digest(self.rgb)
 
+    @property
+    def ranges_sha256(self) -> str | None:
+        """A hash of the range map in millimetres, as a search stores it (None: no map)."""
+        from metavlm_ros.common.range_maps import ranges_digest
 
-def load_images(frames: FrameSpec) -> list[CampaignImage]:
-    """Read (or generate) every frame of a campaign, with unique file-safe ids.
+        return None if self.ranges is None else ranges_digest(self.ranges)
+
+
+def load_images(frames: FrameSpec, water_ranges: str = 'prior') -> list[CampaignImage]:
+    """Read (or generate) every frame of a campaign, with unique file-safe ids; with `water_ranges`
+    'truth', each with its range map (the footage's ranges/<frame>.png or bag message, or the scene's
+    own), shrunk with its frame.
 
     Raises:
-        InputError: A source cannot be read, or no frame was selected.
+        InputError: A source cannot be read, no frame was selected, or (ranges 'truth') a frame has no
+            range map: one line naming the first, before any cell runs.
         ParameterError: The selection is invalid.
     """
     from metavlm_ros.common.errors import InputError
     from metavlm_ros.common.images import resize_longer_side
     from metavlm_ros.footage.frames import iter_frames, verify_sources
 
-    items: list[tuple[str, np.ndarray, int, str, int]] = []
+    truth = water_ranges == 'truth'
+    items: list[tuple[str, np.ndarray, int, str, int, np.ndarray | None]] = []
     if frames.generate is not None:
-        for name, rgb in _generate_scenes(frames.generate):
-            items.append((name, rgb, 0, '', 0))
+        for name, rgb, ranges in _generate_scenes(frames.generate, truth):
+            items.append((name, rgb, 0, '', 0, ranges))
             if frames.max_frames is not None and len(items) >= frames.max_frames:
                 break
     else:
+        from metavlm_ros.footage.ranges import RangeLookup, missing_ranges
+
+        lookup = RangeLookup()
         verify_sources(list(frames.sources))  # bags whole, against their checksums
         for frame in iter_frames(
             list(frames.sources),
@@ -88,12 +105,15 @@ def load_images(frames: FrameSpec) -> list[CampaignImage]:
             end=frames.end,
             max_frames=frames.max_frames,
         ):
-            items.append((frame.id, frame.rgb, frame.stamp_ns, frame.file, frame.index))
+            ranges = lookup(frame) if truth else None
+            if truth and ranges is None:
+                raise missing_ranges(frame, lookup)
+            items.append((frame.id, frame.rgb, frame.stamp_ns, frame.file, frame.index, ranges))
     if not items:
         raise InputError('frames: the selection holds no frames')
     images: list[CampaignImage] = []
     used: set[str] = set()
-    for index, (name, rgb, stamp, file, position) in enumerate(items):
+    for index, (name, rgb, stamp, file, position, ranges) in enumerate(items):
         safe = safe_name(name)
         unique, n = safe, 2
         while unique in used:
@@ -101,19 +121,48 @@ def load_images(frames: FrameSpec) -> list[CampaignImage]:
         used.add(unique)
         rgb = resize_longer_side(rgb, frames.size) if frames.size else rgb
         rgb = np.ascontiguousarray(rgb)
-        images.append(CampaignImage(index, unique, rgb, stamp_ns=stamp, file=file, frame_index=position))
+        images.append(
+            CampaignImage(
+                index,
+                unique,
+                rgb,
+                stamp_ns=stamp,
+                file=file,
+                frame_index=position,
+                ranges=_sized(ranges, rgb),
+            )
+        )
     return images
 
 
-def _generate_scenes(spec: Mapping) -> Iterator[tuple[str, np.ndarray]]:
-    """Synthetic scenes from core.scenes: scene i is the first frame of the scene seeded seed + i."""
+def _sized(ranges: np.ndarray | None, rgb: np.ndarray) -> np.ndarray | None:
+    """A range map at its (shrunk) frame's size: nearest neighbour, so that every pixel keeps a range
+    some surface has (a blend of an object's and the floor's is neither)."""
+    if ranges is None or ranges.shape == rgb.shape[:2]:
+        return ranges
+    import cv2
+
+    return cv2.resize(ranges, (rgb.shape[1], rgb.shape[0]), interpolation=cv2.INTER_NEAREST)
+
+
+def _generate_scenes(
+    spec: Mapping, ranges: bool = False
+) -> Iterator[tuple[str, np.ndarray, np.ndarray | None]]:
+    """Synthetic scenes from core.scenes: scene i is the first frame of the scene seeded seed + i, with
+    its range map from the same render where `ranges`."""
     from metavlm_ros.footage.scenes import SceneGenerator
 
     width, height = spec['size']
     for i in range(spec['count']):
         # One scene per image (not frames of one scene): campaigns want varied environments and objects.
-        rgb, _ = SceneGenerator(width=width, height=height, seed=spec['seed'] + i).frame(0)
-        yield f'scene-{spec["seed"] + i:03d}', np.ascontiguousarray(rgb)
+        generator = SceneGenerator(width=width, height=height, seed=spec['seed'] + i)
+        if ranges:
+            from metavlm_ros.footage.ranges import render_with_ranges
+
+            rgb, _, scene_ranges = render_with_ranges(generator, 0)
+        else:
+            (rgb, _), scene_ranges = generator.frame(0), None
+        yield f'scene-{spec["seed"] + i:03d}', np.ascontiguousarray(rgb), scene_ranges
 
 
 def safe_name(name: str) -> str:

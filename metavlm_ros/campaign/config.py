@@ -231,6 +231,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
                 problems.add('relations', str(exc))
             except (TypeError, ValueError, AttributeError) as exc:
                 problems.add('relations', f'invalid ({exc})')
+    water_ranges = _parse_water_ranges(data.get('water_ranges', 'prior'), relations, problems)
 
     if problems.items:
         count = len(problems.items)
@@ -248,6 +249,7 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
         thresholds=thresholds,
         iou_threshold=float(iou_threshold),
         find_inserted=bool(find_inserted),
+        water_ranges=water_ranges,
         working_size=working_size,
         relations=relations or None,
         warp=str(warp),
@@ -255,6 +257,26 @@ def parse_config(data: Any, *, base_dir: str | Path = '.', source: str = 'config
         threads=threads,
         baseline=None if baseline is None else str(baseline),
     )
+
+
+def _parse_water_ranges(raw: Any, relations: Mapping | None, problems: _Problems) -> str:
+    """`water_ranges`: MR12's priors, or each frame's range map ('truth'), which only a campaign that
+    searches the relation water has a use for."""
+    from metavlm_ros.method.water_ranges import WATER_RANGES
+
+    if not isinstance(raw, str) or raw not in WATER_RANGES:
+        problems.add('water_ranges', f'must be one of {", ".join(WATER_RANGES)}, got {raw!r}')
+        return 'prior'
+    if raw == 'truth':
+        try:
+            enabled = search_space(relations).enabled_ids
+        except (MetaVLMError, TypeError, ValueError, AttributeError):
+            return raw  # the relations' own problem is reported
+        if 'water' not in enabled:
+            problems.add(
+                'water_ranges', "'truth' is for MR12 water, which the campaign's relations leave out"
+            )
+    return raw
 
 
 def _parse_frames(raw: Any, base_dir: Path, problems: _Problems) -> FrameSpec:

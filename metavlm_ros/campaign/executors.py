@@ -14,13 +14,16 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from metavlm_ros.campaign.cells import CELL_FILE, CELLS_DIR, Cell, safe_name
 from metavlm_ros.campaign.config import CampaignConfig, ModelSpec, sha256_text
 from metavlm_ros.common.errors import ParameterError
+
+if TYPE_CHECKING:  # pymoo loads slowly: the search is imported where a cell runs
+    from metavlm_ros.method.search import PreparedFrame
 
 __all__ = [
     'CellOutcome',
@@ -70,11 +73,13 @@ def _backend_for(key: str):
     return create_backend(spec.backend, spec.model, **spec.options)
 
 
-def run_cell(task: CellTask, frame: np.ndarray) -> CellOutcome:
+def run_cell(task: CellTask, frame: PreparedFrame | np.ndarray) -> CellOutcome:
     """Run one cell's search into a private scratch folder and return its files.
 
     Runs in whatever process the executor chose; nothing is written to the results directory here,
-    so a worker on another machine needs no shared file system.
+    so a worker on another machine needs no shared file system. `frame` is the image as the cell
+    searches it (the runner's PreparedFrame, with its range map where MR12 takes the footage's
+    ranges: the search stores the map beside its source frame), or an RGB frame it prepares.
     """
     from metavlm_ros.common.results import ResultsStore
     from metavlm_ros.method.search import run_search
@@ -290,7 +295,7 @@ def run_dask(
                 '(start GPU workers with: dask worker ADDR --resources GPU=1)'
             )
     try:
-        scattered = {index: client.scatter(rgb, broadcast=False) for index, rgb in frames.items()}
+        scattered = {index: client.scatter(frame, broadcast=False) for index, frame in frames.items()}
         futures = []
         for task in tasks:
             futures.append(

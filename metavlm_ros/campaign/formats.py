@@ -101,6 +101,10 @@ def _header(report: Report) -> list[str | Paragraph]:
     if relations != list(DEFAULT_RELATIONS):
         numbered = ', '.join(f'MR{RELATION_BY_ID[rid].number} {rid}' for rid in relations)
         lines.append(f'Relations: {numbered} (docs/method.md §1, §12)')
+    if config.get('water_ranges') == 'truth':  # absent: MR12's priors
+        lines.append(
+            "Water ranges: truth (MR12 at each pixel's range from the frame's map; docs/underwater.md)"
+        )
     lines.append(f'Solution set: {SOLUTION_SETS[report.results.solutions]}')
     return lines
 

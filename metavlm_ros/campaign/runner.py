@@ -101,6 +101,7 @@ def _campaign_record(
             'height': int(im.rgb.shape[0]),
             'stamp_ns': int(im.stamp_ns),
             'sha256': im.sha256,
+            **({'ranges_sha256': im.ranges_sha256} if im.ranges is not None else {}),
         }
         for im in images
     ]
@@ -109,6 +110,9 @@ def _campaign_record(
         'models': [m['weights_sha256'] for m in identities],
         'images': [im['sha256'] for im in image_records],
     }
+    ranges = [im['ranges_sha256'] for im in image_records if 'ranges_sha256' in im]
+    if ranges:  # changed range maps change the follow-ups of MR12; campaigns without them keep theirs
+        identity['ranges'] = ranges
     return {
         'format': FORMAT,
         'package': 'metavlm_ros',
@@ -192,7 +196,7 @@ def run_campaign(
     check_output_dir(out)  # a file in the path, a read-only or full disk: before any frame or model
     _previous_record(out)  # a damaged campaign record, before anything is made there
 
-    images = load_images(config.frames)
+    images = load_images(config.frames, config.water_ranges)  # a frame without its map: refused here
     cells = plan_cells(config, images)
     identities = [model_identity(spec) for spec in config.models]
     record = _campaign_record(config, images, identities, len(cells))
@@ -224,7 +228,7 @@ def run_campaign(
         record['invocations'].append(invocation)
         _write_json_atomic(out / CAMPAIGN_FILE, record)
 
-        frames = {im.index: im.rgb for im in images}
+        frames = _searched_frames(config, images)
         if threads is None:
             threads = config.threads
         models = config.models
@@ -307,6 +311,19 @@ def _whole_cells(out: Path, log) -> set[str]:
 
 def _search_for(config: CampaignConfig, cell: Cell):
     return config.search_config(cell.algorithm, cell.seed)
+
+
+def _searched_frames(config: CampaignConfig, images: Sequence[CampaignImage]) -> dict:
+    """Each image as its cells search it (a PreparedFrame: at the working size, with its range map where
+    MR12 takes the footage's ranges), made once and sent to every cell of the image (Dask scatters it).
+
+    One preparation serves all of an image's cells: they differ in algorithm and seed only, and a
+    campaign's working size is pixels or the full frame, never the model-dependent 'auto'.
+    """
+    from metavlm_ros.method.search import prepare_frame
+
+    search = config.search_config(config.algorithms[0], config.seed)
+    return {im.index: prepare_frame(im.rgb, search, ranges=im.ranges) for im in images}
 
 
 def _previous_record(out: Path) -> dict | None:

@@ -43,6 +43,7 @@ TOP_KEYS = {
     'thresholds',
     'iou_threshold',
     'find_inserted',
+    'water_ranges',
     'working_size',
     'relations',
     'warp',
@@ -114,6 +115,9 @@ class CampaignConfig:
     # (docs/method.md §13). Left out of the identity at their defaults, so older campaigns keep theirs.
     iou_threshold: float = DEFAULT_IOU_THRESHOLD
     find_inserted: bool = False
+    # Where MR12 water takes each pixel's range: 'prior' (its extras) or 'truth' (each frame's range map,
+    # which the footage must carry; docs/underwater.md). In the identity only when 'truth', as above.
+    water_ranges: str = 'prior'
     working_size: int | None = None
     relations: dict | None = None
     # Campaigns reproduce the paper, which resamples after every relation (docs/method.md §8).
@@ -130,8 +134,8 @@ class CampaignConfig:
     def to_dict(self) -> dict:
         """The normalised configuration (every default filled in) as plain JSON values.
 
-        `baseline` appears only when set, and pareto_pngs, iou_threshold and find_inserted only when not
-        at their defaults, so a configuration without them is what it was before.
+        `baseline` appears only when set, and pareto_pngs, iou_threshold, find_inserted and water_ranges
+        only when not at their defaults, so a configuration without them is what it was before.
         """
         values = json.loads(json.dumps(asdict(self)))
         if values['baseline'] is None:
@@ -142,6 +146,8 @@ class CampaignConfig:
             del values['iou_threshold']
         if not values['find_inserted']:
             del values['find_inserted']
+        if values['water_ranges'] == 'prior':
+            del values['water_ranges']
         return values
 
     def identity(self) -> dict:
@@ -179,6 +185,7 @@ class CampaignConfig:
             pareto_pngs=self.pareto_pngs,
             iou_threshold=self.iou_threshold,
             find_inserted=self.find_inserted,
+            water_ranges=self.water_ranges,
         )
 
 

@@ -147,6 +147,7 @@ def _footage(out: Path, frames: int, seed: int, say: Any) -> tuple[Path, dict[in
 
     from metavlm_ros.footage.bags import write_bag
     from metavlm_ros.footage.frames import iter_frames
+    from metavlm_ros.footage.ranges import render_with_ranges
     from metavlm_ros.footage.scenes import SceneGenerator
 
     generator = SceneGenerator(*DEMO_SIZE, DEMO_FPS, seed, environment='shallow')
@@ -154,7 +155,8 @@ def _footage(out: Path, frames: int, seed: int, say: Any) -> tuple[Path, dict[in
 
     def scenes():
         for i in range(frames):
-            yield generator.frame(i)
+            # With each frame's range map: the demo bag serves searches of --water-ranges truth too.
+            yield render_with_ranges(generator, i)
             bar.update(1)
 
     bag = write_bag(out / 'footage' / 'demo', scenes(), fps=DEMO_FPS, storage='mcap')

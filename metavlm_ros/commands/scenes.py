@@ -29,8 +29,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=HELP + '. The bag gets the name given: --out X.mcap (or X.db3) writes the single-file '
         'bag X.mcap, which every metavlm command, the launch files and `ros2 bag play X.mcap` read under '
         'that name; --out X.bag a ROS 1 bag (Noetic message definitions); --out X.mp4 (.mkv, .avi, .mov) a '
-        'video, without ground truth; any other --out is a rosbag2 bag directory (metadata.yaml and '
-        'DIR/DIR.mcap).',
+        'video, without ground truth or ranges; any other --out is a rosbag2 bag directory (metadata.yaml '
+        "and DIR/DIR.mcap). Bags and PNG folders hold each frame's range map (bags: a 16UC1 compressedDepth "
+        'image on /camera/depth/image_raw/compressedDepth), which --water-ranges truth reads.',
     )
     parser.add_argument(
         '--out',
@@ -89,6 +90,8 @@ def _progress(total: int, unit: str = 'frame'):
 
 def run(args: argparse.Namespace) -> int:
     """Generate the footage; returns 0."""
+    from metavlm_ros.footage.bags import RANGES_TOPIC
+    from metavlm_ros.footage.ranges import render_with_ranges
     from metavlm_ros.footage.scenes import SceneGenerator
 
     width, height = parse_size(args.size)
@@ -120,14 +123,14 @@ def run(args: argparse.Namespace) -> int:
             yield item
             bar.update(1)
 
+    def ranged() -> Iterator[tuple[np.ndarray, object, np.ndarray]]:
+        for index in range(args.frames):
+            yield render_with_ranges(generator, index)  # one render: pixels, truth and ranges
+            bar.update(1)
+
     try:
         if form == 'png':
-            from metavlm_ros.footage.ranges import RANGES_DIR, render_with_ranges
-
-            def ranged() -> Iterator[tuple[np.ndarray, object, np.ndarray]]:
-                for index in range(args.frames):
-                    yield render_with_ranges(generator, index)  # one render: pixels, truth and ranges
-                    bar.update(1)
+            from metavlm_ros.footage.ranges import RANGES_DIR
 
             out = write_png_folder(Path(args.out), ranged(), fps=args.fps, overwrite=args.overwrite)
             what = f'{out}/ (frame_*.png, {GROUND_TRUTH_FILE}, {RANGES_DIR}/frame_*.png)'
@@ -140,16 +143,16 @@ def run(args: argparse.Namespace) -> int:
             from metavlm_ros.footage.bags import write_bag
 
             out = write_bag(
-                args.out, frames(), fps=args.fps, compressed=args.compressed, overwrite=args.overwrite
+                args.out, ranged(), fps=args.fps, compressed=args.compressed, overwrite=args.overwrite
             )
-            what = f'ROS 1 bag {out}'
+            what = f'ROS 1 bag {out} (range maps on {RANGES_TOPIC})'
         else:
             from metavlm_ros.footage.bags import resolve_bag_output, write_bag
 
             bag_dir, storage = resolve_bag_output(args.out, args.storage)
             out = write_bag(
                 bag_dir,
-                frames(),
+                ranged(),
                 fps=args.fps,
                 storage=storage,
                 compressed=args.compressed,
@@ -157,9 +160,9 @@ def run(args: argparse.Namespace) -> int:
             )
             if out.is_dir():
                 suffix = '.mcap' if storage == 'mcap' else '.db3'
-                what = f'bag {out}/ ({out.name}{suffix}, metadata.yaml)'
+                what = f'bag {out}/ ({out.name}{suffix}, metadata.yaml; range maps on {RANGES_TOPIC})'
             else:
-                what = f'bag {out} ({storage}, one file)'
+                what = f'bag {out} ({storage}, one file; range maps on {RANGES_TOPIC})'
     except (OSError, sqlite3.DatabaseError) as exc:
         # A full or read-only disk: the footage is written aside and renamed in only when complete,
         # so nothing of it is left, and an earlier output of that name is untouched.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from metavlm_ros.common.codec import (
 )
 from metavlm_ros.common.errors import BagError, InputError, ParameterError
 from metavlm_ros.common.images import Frame
+from metavlm_ros.common.range_maps import encode_ranges_png
 from metavlm_ros.footage.bag_format import (
     DIGEST_KEY,
     GROUND_TRUTH_TOPIC,
@@ -30,13 +32,19 @@ from metavlm_ros.footage.truth import GroundTruth
 
 __all__ = [
     'BAG_FILE_SUFFIXES',
+    'COMPRESSED_DEPTH_FORMAT',
+    'DEPTH_TRANSPORT',
+    'RANGES_TOPIC',
     'cdr_bytes',
+    'compressed_depth_data',
+    'compressed_depth_png',
     'decode_image',
     'iter_bag_frames',
     'iter_bag_messages',
     'list_image_topics',
     'open_bag',
     'read_ground_truth',
+    'read_range_pngs',
     'verify_bag',
 ]
 
@@ -48,6 +56,56 @@ def _one_line(exc: BaseException) -> str:
 
 #: What a bag file may end in: rosbag2 storage files, and ROS 1 bags.
 BAG_FILE_SUFFIXES = ('.mcap', '.db3', '.bag')
+
+# -- range maps in bags: what `metavlm scenes` writes (bag_writer.py) and `footage.ranges` reads ------
+
+#: The image_transport transport that carries depth images as PNG (compressed_depth_image_transport):
+#: a topic named .../compressedDepth holds depth, never a camera's frames.
+DEPTH_TRANSPORT = 'compressedDepth'
+#: The topic of a bag's range maps (`metavlm scenes` bags), as a ROS camera driver names its depth
+#: image's compressedDepth transport: /camera/depth/image_raw, registered to /camera/image_raw (the
+#: same size and frame_id, each map stamped with its frame's header stamp).
+RANGES_TOPIC = f'/camera/depth/image_raw/{DEPTH_TRANSPORT}'
+#: sensor_msgs/CompressedImage.format of a 16-bit depth image of millimetres in that transport.
+COMPRESSED_DEPTH_FORMAT = f'16UC1; {DEPTH_TRANSPORT} png'
+# compressed_depth_image_transport's ConfigHeader (compression_common.h, written before the PNG by
+# encodeCompressedDepthImage in codec.cpp): the enum compressionFormat as int32 (INV_DEPTH = 0, the
+# only value) and float depthParam[2], the inverse-depth quantisation of 32FC1 images, left 0 for
+# 16UC1 (value-initialised), whose decoder skips the 12 bytes and reads the PNG as it is. Copied
+# with memcpy in the host's order: little-endian on every platform ROS ships for.
+_CONFIG_HEADER = struct.Struct('<iff')
+_INV_DEPTH = 0
+
+
+def compressed_depth_data(ranges: np.ndarray) -> bytes:
+    """A range map as the data of a compressedDepth CompressedImage (format COMPRESSED_DEPTH_FORMAT):
+    the 12-byte ConfigHeader (INV_DEPTH, quantisation 0 0), then the 16-bit PNG of millimetres that
+    `footage.ranges.write_ranges_png` writes (0 = no surface): the layout encodeCompressedDepthImage
+    gives a 16UC1 image (without its publisher's cut of ranges beyond `depth_max`, 10 m by default).
+
+    Raises:
+        InputError: The map is not 2-D.
+    """
+    return _CONFIG_HEADER.pack(_INV_DEPTH, 0.0, 0.0) + encode_ranges_png(ranges)
+
+
+def compressed_depth_png(fmt: str, data: bytes | np.ndarray, what: str = 'the range map') -> bytes:
+    """The PNG of millimetres a compressedDepth CompressedImage of a 16UC1 image carries (its data
+    after the ConfigHeader); `decode_ranges_png` reads it.
+
+    Raises:
+        InputError: Another format (a 32FC1 image's quantised inverse depth, RVL), or nothing after
+            the header (one line naming `what`); `decode_ranges_png` refuses bytes that are no PNG.
+    """
+    encoding, _, transport = (part.strip() for part in fmt.partition(';'))
+    if encoding != '16UC1' or transport not in (f'{DEPTH_TRANSPORT} png', DEPTH_TRANSPORT):
+        raise InputError(
+            f'{what}: format {fmt!r}, not a 16UC1 depth image as PNG ({COMPRESSED_DEPTH_FORMAT!r})'
+        )
+    data = bytes(data)
+    if len(data) <= _CONFIG_HEADER.size:
+        raise InputError(f'{what}: no image after the compressedDepth header')
+    return data[_CONFIG_HEADER.size :]
 
 
 @contextmanager
@@ -165,13 +223,15 @@ def _stored_digest(reader: Any, path: Path) -> str | None:
 def _image_connections(reader: Any) -> dict[str, Any]:
     conns: dict[str, list] = {}
     for conn in reader.connections:
-        if conn.msgtype in IMAGE_MSGTYPES:
+        # A compressedDepth topic holds 16-bit depth (the scenes' range maps), not a camera's frames.
+        if conn.msgtype in IMAGE_MSGTYPES and conn.topic.rsplit('/', 1)[-1] != DEPTH_TRANSPORT:
             conns.setdefault(conn.topic, []).append(conn)
     return conns
 
 
 def list_image_topics(path: str | Path) -> list[str]:
-    """The image topics (sensor_msgs/Image or CompressedImage) of a bag, sorted.
+    """The image topics (sensor_msgs/Image or CompressedImage) of a bag, sorted; depth images on
+    image_transport's compressedDepth topics (`.../compressedDepth`) are none.
 
     Raises:
         BagError: The bag cannot be read.
@@ -332,3 +392,24 @@ def read_ground_truth(path: str | Path) -> list[tuple[int, GroundTruth]]:
     for _topic, _type, _t, msg in iter_bag_messages(path, [GROUND_TRUTH_TOPIC]):
         out.append((_header_stamp(msg), ground_truth_from_message(msg)))
     return out
+
+
+def read_range_pngs(path: str | Path) -> dict[int, bytes]:
+    """The range maps of a bag `metavlm scenes` wrote: header stamp (ns) -> the PNG of millimetres of
+    each message on RANGES_TOPIC (`footage.ranges.compressed_depth_png`), undecoded; empty for a bag
+    without that topic (footage other tools recorded).
+
+    Raises:
+        BagError: The bag cannot be read.
+        InputError: A message on the topic that is no 16UC1 compressedDepth PNG.
+    """
+    with open_bag(path) as reader:
+        conns = [c for c in reader.connections if c.topic == RANGES_TOPIC]
+        if not conns:
+            return {}
+        found: dict[int, bytes] = {}
+        for conn, timestamp, raw in _raw_messages(reader.messages(connections=conns), Path(path)):
+            msg = _deserialise(reader, conn, timestamp, raw, Path(path))
+            stamp = _header_stamp(msg) or int(timestamp)
+            found[stamp] = compressed_depth_png(msg.format, msg.data, f'{path}: {RANGES_TOPIC} at {stamp}')
+        return found

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,7 @@ from metavlm_ros.footage.bag_format import (
     ground_truth_message,
     image_message,
 )
+from metavlm_ros.footage.bag_reader import COMPRESSED_DEPTH_FORMAT, RANGES_TOPIC, compressed_depth_data
 from metavlm_ros.footage.truth import GroundTruth
 
 __all__ = [
@@ -142,11 +144,26 @@ def _staging(bag: Path, storage: str, overwrite: bool) -> Iterator[Path]:
 #: The suffix of a ROS 1 bag output: written as `rosbag record` on Noetic writes it.
 ROS1_SUFFIX = '.bag'
 _CAMERA_INFO_TYPE = 'sensor_msgs/msg/CameraInfo'
+# What a bag is written from, per frame: its pixels, its ground truth, and its range map where it has one.
+FrameItem = tuple[np.ndarray, GroundTruth | None] | tuple[np.ndarray, GroundTruth | None, np.ndarray]
 _GROUND_TRUTH_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
 
 
+def _ranges_message(index: int, ranges: np.ndarray, rgb: np.ndarray, image: Any) -> Any:
+    """Frame `index`'s range map as image_transport's compressedDepth form of a 16UC1 depth image
+    (bag_reader.py), registered to its camera image: the image message's header, its size."""
+    if not isinstance(ranges, np.ndarray) or ranges.shape != rgb.shape[:2]:
+        raise InputError(
+            f"frame {index}: a range map of shape {np.shape(ranges)}, not its frame's {rgb.shape[:2]}"
+        )
+    data = np.frombuffer(compressed_depth_data(ranges), np.uint8)
+    return bag_typestore().types[COMPRESSED_MSGTYPE](
+        header=image.header, format=COMPRESSED_DEPTH_FORMAT, data=data
+    )
+
+
 def _frame_messages(
-    frames: Iterable[tuple[np.ndarray, GroundTruth | None]],
+    frames: Iterable[FrameItem],
     *,
     fps: float,
     compressed: bool,
@@ -158,7 +175,7 @@ def _frame_messages(
     image_topic, image_type = (
         (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
     )
-    for index, (rgb, gt) in enumerate(frames):
+    for index, (rgb, gt, *ranges) in enumerate(frames):
         if not (
             isinstance(rgb, np.ndarray) and rgb.dtype == np.uint8 and rgb.ndim == 3 and rgb.shape[2] == 3
         ):
@@ -175,16 +192,35 @@ def _frame_messages(
                 stamp,
                 ground_truth_message(gt, stamp, frame_id=frame_id),
             )
+        if ranges:
+            yield RANGES_TOPIC, COMPRESSED_MSGTYPE, stamp, _ranges_message(index, ranges[0], rgb, msg)
 
 
-def _topics(compressed: bool) -> list[tuple[str, str]]:
+def _topics(compressed: bool, ranges: bool) -> list[tuple[str, str]]:
     image = (COMPRESSED_TOPIC, COMPRESSED_MSGTYPE) if compressed else (IMAGE_TOPIC, IMAGE_MSGTYPE)
-    return [image, (CAMERA_INFO_TOPIC, _CAMERA_INFO_TYPE), (GROUND_TRUTH_TOPIC, _GROUND_TRUTH_TYPE)]
+    topics = [image, (CAMERA_INFO_TOPIC, _CAMERA_INFO_TYPE), (GROUND_TRUTH_TOPIC, _GROUND_TRUTH_TYPE)]
+    return topics + [(RANGES_TOPIC, COMPRESSED_MSGTYPE)] if ranges else topics
+
+
+# A bag's topics and the messages of its frames: called once the output may be written, since the first
+# frame is made to see whether the frames have range maps.
+_Plan = Callable[[], tuple[list[tuple[str, str]], Iterator[tuple[str, str, int, Any]]]]
+
+
+def _plan(frames: Iterable[FrameItem], compressed: bool, **options: Any) -> _Plan:
+    def plan() -> tuple[list[tuple[str, str]], Iterator[tuple[str, str, int, Any]]]:
+        items = iter(frames)
+        first = next(items, None)
+        ranged = first is not None and len(first) > 2
+        items = itertools.chain([] if first is None else [first], items)
+        return _topics(compressed, ranged), _frame_messages(items, compressed=compressed, **options)
+
+    return plan
 
 
 def write_bag(
     bag_dir: str | Path,
-    frames: Iterable[tuple[np.ndarray, GroundTruth | None]],
+    frames: Iterable[FrameItem],
     *,
     fps: float,
     storage: str = 'mcap',
@@ -200,7 +236,9 @@ def write_bag(
     Topics: /camera/image_raw (sensor_msgs/Image, rgb8) or, when `compressed`,
     /camera/image_raw/compressed (sensor_msgs/CompressedImage, JPEG); /camera/camera_info
     (sensor_msgs/CameraInfo); /metavlm/ground_truth (diagnostic_msgs/DiagnosticArray) for frames
-    with ground truth. Message i is stamped start_ns + i / fps seconds, in the header and the bag.
+    with ground truth; /camera/depth/image_raw/compressedDepth (sensor_msgs/CompressedImage,
+    '16UC1; compressedDepth png': footage/ranges.py) for frames with a range map. Message i is
+    stamped start_ns + i / fps seconds, in the header and the bag.
     A ROS 1 bag holds the same messages in their ROS 1 (Noetic) definitions. The bag appears at
     `bag_dir` only when complete; an interrupted write leaves the previous bag intact, and its
     scratch copy is removed by the next write of the same name.
@@ -208,7 +246,9 @@ def write_bag(
     Args:
         bag_dir: The bag directory to create, a path ending in .mcap / .db3 for a single-file bag
             of that storage (see `resolve_bag_output`), or in .bag for a ROS 1 bag.
-        frames: (rgb, ground truth or None) pairs, consumed one at a time.
+        frames: (rgb, ground truth or None) pairs, or (rgb, ground truth or None, range map) triples
+            (float32 metres, the frame's size, inf = no surface), consumed one at a time; the first
+            says which (a bag holds the range topic when its frames have maps).
         fps: Frame rate of the stamps.
         storage: 'mcap' or 'sqlite3' (ROS 2 bags).
         compressed: Write JPEG CompressedImage instead of raw Image.
@@ -221,7 +261,8 @@ def write_bag(
         The bag (directory or file).
 
     Raises:
-        InputError: The output exists (without overwrite) or a frame is not RGB uint8.
+        InputError: The output exists (without overwrite), a frame is not RGB uint8, or a range map
+            is not of its frame's size.
         ParameterError: Unknown storage, a storage that contradicts the suffix, or invalid fps.
     """
     from rosbags.rosbag2 import StoragePlugin
@@ -231,23 +272,22 @@ def write_bag(
         raise ParameterError(f'unknown bag storage {storage!r}; choose one of {", ".join(STORAGES)}')
     if not fps or fps <= 0:
         raise ParameterError(f'fps must be > 0, got {fps}')
-    messages = _frame_messages(
-        frames, fps=fps, compressed=compressed, start_ns=start_ns, frame_id=frame_id, quality=quality
-    )
+    plan = _plan(frames, compressed, fps=fps, start_ns=start_ns, frame_id=frame_id, quality=quality)
     if bag_dir.suffix.lower() == ROS1_SUFFIX:
-        return _write_ros1(bag_dir, messages, _topics(compressed), overwrite)
+        return _write_ros1(bag_dir, plan, overwrite)
     implied = STORAGE_SUFFIXES.get(bag_dir.suffix.lower())
     if implied is not None and implied != storage:
         raise ParameterError(f'{bag_dir}: a {bag_dir.suffix} bag is {implied} storage, not {storage}')
     typestore = bag_typestore()
     plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
     with _staging(bag_dir, storage, overwrite) as staged:
+        topics, messages = plan()
         digest = MessageDigest()
         with _checksummed_writer()(staged, version=BAG_VERSION, storage_plugin=plugin) as writer:
             qos = _offered_qos()
             connections = {
                 topic: writer.add_connection(topic, msgtype, typestore=typestore, offered_qos_profiles=qos)
-                for topic, msgtype in _topics(compressed)
+                for topic, msgtype in topics
             }
             for topic, msgtype, stamp, msg in messages:
                 data = typestore.serialize_cdr(msg, msgtype)
@@ -260,7 +300,7 @@ def write_bag(
 _ROS1_MAGIC = b'#ROSBAG V2.0\n'
 
 
-def _write_ros1(bag: Path, messages: Iterable[tuple[str, str, int, Any]], topics, overwrite: bool) -> Path:
+def _write_ros1(bag: Path, plan: _Plan, overwrite: bool) -> Path:
     """The messages in a ROS 1 bag at `bag`, migrated to their Noetic definitions, written aside first."""
     from rosbags.convert.converter import migrate_message
     from rosbags.rosbag1 import Writer
@@ -275,6 +315,7 @@ def _write_ros1(bag: Path, messages: Iterable[tuple[str, str, int, Any]], topics
     bag.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(bag.parent, bag.name)
     tmp = scratch_path(bag, ROS1_SUFFIX)
+    topics, messages = plan()
     source, noetic = bag_typestore(), get_typestore(Stores.ROS1_NOETIC)
     cache: dict[str, object] = {}
     try:

@@ -21,6 +21,7 @@ from metavlm_ros.footage.bag_format import (
 )
 from metavlm_ros.footage.bag_reader import (
     BAG_FILE_SUFFIXES,
+    RANGES_TOPIC,
     cdr_bytes,
     decode_image,
     iter_bag_frames,
@@ -28,6 +29,7 @@ from metavlm_ros.footage.bag_reader import (
     list_image_topics,
     open_bag,
     read_ground_truth,
+    read_range_pngs,
     verify_bag,
 )
 from metavlm_ros.footage.bag_writer import write_bag
@@ -39,6 +41,7 @@ __all__ = [
     'DEFAULT_START_NS',
     'GROUND_TRUTH_TOPIC',
     'IMAGE_TOPIC',
+    'RANGES_TOPIC',
     'STORAGES',
     'bag_name',
     'bag_typestore',
@@ -52,6 +55,7 @@ __all__ = [
     'list_image_topics',
     'open_bag',
     'read_ground_truth',
+    'read_range_pngs',
     'resolve_bag',
     'resolve_bag_output',
     'verify_bag',

@@ -1,4 +1,5 @@
-"""Ground-truth ranges of the synthetic scenes: a per-pixel range map per frame, on disk as a 16-bit PNG."""
+"""Ground-truth ranges of the synthetic scenes: a per-pixel range map per frame, as a 16-bit PNG on disk
+and as a compressedDepth image in bags (footage/bag_reader.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
-from metavlm_ros.common.errors import InputError, ParameterError
+from metavlm_ros.common.errors import BagError, InputError, ParameterError
 from metavlm_ros.common.images import Frame
 from metavlm_ros.common.range_maps import decode_ranges_png, encode_ranges_png
-from metavlm_ros.footage.frames import IMAGE_SUFFIXES, PNG_SIGNATURE, load_image
+from metavlm_ros.footage.bag_format import resolve_bag
+from metavlm_ros.footage.bag_reader import RANGES_TOPIC, read_range_pngs
+from metavlm_ros.footage.frames import IMAGE_SUFFIXES, PNG_SIGNATURE, is_bag_path, load_image
 
 if TYPE_CHECKING:  # the lookup needs no scene: searches of footage on disk import it
     from metavlm_ros.footage.scenes import SceneGenerator
@@ -119,8 +122,12 @@ def _image_size(path: Path) -> tuple[int, int]:
 
 class RangeLookup:
     """Finds each frame's ground-truth range map: an image frame's `ranges/<its stem>.png` in its
-    folder (`metavlm scenes --format png`). Bags and videos carry none yet. Maps are read on each call
-    (a 1920x1080 map is 8 MB as float32; callers keep what they need)."""
+    folder (`metavlm scenes --format png`), a bag frame's message on RANGES_TOPIC with its header stamp
+    (`metavlm scenes` bags). Videos carry none. Maps are decoded on each call (a 1920x1080 map is 8 MB
+    as float32; callers keep what they need); a bag's are read once, as PNG bytes by stamp."""
+
+    def __init__(self) -> None:
+        self._bags: dict[Path, dict[int, bytes]] = {}
 
     def __call__(self, frame: Frame) -> np.ndarray | None:
         """The frame's range map (float32 metres, its size, inf = open water), or None."""
@@ -133,29 +140,53 @@ class RangeLookup:
         """The range map of the frame a record names (its `frame_file` and `stamp_ns`), or None.
 
         Args:
-            file: The frame's file.
-            stamp_ns: The frame's stamp (bags; unused until they carry ranges).
-            size: The frame's (width, height); None reads it from the file.
+            file: The frame's file: an image, or a bag.
+            stamp_ns: The frame's stamp (a bag frame's header stamp).
+            size: The frame's (width, height); None reads an image's from its file, and takes a bag's
+                map as it is.
 
         Raises:
-            InputError: The map is unreadable, or of another size than its frame.
+            InputError: The map is unreadable, or of another size than its frame; a bag that is
+                unreadable (BagError).
         """
         if not file:
             return None
         path = Path(file)
+        if is_bag_path(path):
+            png = self._bag(path).get(int(stamp_ns))
+            if png is None:
+                return None
+            what = f'{path}: the range map at {stamp_ns}'
+            return _sized(decode_ranges_png(png, what), size, what, 'its frame is')
         if path.suffix.lower() not in IMAGE_SUFFIXES or not path.is_file():
-            return None  # bags and videos: no ranges yet
+            return None  # videos: no ranges
         map_path = path.parent / RANGES_DIR / f'{path.stem}.png'
         if not map_path.is_file():
             return None
         ranges = load_ranges_png(map_path)
-        width, height = size if size is not None else _image_size(path)
-        if ranges.shape != (height, width):
-            raise InputError(
-                f'{map_path}: range map is {ranges.shape[1]}x{ranges.shape[0]}, its frame {path.name} is '
-                f'{width}x{height}'
-            )
-        return ranges
+        return _sized(
+            ranges, size or _image_size(path), f'{map_path}: range map', f'its frame {path.name} is'
+        )
+
+    def _bag(self, path: Path) -> dict[int, bytes]:
+        if path not in self._bags:
+            try:
+                found = resolve_bag(path)  # the directory an older `scenes --out NAME.mcap` wrote
+            except BagError:
+                return {}  # no such bag: no map, as for an image file
+            self._bags[path] = read_range_pngs(found)  # a bag other tools recorded: none, {}
+        return self._bags[path]
+
+
+def _sized(ranges: np.ndarray, size: tuple[int, int] | None, what: str, frame: str) -> np.ndarray:
+    """`ranges`, checked to be of the frame's (width, height) where it is known.
+
+    Raises:
+        InputError: A map of another size.
+    """
+    if size is not None and ranges.shape != (size[1], size[0]):
+        raise InputError(f'{what} is {ranges.shape[1]}x{ranges.shape[0]}, {frame} {size[0]}x{size[1]}')
+    return ranges
 
 
 def missing_ranges(frame: Frame, lookup: RangeLookup | None = None) -> InputError | None:
@@ -163,7 +194,11 @@ def missing_ranges(frame: Frame, lookup: RangeLookup | None = None) -> InputErro
     ranges needs (`--water-ranges truth`, a criteria file's `water_ranges: truth`); None where it has one."""
     if (lookup or RangeLookup())(frame) is not None:
         return None
+    if frame.file and is_bag_path(Path(frame.file)):
+        where = f'at {frame.stamp_ns} (a {RANGES_TOPIC} message of its stamp)'
+    else:
+        where = f'({RANGES_DIR}/<frame>.png beside it)'
     return InputError(
-        f'{frame.file or frame.id}: no range map (ranges/<frame>.png beside it), which water ranges '
-        "'truth' need: footage `metavlm scenes --format png` wrote has them"
+        f'{frame.file or frame.id}: no range map {where}, which water ranges '
+        "'truth' need: the bags and PNG folders `metavlm scenes` writes have them"
     )

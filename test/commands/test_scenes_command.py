@@ -14,6 +14,7 @@ from metavlm_ros.common.errors import InputError
 from metavlm_ros.footage.bags import (
     COMPRESSED_TOPIC,
     IMAGE_TOPIC,
+    RANGES_TOPIC,
     iter_bag_frames,
     list_image_topics,
     read_ground_truth,
@@ -51,7 +52,9 @@ def test_db3_output_is_one_sqlite_bag_with_its_metadata_inside(tmp_path):
     with sqlite3.connect(f'file:{bag}?mode=ro', uri=True) as db:
         (text,) = db.execute('SELECT metadata FROM metadata').fetchone()
     assert 'relative_file_paths' in text and 'demo.db3' in text
-    assert len(list(iter_bag_frames(bag))) == 3
+    frames = list(iter_bag_frames(bag))
+    assert len(frames) == 3
+    assert all(RangeLookup()(frame).shape == (48, 64) for frame in frames)  # each frame's range map
 
 
 @pytest.mark.parametrize('compressed', [False, True])
@@ -70,6 +73,7 @@ def test_bag_output_is_a_ros1_bag_read_as_the_rosbag2_one(tmp_path, capsys, comp
         'sensor_msgs/msg/CompressedImage' if compressed else 'sensor_msgs/msg/Image'
     )
     assert types['/camera/camera_info'] == 'sensor_msgs/msg/CameraInfo'
+    assert types[RANGES_TOPIC] == 'sensor_msgs/msg/CompressedImage'  # range maps, as ROS 1 carries depth
     # The md5sums rosbag on Noetic checks a subscriber's type against.
     assert digests['sensor_msgs/msg/CameraInfo'] == 'c9a58c1b0b154e0e6da7578cb991d214'
     if not compressed:
@@ -83,6 +87,10 @@ def test_bag_output_is_a_ros1_bag_read_as_the_rosbag2_one(tmp_path, capsys, comp
         else:
             np.testing.assert_array_equal(frame.rgb, gen.frame(i)[0])
     assert [gt.to_dict() for _, gt in read_ground_truth(bag)] == [gen.frame(i)[1].to_dict() for i in range(3)]
+    lookup = RangeLookup()
+    for i, frame in enumerate(frames):
+        _, _, labels = gen.render(i)
+        assert np.abs(lookup(frame) - scene_ranges(gen, i, labels)).max() <= 0.001  # deep: no open water
     # Reproducible from the seed, and refused over anything but a ROS 1 bag.
     assert main(['scenes', '--out', str(tmp_path / 'again.bag'), *SMALL]) == 0
     if not compressed:

@@ -581,13 +581,14 @@ def test_water_types_are_ranged_by_name_as_in_criteria_files(tmp_path, image_pat
     assert types and all(3.0 <= t <= 7.0 for t in types)  # II is index 3, 5C index 7
 
 
-def test_a_search_of_water_over_the_scenes_own_ranges_renders_again(tmp_path, tiny_clip_dir, capsys):
-    """`--water-ranges truth` on a folder `metavlm scenes --format png` wrote: the identity says so, the
-    search keeps its range map beside its source, `metavlm render` makes its follow-ups again byte for
-    byte; a folder without ranges/ is refused in one line before the model loads."""
-    scenes = tmp_path / 'scenes'
+@pytest.mark.parametrize('form', ['png', 'mcap'])
+def test_a_search_of_water_over_the_scenes_own_ranges_renders_again(tmp_path, tiny_clip_dir, capsys, form):
+    """`--water-ranges truth` on footage `metavlm scenes` wrote (a PNG folder, a bag): the identity says
+    so, the search keeps its range map beside its source, `metavlm render` makes its follow-ups again
+    byte for byte; footage without maps is refused in one line before the model loads."""
+    scenes = tmp_path / ('scenes' if form == 'png' else 'scenes.mcap')
     size = ['--size', '64x48', '--frames', '1', '--seed', '4', '--environment', 'shallow']
-    assert main(['scenes', '--out', str(scenes), '--format', 'png', *size]) == 0
+    assert main(['scenes', '--out', str(scenes), *(['--format', 'png'] if form == 'png' else []), *size]) == 0
     common = ['--relations', 'rotation', 'water', '--range', 'water_type=5C:9C', '--water-ranges', 'truth']
     budget = ['--population', '6', '--evaluations', '24', '--working-size', 'full', '--pareto-pngs', 'all']
     out = tmp_path / 'res'
@@ -599,11 +600,20 @@ def test_a_search_of_water_over_the_scenes_own_ranges_renders_again(tmp_path, ti
     pareto = read_jsonl(out / 'pareto.jsonl')
     assert main(['render', str(out), 'pareto', '--out', str(tmp_path / 'again')]) == 0
     for p in pareto:
-        again = tmp_path / 'again' / f'frame_000000_nsga2_s0_e{p["index"]:05d}.png'
+        again = tmp_path / 'again' / Path(p['frame']).name
         assert again.read_bytes() == (out / p['frame']).read_bytes()
-    shutil.rmtree(scenes / 'ranges')
+    if form == 'png':
+        shutil.rmtree(scenes / 'ranges')
+        named = 'frame_000000.png'
+    else:  # a bag of pairs, as another tool records one: no depth topic
+        from metavlm_ros.footage.bags import write_bag
+        from metavlm_ros.footage.scenes import SceneGenerator
+
+        generator = SceneGenerator(64, 48, 10, seed=4, environment='shallow')
+        write_bag(scenes, [generator.frame(0)], fps=10.0, overwrite=True)
+        named = 'scenes.mcap: no range map at 1767225600000000000'
     capsys.readouterr()
     assert search([str(scenes), *common, *budget, '--out', str(tmp_path / 'none')], tiny_clip_dir) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and 'no range map' in err[0] and 'frame_000000.png' in err[0]
+    assert len(err) == 1 and 'no range map' in err[0] and named in err[0]
     assert not (tmp_path / 'none').exists()

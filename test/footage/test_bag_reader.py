@@ -230,3 +230,20 @@ def test_bags_without_our_digest_are_still_read_whole(tmp_path, mcap_bag):
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(BagError):
         verify_bag(cut)
+
+
+def test_a_compressed_depth_topic_is_no_camera(tmp_path):
+    """A depth camera's image_transport topic beside the colour one (as other tools record them): the
+    colour topic stays the bag's only image topic, and its frames read without --topic."""
+    data = np.zeros(2 * 2 * 3, np.uint8)
+    depth = bytes(12) + cv2.imencode('.png', np.full((2, 2), 1500, np.uint16))[1].tobytes()
+    bag = write_custom(
+        tmp_path / 'rgbd',
+        [
+            ('/cam/color/image_raw', 'sensor_msgs/msg/Image', image('rgb8', data, 2, 2, 6)),
+            ('/cam/depth/image_rect_raw/compressedDepth', 'sensor_msgs/msg/CompressedImage',
+             compressed('16UC1; compressedDepth png', depth)),
+        ],
+    )  # fmt: skip
+    assert list_image_topics(bag) == ['/cam/color/image_raw']
+    assert [f.rgb.shape for f in iter_bag_frames(bag)] == [(2, 2, 3)]

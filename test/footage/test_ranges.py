@@ -1,17 +1,23 @@
 """Tests of metavlm_ros.footage.ranges: the scenes' range maps, their PNG form and their lookup."""
 
+import struct
+
 import cv2
 import numpy as np
 import pytest
 
+from metavlm_ros.cli import main
 from metavlm_ros.common.errors import InputError, ParameterError
 from metavlm_ros.common.images import Frame, encode_png
 from metavlm_ros.common.range_maps import MAX_MILLIMETRES
+from metavlm_ros.footage.bag_reader import RANGES_TOPIC, compressed_depth_data, compressed_depth_png
+from metavlm_ros.footage.bags import DEFAULT_START_NS, IMAGE_TOPIC, iter_bag_messages, list_image_topics
 from metavlm_ros.footage.frames import iter_frames
 from metavlm_ros.footage.ranges import (
     RANGES_DIR,
     RangeLookup,
     load_ranges_png,
+    missing_ranges,
     render_with_ranges,
     scene_ranges,
     write_ranges_png,
@@ -183,3 +189,63 @@ def test_range_lookup_refuses_a_map_of_another_size(tmp_path):
         with pytest.raises(InputError, match=r'frame_000000\.png: range map is 48x32, its frame') as caught:
             call()
         assert '96x64' in str(caught.value) and '\n' not in str(caught.value)
+
+
+def test_a_scenes_bag_carries_each_frames_range_map_as_a_compressed_depth_image(tmp_path):
+    """`metavlm scenes --out X.mcap`: one 16UC1 compressedDepth message per frame on the depth topic,
+    stamped as its image; RangeLookup gives each frame the map `scene_ranges` makes, open water kept."""
+    bag = tmp_path / 'dive.mcap'
+    size = ['--frames', '3', '--size', '64x48', '--fps', '5', '--seed', '3', '--environment', 'shallow']
+    assert main(['scenes', '--out', str(bag), *size]) == 0
+    assert list_image_topics(bag) == [IMAGE_TOPIC]  # the depth topic holds no camera frames
+    images = [m.header.stamp for _, _, _, m in iter_bag_messages(bag, [IMAGE_TOPIC])]
+    depth = list(iter_bag_messages(bag, [RANGES_TOPIC]))
+    assert [m.header.stamp for _, _, _, m in depth] == images and len(images) == 3
+    assert [t for _, _, t, _ in depth] == [DEFAULT_START_NS + i * 200_000_000 for i in range(3)]
+    for _, msgtype, _, msg in depth:
+        assert msgtype == 'sensor_msgs/msg/CompressedImage' and msg.header.frame_id == 'camera'
+        assert msg.format == '16UC1; compressedDepth png'
+        data = bytes(msg.data)
+        # compressed_depth_image_transport's ConfigHeader: int32 format INV_DEPTH (0), float32
+        # depthParam[2] (0 for 16UC1), little-endian; then the PNG of millimetres.
+        assert struct.unpack('<iff', data[:12]) == (0, 0.0, 0.0)
+        mm = cv2.imdecode(np.frombuffer(data[12:], np.uint8), cv2.IMREAD_UNCHANGED)
+        assert mm.dtype == np.uint16 and mm.shape == (48, 64)
+    gen = SceneGenerator(64, 48, 5, seed=3, environment='shallow')
+    lookup = RangeLookup()
+    for index, frame in enumerate(iter_frames(bag)):
+        ranges = lookup(frame)
+        _, _, labels = gen.render(index)
+        true = scene_ranges(gen, index, labels)
+        assert ranges.shape == (48, 64) and ranges.dtype == np.float32
+        assert (np.isinf(ranges) == np.isinf(true)).all() and np.isinf(true).any()  # open water kept
+        finite = np.isfinite(true)
+        assert np.abs(ranges - np.minimum(true, MAX_MILLIMETRES / 1000))[finite].max() <= 0.001
+        np.testing.assert_array_equal(lookup.at(frame.file, frame.stamp_ns), ranges)  # size unchecked
+        assert missing_ranges(frame, lookup) is None
+    assert lookup.at(bag, frame.stamp_ns + 1) is None  # no message of that stamp
+    with pytest.raises(InputError, match=r'dive\.mcap: the range map at \d+ is 64x48, its frame is 32x24'):
+        lookup.at(bag, frame.stamp_ns, size=(32, 24))
+
+
+def test_a_bag_without_range_maps_has_none(mcap_bag):
+    """A bag of pairs (as other tools record footage): no depth topic, no map, and the one-line refusal."""
+    lookup = RangeLookup()
+    frames = list(iter_frames(mcap_bag))
+    assert [lookup(f) for f in frames] == [None] * len(frames)
+    error = missing_ranges(frames[0], lookup)
+    assert 'no range map at' in str(error) and RANGES_TOPIC in str(error) and '\n' not in str(error)
+
+
+def test_compressed_depth_of_another_kind_is_refused():
+    data = compressed_depth_data(np.full((4, 6), 2.5, np.float32))
+    assert compressed_depth_png('16UC1; compressedDepth png', data)[:4] == b'\x89PNG'
+    assert compressed_depth_png('16UC1; compressedDepth', data) == data[12:]  # older publishers
+    for fmt, payload in [
+        ('32FC1; compressedDepth png', data),  # quantised inverse depth: not millimetres
+        ('16UC1; compressedDepth rvl', data),
+        ('16UC1; compressedDepth png', data[:12]),  # a header and nothing after it
+    ]:
+        with pytest.raises(InputError, match='the range map: ') as caught:
+            compressed_depth_png(fmt, payload)
+        assert '\n' not in str(caught.value)

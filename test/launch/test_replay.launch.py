@@ -4,7 +4,7 @@ Run by test/ros/test_launch_system.py with `launch_test ... bag:=PATH params_fil
 (a rosbag2 or ROS 1 bag, or a video) gives violations although it ends long before a search does,
 and once it has ended (the replay's /clock stopped) the tester still publishes /diagnostics and
 shuts down cleanly. METAVLM_TEST_PLAYER (default metavlm) is the `player` asked for, and
-METAVLM_TEST_MESSAGES the messages the replay publishes (default 180: 60 frames of a scenes bag).
+METAVLM_TEST_MESSAGES the messages the replay publishes (default 240: 60 frames of a scenes bag, 4 topics).
 """
 
 import os
@@ -60,7 +60,7 @@ class TestReplay(unittest.TestCase):
         self.assertTrue(found, 'no violation within 240 s')
 
     def test_2_diagnostics_go_on_after_the_bag_and_its_clock_ended(self, proc_output):
-        messages = os.environ.get('METAVLM_TEST_MESSAGES', '180')
+        messages = os.environ.get('METAVLM_TEST_MESSAGES', '240')
         proc_output.assertWaitFor(f'published {messages} messages', timeout=120, stream='stdout')
         ended = time.monotonic()
         spin_until(self.watcher, lambda: self.watcher.tester_diagnostics_since(ended) >= 3, timeout=20.0)

@@ -101,7 +101,8 @@ def test_metavlm_launch_gives_violations_params_and_lifecycle_through_the_real_t
 @pytest.mark.parametrize(
     ('name', 'player', 'messages'),
     # A ROS 1 bag and a video go to metavlm replay even when ros2 bag play is asked for: it reads neither.
-    [('dive', 'metavlm', 180), ('dive.bag', 'ros2', 180), ('dive.mkv', 'ros2', 60)],
+    # 60 frames of a scenes bag: image, camera info, ground truth and range map each; a video's images.
+    [('dive', 'metavlm', 240), ('dive.bag', 'ros2', 240), ('dive.mkv', 'ros2', 60)],
 )
 def test_replay_launch_plays_6_s_of_footage_once_the_nodes_are_active(
     ros_env, tmp_path, name, player, messages
