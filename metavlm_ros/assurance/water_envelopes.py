@@ -164,7 +164,7 @@ class WaterEnvelopes:
         keys = ', '.join(f'{t} {self.keys[t]}' for t in titles)
         # Where the scene's ranges came from: the footage's range maps (water_ranges: truth) or the prior.
         if self.criteria.water_ranges == 'truth':
-            where = " at the frame's centre", "each pixel at its own range, from the frame's range map"
+            where = ' on the optical axis', "each pixel's path gaining what its range gains (its range map)"
         else:
             where = '', 'the same range over the frame'
         blocks: list[Block] = [

@@ -1,17 +1,19 @@
 """MR12 `water` over a frame whose range to the scene is known per pixel (docs/underwater.md).
 
-Where footage carries a range map (the project's scenes do: `metavlm scenes --format png` writes one
-beside each frame), the relation needs no prior: each pixel's scene lies at its own range r0, and the
-camera recedes as the priors have it, every range growing by the same factor. The relation's value
-z is the range added at the frame's centre (range r_c there), so pixel (x, y) gets
+Where footage carries a range map (the project's scenes do: `metavlm scenes` writes one with each
+frame), the relation needs no prior on how the added water spreads: the camera moves z metres back
+along its optical axis and every pixel keeps showing its own scene point, r0 metres away along a ray
+theta off the axis. Its new range is |r0 u + z a| (u the ray, a the axis, u.a = cos theta), so the
+water the pixel's path gains is
 
-    z_xy = z * g_xy,   g_xy = r0_xy / r_c   (capped at RANGE_GROWTH_MAX, as the seabed prior's rows)
+    dz = sqrt(r0^2 + z^2 + 2 r0 z cos theta) - r0,
 
-and its coefficients are those of z_xy: I_c = J_c G_c exp(-beta_D_c z_xy) + B_inf_c (1 - exp(-beta_B_c
-z_xy)), the lamps' gain G from r0_xy to r0_xy + z_xy. A constant map is the constant prior with
-`scene_range` r_c; a map of a flat seabed is the seabed prior. Pixels with no surface (open water,
-infinite range) get the cap; pixels whose range is unknown (NaN: the border a warp fills) get the
-centre's growth.
+z on the axis whatever the range, between z cos theta and z elsewhere (z cos theta for a point at
+infinity: open water), and its coefficients are those of dz: I_c = J_c G_c exp(-beta_D_c dz) +
+B_inf_c (1 - exp(-beta_B_c dz)), the lamps' gain G from r0 to r0 + dz (the lamps move with the
+camera). A pixel whose range is unknown (NaN: the border a warp brings in) counts as open water.
+Like the priors, the relation keeps every pixel where it is: the image-plane motion of moving back
+is no part of it.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from metavlm_ros.method.water import lamp_transmission, path_coefficients
 
 __all__ = [
     'WATER_RANGES',
-    'centre_range',
+    'added_ranges',
     'check_ranges',
-    'range_growths',
+    'cos_off_axis',
     'warp_ranges',
     'water_over_ranges',
 ]
@@ -53,27 +55,24 @@ def check_ranges(ranges: np.ndarray, frame: np.ndarray) -> np.ndarray:
     return ranges
 
 
-def centre_range(ranges: np.ndarray) -> float | None:
-    """The range r_c at the frame's centre pixel; where that is not a surface, the median of the
-    frame's surfaces; None where the frame shows none (all open water or unknown)."""
-    height, width = ranges.shape
-    centre = float(ranges[(height - 1) // 2, (width - 1) // 2])
-    if math.isfinite(centre) and centre > 0.0:
-        return centre
-    surfaces = ranges[np.isfinite(ranges) & (ranges > 0.0)]
-    return float(np.median(surfaces)) if surfaces.size else None
+def cos_off_axis(height: int, width: int, fov: float) -> np.ndarray:
+    """cos theta of every pixel's ray, (H, W): a pinhole camera whose vertical field of view is `fov`."""
+    f = (height / 2.0) / math.tan(math.radians(fov) / 2.0)
+    x = (np.arange(width, dtype=np.float64) - (width - 1) / 2.0) / f
+    y = (np.arange(height, dtype=np.float64) - (height - 1) / 2.0) / f
+    return 1.0 / np.sqrt(1.0 + x[None, :] ** 2 + y[:, None] ** 2)
 
 
-def range_growths(ranges: np.ndarray, centre: float | None, cap: float) -> np.ndarray:
-    """Each pixel's range over the centre's, g = r0 / r_c, in (0, cap]: `cap` where there is no surface
-    (infinite range) or no centre, 1 where the range is unknown (NaN or not positive)."""
-    if centre is None:
-        return np.full(ranges.shape, cap)
-    with np.errstate(invalid='ignore', divide='ignore'):
-        growth = ranges / centre
-    growth = np.where(np.isposinf(ranges), cap, growth)
-    growth = np.where(np.isfinite(growth) & (ranges > 0.0), growth, 1.0)
-    return np.minimum(growth, cap)
+def added_ranges(ranges: np.ndarray, distance: float, cos_theta: np.ndarray) -> np.ndarray:
+    """The water each pixel's path gains when the camera moves `distance` metres back along its axis:
+    sqrt(r0^2 + z^2 + 2 r0 z cos theta) - r0 (written without the cancellation), z cos theta where r0
+    is infinite or unknown."""
+    z = float(distance)
+    r = np.asarray(ranges, dtype=np.float64)
+    surface = np.isfinite(r) & (r > 0.0)
+    r = np.where(surface, r, 0.0)
+    grown = z * z + 2.0 * r * z * cos_theta
+    return np.where(surface, grown / (np.sqrt(r * r + grown) + r), z * cos_theta)
 
 
 def warp_ranges(ranges: np.ndarray, matrix: np.ndarray) -> np.ndarray:
@@ -96,35 +95,35 @@ def water_over_ranges(
     water_type: float,
     depth: float,
     lamp_power: float,
-    cone: np.ndarray,
+    fov: float,
     ranges: np.ndarray,
-    cap: float,
+    cone: np.ndarray | None = None,
 ) -> np.ndarray:
     """The follow-up of MR12 at `distance` metres over a checked frame and its range map (module doc).
 
-    Coefficients are computed once per distinct growth of the map (a map read from a PNG holds
-    millimetres: a few thousand values), then looked up per pixel.
+    Coefficients are computed once per distinct added range, rounded to 0.1 mm (far below what a byte
+    of the frame can show), and looked up per pixel.
 
     Args:
-        cone: the lamps' beam over the frame (H, W, 1), used only when `lamp_power` > 0.
         ranges: metres from the camera to the scene per pixel, (H, W): inf for open water, NaN unknown.
-        cap: the largest growth (RANGE_GROWTH_MAX).
+        cone: the lamps' beam over the frame (H, W) or (H, W, 1), used only when `lamp_power` > 0.
     """
     ranges = check_ranges(ranges, frame)
-    centre = centre_range(ranges)
-    growth = range_growths(ranges, centre, cap)
-    values, where = np.unique(growth, return_inverse=True)
-    where = where.reshape(growth.shape)
-    transmission, veil, ambient_white = path_coefficients(water_type, depth, distance * values)
+    height, width = ranges.shape
+    added = added_ranges(ranges, distance, cos_off_axis(height, width, fov))
+    values, where = np.unique(np.round(added, 4), return_inverse=True)
+    where = where.reshape(added.shape)
+    transmission, veil, ambient_white = path_coefficients(water_type, depth, values)
     gain = transmission.astype(np.float32)[where]  # (H, W, 3)
-    if lamp_power > 0.0 and centre is not None:
-        near = centre * values
-        far = near + distance * values
-        lit_near = (lamp_transmission(water_type, near) / near[:, None] ** 2).astype(np.float32)
-        lit_far = (lamp_transmission(water_type, far) / far[:, None] ** 2).astype(np.float32)
-        beam = np.float32(lamp_power) * np.asarray(cone, dtype=np.float32).reshape(*growth.shape, 1)
-        ambient = np.asarray(ambient_white, dtype=np.float32)
-        gain *= (ambient + beam * lit_far[where]) / (ambient + beam * lit_near[where])
+    surface = np.isfinite(ranges) & (ranges > 0.0)
+    if lamp_power > 0.0 and cone is not None and surface.any():
+        near = ranges[surface]
+        far = near + values[where[surface]]
+        lit_near = lamp_transmission(water_type, near) / near[:, None] ** 2
+        lit_far = lamp_transmission(water_type, far) / far[:, None] ** 2
+        beam = lamp_power * np.asarray(cone, dtype=np.float64).reshape(height, width)[surface][:, None]
+        ambient = np.asarray(ambient_white, dtype=np.float64)
+        gain[surface] *= ((ambient + beam * lit_far) / (ambient + beam * lit_near)).astype(np.float32)
     light = linear_light(frame)
     light *= gain
     light += veil.astype(np.float32)[where]

@@ -181,8 +181,9 @@ def water(
     the revised image formation model it always was.
 
     With `ranges`, the frame's own range to the scene per pixel (metres, (H, W): inf where open water
-    is seen, NaN unknown), the priors give way to it: each pixel's range grows by the same factor as
-    the centre's (`method/water_ranges.py`), and `scene_range` and `tilt` are not used.
+    is seen, NaN unknown), the priors give way to it: the camera moves `distance` metres back along its
+    axis and each pixel's path gains what its own point's range gains (`method/water_ranges.py`);
+    `scene_range` and `tilt` are not used.
 
     Raises:
         InputError: when the frame is not RGB uint8 (H, W, 3).
@@ -203,9 +204,7 @@ def water(
     if ranges is not None:
         height, width = frame.shape[:2]
         cone = _beam(height, width, fov) if lamp_power > 0.0 else None
-        return water_over_ranges(
-            frame, distance, water_type, depth, lamp_power, cone, ranges, RANGE_GROWTH_MAX
-        )
+        return water_over_ranges(frame, distance, water_type, depth, lamp_power, fov, ranges, cone)
     if lamp_power == 0.0 and tilt == 0.0:
         return cv2.LUT(frame, linear_light_lut(coefficients.transmission, coefficients.veil))
     height, width = frame.shape[:2]

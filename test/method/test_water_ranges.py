@@ -1,5 +1,8 @@
-"""MR12 over a frame's own range map: the priors' special cases, the closed form per pixel, the map moved
-with the pixels, and a search that keeps the map with its evidence and renders its follow-ups again."""
+"""MR12 over a frame's own range map: each pixel's path gains what its point's range gains as the camera
+moves back (the closed form, the lamps' fall-off), the map moved with the pixels, and a search that keeps
+the map with its evidence and renders its follow-ups again."""
+
+import math
 
 import numpy as np
 import pytest
@@ -18,8 +21,8 @@ from metavlm_ros.method.relations import apply_composition, apply_relation
 from metavlm_ros.method.render import find_search, render_search
 from metavlm_ros.method.search import SearchConfig, prepare_frame, run_search
 from metavlm_ros.method.underwater import linear_light, srgb_bytes
-from metavlm_ros.method.water import channel_coefficients, water_index
-from metavlm_ros.method.water_scene import RANGE_GROWTH_MAX, range_growth
+from metavlm_ros.method.water import channel_coefficients, lamp_transmission, path_coefficients, water_index
+from metavlm_ros.method.water_scene import LAMP_HALF_ANGLE
 from test.fakes import ImageStatsBackend
 
 H, W = 60, 80
@@ -41,62 +44,85 @@ def _close(a, b, within=ONE_BYTE):
     return int(np.abs(a.astype(int) - b.astype(int)).max()) <= within
 
 
-@pytest.mark.parametrize('kind', ['I', 'II', '5C', '9C'])
-@pytest.mark.parametrize('lamps', [0.0, 6.0])
-def test_a_constant_map_is_the_constant_prior_at_its_range(noise, kind, lamps):
-    prior = _water(noise, 3.0, kind, lamps, scene=1.7)
-    # scene_range and tilt are the map's now: other values there change nothing.
-    truth = _water(noise, 3.0, kind, lamps, scene=9.0, tilt=40.0, ranges=np.full((H, W), 1.7))
-    assert _close(prior, truth)
+def _cos_theta(y, x, height=H, width=W, fov=60.0):
+    """cos of the angle between pixel (y, x)'s ray and the optical axis: a pinhole camera whose vertical
+    field is `fov` degrees (the relation's water_fov)."""
+    f = (height / 2) / math.tan(math.radians(fov) / 2)
+    return math.cos(math.atan(math.hypot(x - (width - 1) / 2, y - (height - 1) / 2) / f))
 
 
-@pytest.mark.parametrize('lamps', [0.0, 6.0])
-def test_a_map_of_a_flat_seabed_is_the_seabed_prior(noise, lamps):
-    # Rows of the seabed prior at 30 degrees down, 50-degree field, 1.5 m at the centre; an odd height
-    # puts the prior's centre on a pixel row, the row the map's centre range is read from.
-    frame = noise[:-1]
-    rows = 1.5 * range_growth(H - 1, 30.0, 50.0)
-    prior = _water(frame, 3.0, '1C', lamps, scene=1.5, tilt=30.0, fov=50.0)
-    truth = _water(frame, 3.0, '1C', lamps, fov=50.0, ranges=np.repeat(rows[:, None], W, axis=1))
-    assert _close(prior, truth)
+def _gained(r0, z, cos_theta):
+    """What a path r0 metres long gains when the camera moves z metres back: |r0 u + z a| - r0."""
+    return z * cos_theta if math.isinf(r0) else math.sqrt(r0**2 + z**2 + 2 * r0 * z * cos_theta) - r0
 
 
-def test_each_pixel_gets_the_closed_form_at_its_own_added_range():
-    grey = np.full((H, W, 3), 128, np.uint8)
-    ranges = np.full((H, W), 2.0)
-    ranges[:, : W // 4] = 0.5  # a near object on the left
-    ranges[:, -W // 4 :] = 6.0  # the far floor on the right
+def _closed_form(j, added, kind, gain=1.0):
+    c = channel_coefficients(kind, 5.0, added)
+    return srgb_bytes((linear_light(j) * gain * c.transmission + c.veil).astype(np.float32)).astype(int)
+
+
+@pytest.mark.parametrize('kind', ['I', '5C', '9C'])
+def test_each_pixel_gains_what_its_own_points_range_gains(kind):
+    grey = np.full((H + 1, W + 1, 3), 128, np.uint8)  # odd sides: pixel (30, 40) is on the axis
+    ranges = np.full((H + 1, W + 1), 2.0)
+    ranges[:, :20] = 0.5  # a near object on the left
+    ranges[:, -20:] = 6.0  # the far floor on the right
     ranges[:5] = np.inf  # open water along the top
-    out = _water(grey, 2.0, '5C', ranges=ranges)
-    # The centre is at 2 m, so the camera's 2 m back is each range doubled: z_xy = 2 * r / 2.
-    for (y, x), added in (
-        ((30, 5), 0.5),
-        ((30, 40), 2.0),
-        ((30, 75), 6.0),
-        ((2, 40), 2.0 * RANGE_GROWTH_MAX),
-    ):
-        c = channel_coefficients('5C', 5.0, added)
-        expected = srgb_bytes((linear_light(grey[y, x]) * c.transmission + c.veil).astype(np.float32))
-        assert np.abs(out[y, x].astype(int) - expected.astype(int)).max() <= ONE_BYTE, (y, x)
-    # More water, less contrast: the far right is nearer the water's own colour than the near left.
-    veil = srgb_bytes(channel_coefficients('5C', 5.0, 40.0).veil.astype(np.float32)).astype(int)
-    assert np.abs(out[30, 75].astype(int) - veil).sum() < np.abs(out[30, 5].astype(int) - veil).sum()
+    out = _water(grey, 2.0, kind, ranges=ranges)
+    for y, x in ((30, 40), (30, 5), (50, 75), (2, 40), (2, 2)):
+        added = _gained(ranges[y, x], 2.0, _cos_theta(y, x, H + 1, W + 1))
+        assert np.abs(out[y, x].astype(int) - _closed_form(grey[y, x], added, kind)).max() <= ONE_BYTE, (y, x)
+    # On the axis every path gains the whole 2 m, whatever its length: the constant prior's pixel.
+    assert _close(out[30, 40], _water(grey, 2.0, kind)[30, 40])
+
+
+def test_a_point_far_away_is_open_water_and_the_priors_scene_range_and_tilt_are_not_used(noise):
+    far = _water(noise, 3.0, '1C', ranges=np.full((H, W), 60000.0))
+    assert _close(far, _water(noise, 3.0, '1C', ranges=np.full((H, W), np.inf)))
+    again = _water(noise, 3.0, '1C', scene=9.0, tilt=40.0, ranges=np.full((H, W), 60000.0))
+    assert np.array_equal(far, again)
+
+
+def test_the_lamps_light_near_points_more_and_lose_more_of_it_as_the_camera_moves_back():
+    grey = np.full((H + 1, W + 1, 3), 128, np.uint8)
+    ranges = np.full((H + 1, W + 1), 5.0)
+    ranges[:, :40] = 0.6
+    out = _water(grey, 1.0, 'II', lamps=6.0, ranges=ranges)
+    ambient = path_coefficients('II', 5.0, [0.0])[2]  # what a white face reads by daylight 5 m deep
+
+    def lit(r):
+        return lamp_transmission('II', [r])[0] / r**2
+
+    gains = {}
+    for y, x in ((30, 20), (30, 60)):
+        cos_theta = _cos_theta(y, x, H + 1, W + 1)
+        r0 = ranges[y, x]
+        added = _gained(r0, 1.0, cos_theta)
+        beam = 6.0 * math.exp(-math.log(2) * (math.acos(cos_theta) / math.radians(LAMP_HALF_ANGLE)) ** 2)
+        gains[x] = (ambient + beam * lit(r0 + added)) / (ambient + beam * lit(r0))
+        expected = _closed_form(grey[y, x], added, 'II', gains[x])
+        assert np.abs(out[y, x].astype(int) - expected).max() <= ONE_BYTE, x
+    assert (gains[20] < gains[60]).all()  # inverse square: the near point loses the larger share
 
 
 def test_the_map_moves_with_the_pixels_a_geometric_relation_moved():
     grey = np.full((H, W, 3), 128, np.uint8)
-    ranges = np.full((H, W), 1.0)
+    ranges = np.full((H, W), 0.6)
     ranges[:, W // 2 :] = 8.0  # near on the left, far on the right
-    water = {'water': 3.0, 'water_type': 7.0}
-    still = apply_composition(grey, Composition.from_parameters(water), ranges=ranges)
+    # With the lamps on, a point's range decides how much of their light it loses as the camera goes back.
+    water = Composition.from_parameters({'water': 2.0, 'water_type': 3.0, 'water_lamp_power': 6.0})
+    near = apply_composition(grey, water, ranges=np.full((H, W), 0.6))
+    far = apply_composition(grey, water, ranges=np.full((H, W), 8.0))
+    still = apply_composition(grey, water, ranges=ranges)
     # MR6 moves every pixel int(80 * 0.03) = 2 columns right, the near half's edge with them.
-    out = apply_composition(grey, Composition.from_parameters({'translation': 0.03, **water}), ranges=ranges)
-    near, far = still[:, 10], still[:, W - 10]
-    assert not np.array_equal(near, far)
+    moved = Composition.from_parameters({'translation': 0.03, **water.parameters})
+    out = apply_composition(grey, moved, ranges=ranges)
     edge = W // 2
+    assert not np.array_equal(near[:, edge], far[:, edge])
     for column in (edge, edge + 1):
-        assert np.array_equal(out[:, column], near) and np.array_equal(still[:, column], far)
-    assert np.array_equal(out[:, edge + 2], far)
+        assert np.array_equal(out[:, column], near[:, column])
+        assert np.array_equal(still[:, column], far[:, column])
+    assert np.array_equal(out[:, edge + 2], far[:, edge + 2])
 
 
 def test_a_map_of_another_size_than_the_frame_is_refused_in_one_line(noise):
