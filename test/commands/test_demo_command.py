@@ -360,17 +360,13 @@ def test_demo_overwrite_checks_everything_before_it_touches_the_earlier_demo(tmp
     assert _same(out, before)
 
 
-def test_demo_overwrite_replaces_the_earlier_demo_whole_once_it_can_start(tmp_path, monkeypatch):
-    from metavlm_ros.commands import demo
-
-    out = tmp_path / 'demo'
-    _earlier_demo(out)
-    seen = {}
+def _fake_demo(seen, parent):
+    """A stand-in for run_demo that notes what it starts in and writes a one-line report."""
 
     def fake_run(directory, **kwargs):
         # The new demo starts in an empty directory under the same name; the old one is gone whole.
         seen['listing'] = sorted(p.name for p in directory.iterdir())
-        seen['siblings'] = sorted(p.name for p in tmp_path.iterdir())
+        seen['siblings'] = sorted(p.name for p in parent.iterdir())
         (directory / 'report.md').write_text('# the new demo\n')
         paths = {
             'report': 'report.md',
@@ -386,6 +382,16 @@ def test_demo_overwrite_replaces_the_earlier_demo_whole_once_it_can_start(tmp_pa
             **{k: directory / v for k, v in paths.items()},
         }
 
+    return fake_run
+
+
+def test_demo_overwrite_replaces_the_earlier_demo_whole_once_it_can_start(tmp_path, monkeypatch):
+    from metavlm_ros.commands import demo
+
+    out = tmp_path / 'demo'
+    _earlier_demo(out)
+    seen = {}
+    fake_run = _fake_demo(seen, tmp_path)
     monkeypatch.setattr(demo, 'run_demo', fake_run)
     assert cli.main(['demo', '--out', str(out), '--frames', '1', '--overwrite']) == 0
     assert seen == {'listing': [], 'siblings': ['demo']}
@@ -403,7 +409,9 @@ def test_demo_also_takes_registered_algorithms_beside_its_own_each_once(tmp_path
     assert not (tmp_path / 'd').exists()
 
 
-def test_demo_also_searches_the_tester_frames_with_mobo_and_reports_it_beside_rand(tmp_path, capsys):
+def test_demo_also_searches_the_tester_frames_with_mobo_and_reports_it_beside_rand(
+    tmp_path, capsys, monkeypatch
+):
     out = tmp_path / 'demo'
     assert (
         cli.main(['demo', '--out', str(out), '--frames', '1', '--evaluations', '40', '--also', 'mobo']) == 0
@@ -421,6 +429,11 @@ def test_demo_also_searches_the_tester_frames_with_mobo_and_reports_it_beside_ra
         assert read_identity(out / f'{backend}_mobo')['settings']['algorithm'] == 'mobo'
         stored = report['trade_off']['hypervolume'][title]
         assert stored['mobo'] == {r['image']: r['hypervolume'] for r in mobo}
-    # An earlier demo with such a directory is still a demo: --overwrite replaces it.
+    # An earlier demo with such a directory is still a demo: --overwrite replaces it (the new demo itself
+    # stood in for: a third real run would check nothing more).
+    from metavlm_ros.commands import demo
+
+    seen = {}
+    monkeypatch.setattr(demo, 'run_demo', _fake_demo(seen, tmp_path))
     assert cli.main(['demo', '--out', str(out), '--frames', '1', '--evaluations', '10', '--overwrite']) == 0
-    assert not (out / 'clip_mobo').exists()
+    assert seen['listing'] == [] and not (out / 'clip_mobo').exists()
