@@ -66,7 +66,7 @@ def test_the_readme_commands_run_as_written(tmp_path):
     assert bag.is_file() and not (tmp_path / 'dive').exists()
     assert '4 frame(s) published' in outputs['run']
     assert records_file(tmp_path / 'results' / 'ros' / 'evaluations.jsonl').is_file()
-    # Four frames, their camera info and ground truth.
-    assert 'published 12 messages on 3 topic(s)' in outputs['replay'], outputs['replay']
+    # Four frames, their camera info, ground truth and range maps.
+    assert 'published 16 messages on 4 topic(s)' in outputs['replay'], outputs['replay']
     summaries = read_jsonl(tmp_path / 'results' / 'dive' / 'summary.jsonl')
     assert [s['image'].split('@')[0] for s in summaries] == ['dive']
