@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from metavlm_ros.assurance.evidence import Evidence, Run, merged_boundaries
+from metavlm_ros.assurance.evidence import Evidence, Run
+from metavlm_ros.assurance.judge import condition_boundaries, row_label
 from metavlm_ros.assurance.stats import holm, mcnemar_exact, wilcoxon_paired
 from metavlm_ros.common.errors import InputError
 from metavlm_ros.method.algorithms import ENVELOPE
@@ -221,26 +222,37 @@ def _envelope_changes(base: Evidence, candidate: Evidence, key: str) -> list[Cha
     if not ends:
         return []
     # The boundary searches only: deterministic, so the same model gives the same boundaries whatever
-    # the seed (other searches' single-relation evaluations depend on it).
+    # the seed (other searches' single-relation evaluations depend on it). MR12's per water (the
+    # condition it was searched at): 2 m in Jerlov 9C and 10 m in Jerlov I are no one boundary.
     ours, theirs = (
-        merged_boundaries(
+        condition_boundaries(
             Evidence(e.root, [r for r in e.runs if r.settings.get('algorithm') == ENVELOPE]), key
         )
         for e in (base, candidate)
     )
+    order = list(ends)
+    rows = sorted(
+        {(d, c) for _, d, c in ours if d in ends},
+        key=lambda row: (order.index(row[0]), () if row[1] is None else row[1].ranges),
+    )
     changes = []
-    for direction, end in ends.items():
-        images = sorted(image for image, d in ours if d == direction and (image, direction) in theirs)
+    for direction, condition in rows:
+        end = ends[direction]
+        images = sorted(
+            image
+            for image, d, c in ours
+            if (d, c) == (direction, condition) and (image, direction, condition) in theirs
+        )
         if not images:
             continue
         # Each frame's boundary as one number (`Bracket.point`): one held to the range's end counts as it.
-        a = [ours[(image, direction)].point for image in images]
-        b = [theirs[(image, direction)].point for image in images]
+        a = [ours[(image, direction, condition)].point for image in images]
+        b = [theirs[(image, direction, condition)].point for image in images]
         _, p = wilcoxon_paired(a, b)
         shift = float(np.median(np.subtract(b, a)))
         changes.append(
             Change(
-                item=f'{direction} boundary',
+                item=f'{row_label(direction, condition)} boundary',
                 kind='envelope',
                 test=f'Wilcoxon signed-rank, paired over {len(images)} frames',
                 p=p,

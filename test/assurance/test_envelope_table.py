@@ -142,3 +142,22 @@ def test_a_search_that_varied_the_water_is_one_row_of_its_region(tmp_path):
     (row,) = envelope_table(evidence, '0.05')
     assert row['row'] == 'water+ (Jerlov III to 1C, at the surface)'
     assert row['within']['water_type'] == [4.0, 5.0] and row['frames'] == 3
+
+
+def test_compare_judges_the_water_boundary_per_type_too(two_waters):
+    """`metavlm compare` pairs each frame's water+ boundary within one water type: an item per type, its
+    medians that type's alone (recomputed from the records), never the waters pooled."""
+    from metavlm_ros.assurance.compare import NO_CHANGE, compare
+
+    _, root = two_waters
+    evidence = load_evidence(root)
+    changes, _ = compare(evidence, evidence)
+    water = [c for c in changes if c.item.startswith('water+')]
+    assert [c.item for c in water] == [f'{III} boundary', f'{C1} boundary']
+    brackets = _brackets(root)
+    for change, water_type in zip(water, (4.0, 5.0), strict=True):
+        mine = brackets[brackets['water_type'] == water_type]
+        points = mine['violating'].fillna(mine['clean'])  # a frame that held: its largest clean range
+        assert change.figures['frames'] == len(mine) == 8
+        assert change.figures['base_median'] == pytest.approx(float(points.median()))
+        assert change.verdict == NO_CHANGE and change.p == 1.0
