@@ -8,6 +8,7 @@ import foxglove
 
 from metavlm_ros.common.errors import BagError, InputError
 from metavlm_ros.common.images import encode_png
+from metavlm_ros.footage.bag_reader import DEPTH_TRANSPORT
 from metavlm_ros.footage.bags import bag_typestore, cdr_bytes, decode_image, open_bag, verify_bag
 from metavlm_ros.footage.frames import frame_digest
 
@@ -35,7 +36,12 @@ def check_bag_frames(bag: str | Path, wanted: dict[int, str]) -> dict[int, bytes
     verify_bag(bag)  # whole, with its checksums, before any of it is used
     found: dict[int, bytes] = {}
     with open_bag(bag) as reader:
-        connections = [c for c in reader.connections if c.msgtype in IMAGE_TYPES]
+        # A compressedDepth topic (a range map at the frame's stamp) holds depth, never the camera's frame.
+        connections = [
+            c
+            for c in reader.connections
+            if c.msgtype in IMAGE_TYPES and c.topic.rsplit('/', 1)[-1] != DEPTH_TRANSPORT
+        ]
         for connection, timestamp, raw in reader.messages(connections=connections):
             msg = reader.deserialize(raw, connection.msgtype)
             header = msg.header.stamp

@@ -47,3 +47,29 @@ def test_a_ros1_bags_messages_are_copied_as_their_ros2_types(ros1_bag, tmp_path)
     (_time, data, _schema) = topics['/camera/camera_info'][0]
     info = typestore.deserialize_cdr(data, 'sensor_msgs/msg/CameraInfo')
     assert info.width == 32 and info.k[0] == pytest.approx(0.72 * 32)
+
+
+def test_a_depth_image_at_the_frames_stamp_is_no_frame(tmp_path):
+    """A compressedDepth message logged before its camera image, at the image's stamp (as other tools may
+    record them): the frame is still the camera's, the depth never taken for it."""
+    from metavlm_ros.footage.bag_reader import COMPRESSED_DEPTH_FORMAT, RANGES_TOPIC, compressed_depth_data
+    from test.conftest import make_frame
+    from test.footage.bag_helpers import image, write_custom
+
+    rgb = make_frame(32, 24, seed=4)
+    frame = image('rgb8', rgb.reshape(-1), 32, 24, 96, stamp_s=1)
+    types = bag_typestore().types
+    depth = types['sensor_msgs/msg/CompressedImage'](
+        header=frame.header,
+        format=COMPRESSED_DEPTH_FORMAT,
+        data=np.frombuffer(compressed_depth_data(np.full((24, 32), 2.5)), np.uint8),
+    )
+    bag = write_custom(
+        tmp_path / 'depth_first',
+        [
+            (RANGES_TOPIC, 'sensor_msgs/msg/CompressedImage', depth),
+            ('/camera/image_raw', 'sensor_msgs/msg/Image', frame),
+        ],
+    )
+    found = check_bag_frames(bag, {1_000_000_000: frame_digest(rgb)})
+    assert list(found) == [1_000_000_000]
