@@ -94,9 +94,9 @@ def training_frames(frames: Sequence[Frame], backend, water_ranges: str = 'prior
     lookup = RangeLookup()
     prepared = []
     for f in frames:
-        if water_ranges == 'truth' and (missing := missing_ranges(f, lookup)) is not None:
-            raise missing
         ranges = lookup(f) if water_ranges == 'truth' else None
+        if water_ranges == 'truth' and ranges is None:
+            raise missing_ranges(f, lookup)
         prepared.append(prepare_frame(f.rgb, config, getattr(backend, 'input_size', 0), ranges))
     rgbs = [p.rgb for p in prepared]
     truths = _truths(frames, rgbs, backend.classes)
