@@ -202,6 +202,11 @@ DETECTOR_OPTIONS = (
         'objects under this many input pixels are taught neither as objects nor as background',
     ),
     ('detector_calibration_frames', int, 'training frames the score calibration is chosen on'),
+    (
+        'detector_nms_iou',
+        float,
+        'with dense targets: the IoU at which the saved detector suppresses the weaker of two boxes',
+    ),
 )
 
 
@@ -215,6 +220,13 @@ def _add_detector_options(parser: argparse.ArgumentParser, defaults: object) -> 
         metavar='CLIP_DIR',
         help='the demo CLIP whose towers the detector starts from (default: the CLIP trained in the same '
         'run, else the shipped one)',
+    )
+    group.add_argument(
+        '--detector-targets',
+        choices=('dense', 'matched'),
+        default=defaults.detector_targets,
+        help='dense: every patch near an object is taught it (duplicates suppressed); matched: one patch '
+        f'an object, as OWL-ViT (default {defaults.detector_targets})',
     )
     for name, kind, text in DETECTOR_OPTIONS:
         default = getattr(defaults, name)
@@ -261,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
         robustness_frames=args.robustness_frames,
         robustness_evaluations=args.robustness_evaluations,
         detector_from=str(args.detector_from) if args.detector_from is not None else None,
+        detector_targets=args.detector_targets,
         **{name: getattr(args, name) for name, _, _ in DETECTOR_OPTIONS},
     ).validate()
     out = Path(args.out)

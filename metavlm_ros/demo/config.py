@@ -137,6 +137,11 @@ class TrainingConfig:
             which the detector's F1 at IoU 0.5 is highest at its family's score threshold.
         detector_from: the demo CLIP whose towers the detector starts from (OWL-ViT is a CLIP with
             detection heads); None: the CLIP trained in the same run, else the shipped one.
+        detector_targets: which patches are taught an object: 'dense', every patch near its centre
+            (training/detection_loss.py `dense_box_targets`; the saved model suppresses duplicates at
+            detector_nms_iou), or 'matched', one patch an object (DETR's matching, as OWL-ViT).
+        detector_nms_iou: with dense targets, the IoU at which the saved detector's class-wise
+            non-maximum suppression drops the lower-scoring of two boxes (config.json `nms_iou`).
     """
 
     seed: int = 0
@@ -188,6 +193,8 @@ class TrainingConfig:
     detector_min_pixels: int = 16
     detector_calibration_frames: int = 300
     detector_from: str | None = None
+    detector_targets: str = 'dense'
+    detector_nms_iou: float = 0.5
     threads: int = 2
     workers: int = 2
     log_every: int = 50
@@ -246,6 +253,10 @@ class TrainingConfig:
             )
         if self.detector_from is not None and not (Path(self.detector_from) / 'config.json').is_file():
             raise ParameterError(f'detector_from {self.detector_from} is not a saved model (no config.json)')
+        if self.detector_targets not in ('dense', 'matched'):
+            raise ParameterError(f'detector_targets must be dense or matched, got {self.detector_targets!r}')
+        if not 0 < self.detector_nms_iou <= 1:
+            raise ParameterError(f'detector_nms_iou must lie in (0, 1], got {self.detector_nms_iou!r}')
         for name in ('clip_presence_scale', 'clip_cosine_band'):
             if not getattr(self, name) > 0:
                 raise ParameterError(f'{name} must be positive, got {getattr(self, name)!r}')

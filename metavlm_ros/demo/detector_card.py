@@ -34,6 +34,8 @@ DETECTOR_OPTIONS = (
     'detector_augment_magnitude',
     'detector_min_pixels',
     'detector_calibration_frames',
+    'detector_targets',
+    'detector_nms_iou',
     'heldout_frames',
     'robustness_frames',
     'robustness_evaluations',
@@ -107,6 +109,17 @@ def robustness_tables(figures: dict[str, Any]) -> str:
     return text
 
 
+def _targets_line(config: dict[str, Any]) -> str:
+    """How the recipe taught patches their objects (a card of a run before the choice: matched)."""
+    if config.get('detector_targets', 'matched') == 'dense':
+        return (
+            'Every patch near an object is taught it, a ring around it its box (as FCOS and YOLO are\n'
+            '  taught); config.json names its class-wise non-maximum suppression at IoU '
+            f'{config["detector_nms_iou"]:g}, which\n  keeps one box of each object.'
+        )
+    return "Each object taught to one patch near its centre, matched by DETR's cost (as OWL-ViT is taught)."
+
+
 def write_detector_card(directory: Path, summary: dict[str, Any]) -> Path:
     """Write the demo detector's model card (README.md): what it is, how it was made, its figures."""
     config, result = summary['config'], summary['detector']
@@ -148,6 +161,7 @@ it knows nothing about real footage and must not be used to judge real robots or
 - Augmented: {config['detector_augment']:.0%} of the training frames transformed by random compositions
   of the metamorphic relations, each parameter up to {config['detector_augment_magnitude']:.0%} of its
   maximum deviation; their boxes moved through the same warp as the oracle moves them.
+- {_targets_line(config)}
 - Objects under {config['detector_min_pixels']} pixels of the input are neither taught as objects nor
   as background; the figures below count every ground-truth object.
 - Loads through the normal transformers classes: config.json, model.safetensors, tokenizer and

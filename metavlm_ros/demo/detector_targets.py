@@ -11,9 +11,14 @@ from metavlm_ros.demo.batches import random_augmentation
 from metavlm_ros.demo.config import TrainingConfig
 from metavlm_ros.demo.scenes import SceneSet, resize_square
 from metavlm_ros.method.prediction import CLASSES
-from metavlm_ros.training.detection_loss import detection_loss, matching_cost
+from metavlm_ros.training.detection_loss import dense_box_targets, detection_loss, matching_cost
 
-__all__ = ['box_targets', 'detection_batch', 'detection_loss']
+__all__ = [
+    'box_targets',
+    'dense_box_targets',
+    'detection_batch',
+    'detection_loss',
+]
 
 
 def _moved_rows(rows: np.ndarray, composition: Any, width: int, height: int) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from metavlm_ros.demo.batches import lr_schedule
 from metavlm_ros.demo.config import CLASS_PHRASES, CLIP_TEMPLATES, TrainingConfig
-from metavlm_ros.demo.detector_targets import box_targets, detection_batch, detection_loss
+from metavlm_ros.demo.detector_targets import box_targets, dense_box_targets, detection_batch, detection_loss
 from metavlm_ros.demo.scenes import SceneSet
 from metavlm_ros.method.prediction import CLASSES
 
@@ -269,9 +269,13 @@ def train_detector(
             for key in ('input_ids', 'attention_mask')
         }
         logits, predicted = detector_outputs(model, queries, pixels)
-        answered = (logits.detach().sigmoid().numpy(), predicted.detach().numpy())
-        classes, ignore, boxes = box_targets(rows, grid, min_area, answered)
-        loss, entropy, l1, giou = detection_loss(logits, predicted, classes, ignore, boxes)
+        if config.detector_targets == 'dense':
+            targets = dense_box_targets(rows, grid, min_area)
+        else:
+            answered = (logits.detach().sigmoid().numpy(), predicted.detach().numpy())
+            targets = (*box_targets(rows, grid, min_area, answered), None)
+        loss, entropy, l1, giou = detection_loss(logits, predicted, *targets)
+        classes = targets[0]
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -291,6 +295,9 @@ def train_detector(
         image_processor=OwlViTImageProcessorPil(size=size, crop_size=size), tokenizer=tokenizer
     )
     out.mkdir(parents=True, exist_ok=True)
+    if config.detector_targets == 'dense':
+        # Many patches answer one object: the detector keeps the best box of each (backends/detector.py).
+        model.config.nms_iou = config.detector_nms_iou
     processor.save_pretrained(out)
     model.save_pretrained(out, safe_serialization=True)
     backend = create_backend('detector', str(out), device='cpu')

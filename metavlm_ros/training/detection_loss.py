@@ -10,8 +10,11 @@ import numpy as np
 
 __all__ = [
     'CLASS_WEIGHT',
+    'DENSE_BOX_REACH',
+    'DENSE_REACH',
     'GIOU_WEIGHT',
     'L1_WEIGHT',
+    'dense_box_targets',
     'detection_loss',
     'generalised_iou_np',
     'matching_cost',
@@ -26,6 +29,11 @@ L1_WEIGHT, GIOU_WEIGHT = 5.0, 2.0
 #: tenth of the held-out detections right at the family's threshold 0.1), where the plain
 #: cross-entropy pushes them down (docs/demo.md, "The demo detector").
 CLASS_WEIGHT = 0.5
+#: Dense targets (`dense_box_targets`, for detectors that suppress duplicates): a patch answers an
+#: object when its centre lies within max(DENSE_REACH patches, a quarter of the object's side) of the
+#: object's centre on both axes, and is taught the object's box (as background for its class) within
+#: max(DENSE_BOX_REACH patches, half the object's side plus half a patch).
+DENSE_REACH, DENSE_BOX_REACH = 0.75, 1.5
 
 
 def generalised_iou_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -86,6 +94,61 @@ def slot_targets(
     return classes, ignore, boxes
 
 
+def dense_box_targets(
+    rows: list[np.ndarray], grid: int, min_area: float, centres: list[np.ndarray] | None = None
+) -> tuple[np.ndarray, ...]:
+    """Every patch near an object's centre answers it (one object, many patches, as FCOS and YOLO are
+    taught; the detector's class-wise non-maximum suppression keeps one box). A patch answers an object
+    whose centre is within max(DENSE_REACH patches, a quarter of its side) on both axes, smaller objects
+    first (a larger one keeps the patches they leave, or else the free patch nearest its centre); a wider
+    ring around each object is taught its box but not its class, so that a patch firing beside an object
+    answers that object's box and the suppression merges it. Objects smaller than `min_area` or to
+    ignore (area -1) leave the patches they would answer untaught, neither object nor background.
+
+    Args:
+        rows: per frame, its objects (class index, x0, y0, x1, y1 as fractions of the frame, area).
+        grid: the patch grid's side (patches row by row; a patch's side is 1 / grid).
+        min_area: the smallest object taught, as a fraction of the frame.
+        centres: per frame, each patch's centre as fractions of the frame (OWLv2's patches tile the
+            frame padded to a square); None: the grid over the frame.
+
+    Returns:
+        (classes, ignore, boxes, box_taught): per frame and patch (row by row) the class index of its
+        object or -1 for background, whether the patch is left out of the class loss, the box it is
+        taught (centre x, centre y, width, height as fractions), and whether its box is taught.
+    """
+    count, patches = len(rows), grid * grid
+    classes = np.full((count, patches), -1, np.int64)
+    ignore = np.zeros((count, patches), bool)
+    boxes = np.zeros((count, patches, 4), np.float32)
+    box_taught = np.zeros((count, patches), bool)
+    middle = (np.stack(np.meshgrid(np.arange(grid), np.arange(grid)), axis=-1).reshape(-1, 2) + 0.5) / grid
+    for frame, objects in enumerate(rows):
+        if centres is not None:
+            middle = centres[frame]
+        sizes = objects[:, 3:5] - objects[:, 1:3]
+        taught = objects[:, 5] >= min_area
+        for k in np.argsort(sizes.prod(axis=1), kind='stable'):
+            centre, size = (objects[k, 1:3] + objects[k, 3:5]) / 2, sizes[k]
+            offset = np.abs(middle - centre)
+            near = (offset <= np.maximum(DENSE_REACH / grid, size / 4)).all(axis=1)
+            near[np.argmin(np.hypot(*offset.T))] = True  # the patch the centre lies in
+            free = classes[frame] < 0
+            if not taught[k]:
+                ignore[frame, near & free] = True
+                continue
+            mine = near & free
+            if not mine.any():
+                mine[np.flatnonzero(free)[np.argmin(np.hypot(*offset[free].T))]] = True
+            classes[frame, mine] = int(objects[k, 0])
+            ignore[frame, mine] = False
+            ring = (offset <= np.maximum(DENSE_BOX_REACH / grid, size / 2 + 0.5 / grid)).all(axis=1)
+            box = mine | (ring & free & ~box_taught[frame])
+            boxes[frame, box] = np.concatenate([centre, size])
+            box_taught[frame, box] = True
+    return classes, ignore, boxes, box_taught
+
+
 def _corners(box: Any) -> Any:
     import torch
 
@@ -106,11 +169,20 @@ def _generalised_iou(a: Any, b: Any) -> Any:
 
 
 def detection_loss(
-    logits: Any, predicted: Any, classes: np.ndarray, ignore: np.ndarray, boxes: np.ndarray
+    logits: Any,
+    predicted: Any,
+    classes: np.ndarray,
+    ignore: np.ndarray,
+    boxes: np.ndarray,
+    box_taught: np.ndarray | None = None,
 ) -> tuple[Any, Any, Any, Any]:
     """The detection losses on the slots given their objects (`slot_targets`): sigmoid cross-entropy of
     every slot and class (slots left out excepted), and on the slots with an object, L1 on its box's
     centre and size and 1 - generalised IoU; each summed and divided by the number of objects.
+
+    Args:
+        box_taught: per frame and slot, whether its box is taught (`boxes` holds it); None: the slots
+            with an object. The box terms are then divided by the number of such slots.
 
     Returns:
         (loss, classes, l1, giou) tensors: the weighted sum and its three terms.
@@ -125,9 +197,10 @@ def detection_loss(
     entropy = functional.binary_cross_entropy_with_logits(
         logits.float(), target, weight=weight.expand_as(logits), reduction='sum'
     )
-    chosen = labels >= 0
+    chosen = labels >= 0 if box_taught is None else torch.from_numpy(box_taught).to(predicted.device)
+    taught = objects if box_taught is None else max(1, int(box_taught.sum()))
     truth = torch.from_numpy(boxes).to(predicted.device)[chosen]
-    l1 = functional.l1_loss(predicted[chosen].float(), truth, reduction='sum') / objects
-    giou = (1 - _generalised_iou(predicted[chosen].float(), truth)).sum() / objects
+    l1 = functional.l1_loss(predicted[chosen].float(), truth, reduction='sum') / taught
+    giou = (1 - _generalised_iou(predicted[chosen].float(), truth)).sum() / taught
     entropy = entropy / objects
     return CLASS_WEIGHT * entropy + L1_WEIGHT * l1 + GIOU_WEIGHT * giou, entropy, l1, giou

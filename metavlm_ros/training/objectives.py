@@ -3,6 +3,7 @@ on the same sources, carried through the change for boxes (docs/harden.md)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,8 +104,39 @@ class DetectionObjective:
         objects = [
             self.objects(i, c, f.shape[1], f.shape[0]) for i, c, f in zip(picked, steps, frames, strict=True)
         ]
+        if _taught_densely(backend):
+            return detection_loss(logits, boxes, *_dense_targets(objects, frames, logits.shape[1], backend))[
+                0
+            ]
         targets = slot_targets(objects, logits.detach().sigmoid().cpu().numpy(), boxes.detach().cpu().numpy())
         return detection_loss(logits, boxes, *targets)[0]
+
+
+def _taught_densely(backend: Any) -> bool:
+    """An OWL detector that suppresses duplicates (`nms_iou`, as the demo detector names it) was taught
+    every patch near an object, not one: it is hardened as it was trained (docs/harden.md)."""
+    return getattr(backend, 'nms_iou', None) is not None and backend.family_name in ('owlvit', 'owlv2')
+
+
+def _dense_targets(objects: list[np.ndarray], frames: Sequence[Any], slots: int, backend: Any) -> tuple:
+    """`dense_box_targets` for an OWL detector's patch grid: the objects' rows (class, cx, cy, w, h,
+    taught) as corners, an object the oracle does not require left untaught; OWLv2's patches tile the
+    frame padded to a square at the bottom and right, so their centres are scaled to the frame's."""
+    from metavlm_ros.training.detection_loss import dense_box_targets
+
+    grid = math.isqrt(slots)
+    middle = (np.stack(np.meshgrid(np.arange(grid), np.arange(grid)), axis=-1).reshape(-1, 2) + 0.5) / grid
+    rows, centres = [], []
+    for found, frame in zip(objects, frames, strict=True):
+        height, width = frame.shape[:2]
+        side = max(height, width) if backend.family.square else None
+        centres.append(middle * ([side / width, side / height] if side else [1.0, 1.0]))
+        corners = np.concatenate(
+            [found[:, 1:3] - found[:, 3:5] / 2, found[:, 1:3] + found[:, 3:5] / 2], axis=1
+        )
+        area = np.where(found[:, 5] > 0, found[:, 3] * found[:, 4], -1.0)
+        rows.append(np.concatenate([found[:, :1], corners, area[:, None]], axis=1).astype(np.float32))
+    return dense_box_targets(rows, grid, 0.0, centres)
 
 
 #: Per kind of answer, the objective and the backend method it needs.

@@ -139,6 +139,40 @@ def test_objects_and_patches_are_matched_one_to_one_near_each_objects_centre():
     assert grid[1, 2] == 3 and grid[0, 1] == 0 and (grid >= 0).sum() == 2
 
 
+def test_dense_targets_teach_every_patch_near_an_object_and_its_box_around_it():
+    from metavlm_ros.training.detection_loss import dense_box_targets
+
+    # An 8x8 grid (patch centres at 0.0625 + k/8). The trash, centre (0.5, 0.4375) and half-sides
+    # (0.25, 0.1875), is answered by the patches whose centres lie within a quarter of its sides
+    # (0.125, and 0.75 patch = 0.094 on y): row 3, columns 3 and 4. Its box is taught in the ring within
+    # half its sides plus half a patch: columns 1-6, rows 1-5.
+    trash = [3, 0.25, 0.25, 0.75, 0.625, 0.1875]
+    # Below min_area: the four patches within 0.75 patch of its centre (0.1025, 0.9025) untaught.
+    speck = [1, 0.10, 0.90, 0.105, 0.905, 1e-5]
+    classes, ignore, boxes, taught = dense_box_targets([np.array([trash, speck], np.float32)], 8, 1e-4)
+    grid, ring = classes[0].reshape(8, 8), taught[0].reshape(8, 8)
+    assert set(zip(*np.nonzero(grid >= 0), strict=True)) == {(3, 3), (3, 4)} and (grid[grid >= 0] == 3).all()
+    assert ring[1:6, 1:7].all() and ring.sum() == 30
+    assert boxes[0][taught[0]] == pytest.approx(np.tile([0.5, 0.4375, 0.5, 0.375], (30, 1)))
+    assert set(zip(*np.nonzero(ignore[0].reshape(8, 8)), strict=True)) == {(6, 0), (6, 1), (7, 0), (7, 1)}
+    assert not ring[6:, :2].any()
+
+    # An object at the trash's centre, smaller: it answers those two patches (the smaller first), and
+    # the trash keeps one, the free patch nearest its centre; each answering patch is taught its own
+    # object's box, the ring the box of the smallest object around it.
+    inner = [2, 0.45, 0.40, 0.55, 0.475, 0.0075]
+    classes, _, boxes, taught = dense_box_targets([np.array([trash, inner], np.float32)], 8, 1e-4)
+    grid = classes[0].reshape(8, 8)
+    assert grid[3, 3] == grid[3, 4] == 2 and (grid == 3).sum() == 1
+    row, col = np.argwhere(grid == 3)[0]
+    assert abs(row - 3) == 1 and col in (3, 4)
+    assert boxes[0, row * 8 + col] == pytest.approx([0.5, 0.4375, 0.5, 0.375])
+    assert boxes[0, 3 * 8 + 3] == pytest.approx([0.5, 0.4375, 0.1, 0.075])
+    assert taught[0][classes[0] >= 0].all()
+    small_ring = taught[0].reshape(8, 8) & np.isclose(boxes[0, :, 2].reshape(8, 8), 0.1)
+    assert small_ring[2:5, 2:6].sum() == small_ring.sum() == 11  # its 12 minus the trash's patch
+
+
 def test_augmented_boxes_move_with_the_pixels():
     from metavlm_ros.demo.train_detector import detection_batch
 
@@ -245,6 +279,9 @@ def test_a_tiny_detector_training_is_seeded_and_saves_a_detector_the_backend_loa
     assert any(line.startswith(robust) for line in lines)
     card = write_model_card(directory, 'detector', summary).read_text()
     assert '--models detector --seed 0 --detector-train-frames 4' in card and '## Robustness' in card
+    # Taught densely (the default): the saved detector names its own suppression, and loads with it.
+    assert backend.nms_iou == json.loads((directory / 'config.json').read_text())['nms_iou'] == 0.5
+    assert 'non-maximum suppression at IoU 0.5' in card
 
 
 def test_the_cards_command_sets_what_the_recipe_did():
@@ -253,7 +290,14 @@ def test_the_cards_command_sets_what_the_recipe_did():
     from metavlm_ros.commands import train_demo_models
     from metavlm_ros.demo.detector_card import detector_command
 
-    config = TrainingConfig(seed=3, detector_steps=7, detector_lr=0.002, detector_augment=0.25)
+    config = TrainingConfig(
+        seed=3,
+        detector_steps=7,
+        detector_lr=0.002,
+        detector_augment=0.25,
+        detector_targets='matched',
+        detector_nms_iou=0.3,
+    )
     words = detector_command(vars(config)).split()
     assert words[:3] == ['metavlm', 'train-demo-models', '--models']
     parser = argparse.ArgumentParser()
@@ -261,3 +305,4 @@ def test_the_cards_command_sets_what_the_recipe_did():
     args = parser.parse_args(words[1:])
     assert args.seed == 3 and args.detector_steps == 7 and args.detector_lr == 0.002
     assert args.detector_augment == 0.25 and args.models == 'detector'
+    assert (args.detector_targets, args.detector_nms_iou) == ('matched', 0.3)

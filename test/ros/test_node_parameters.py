@@ -23,6 +23,7 @@ BACKEND_OPTIONS_WRONG = {
     'kind': ['caption'],
     'box_format': ['yolo'],
     'score_threshold': [1.5, -0.1],
+    'nms_iou': [1.5, -0.1],
     'max_new_tokens': [0, 5000],
     'preprocess': ['opencv'],
     'image_processor': ['fast'],

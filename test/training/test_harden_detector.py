@@ -62,6 +62,30 @@ def test_a_follow_up_is_taught_the_base_boxes_moved_by_the_change():
     assert len(pasted) == 3 and pasted[-1, 0] == 1 and pasted[-1, 5] == 1
 
 
+@pytest.mark.parametrize('family', ['owlvit', 'owlv2'])
+def test_a_detector_that_suppresses_duplicates_is_taught_every_patch_near_an_object(tiny_model_dirs, family):
+    """A detector with its own suppression (as the demo detector, taught densely) is hardened densely:
+    the patches around each required object answer it, an object the oracle does not require is taught
+    nowhere; OWLv2's patches tile the frame padded to a square, so a wide frame uses the grid's top."""
+    from metavlm_ros.training.objectives import _dense_targets, _taught_densely
+
+    backend = create_backend('detector', str(tiny_model_dirs('detector', family=family)), nms_iou=0.5)
+    assert _taught_densely(backend)
+    assert not _taught_densely(create_backend('detector', str(tiny_model_dirs('detector', family=family))))
+    frame = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+    logits, _ = backend.detection_outputs([frame])
+    grid = int(np.sqrt(logits.shape[1]))
+    # The trash near the bottom left, required; the animal at the top right, not required.
+    objects = np.array([[3, 0.2, 0.8, 0.3, 0.3, 1], [0, 0.8, 0.2, 0.2, 0.2, 0]], np.float32)
+    classes, ignore, _, taught = _dense_targets([objects], [frame], logits.shape[1], backend)
+    rows, cols = np.divmod(np.flatnonzero(classes[0] == 3), grid)
+    assert len(rows) and (classes[0] >= 0).sum() == len(rows) and taught[0][classes[0] == 3].all()
+    assert ignore[0].any() and not (ignore[0] & (classes[0] >= 0)).any()
+    # Centre y 0.8 of the frame: row 0.8 of the grid (OWL-ViT), 0.8 x 36 / 48 = 0.6 of it (OWLv2).
+    row = 0.8 * (HEIGHT / WIDTH if family == 'owlv2' else 1.0)
+    assert np.abs((rows + 0.5) / grid - row).min() <= 0.5 / grid and ((cols + 0.5) / grid < 0.5).all()
+
+
 def test_the_detection_loss_falls_when_the_model_is_trained_on_it(tiny_model_dirs):
     backend = create_backend(
         'detector', str(tiny_model_dirs('detector', family='owlvit')), score_threshold=0.05

@@ -20,7 +20,15 @@ from metavlm_ros.models.hf import HFBackend, hf_config
 from metavlm_ros.models.options import Option
 from metavlm_ros.models.registry import register
 
-__all__ = ['DETECTOR_OPTIONS', 'FAMILIES', 'DetectorBackend', 'DetectorFamily', 'family_of', 'frame_boxes']
+__all__ = [
+    'DETECTOR_OPTIONS',
+    'FAMILIES',
+    'DetectorBackend',
+    'DetectorFamily',
+    'family_of',
+    'frame_boxes',
+    'own_nms_iou',
+]
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,24 @@ DETECTOR_OPTIONS: tuple[Option, ...] = (
         low=0.0,
         high=1.0,
     ),
+    Option(
+        'nms_iou',
+        float,
+        None,
+        'class-wise non-maximum suppression: of two detections of a class whose boxes overlap at more '
+        "than this IoU, the lower-scoring is dropped; not given: the model's own (config.json nms_iou, "
+        'as the demo detector names it), else none, as the released families are post-processed',
+        low=0.0,
+        high=1.0,
+    ),
 )
+
+
+def own_nms_iou(model_dir: str | None) -> float | None:
+    """The non-maximum suppression IoU a saved detector names for itself (config.json `nms_iou`), or
+    None: transformers' post-processing of the released families suppresses nothing."""
+    value = hf_config(model_dir).get('nms_iou')
+    return None if value is None else float(value)
 
 
 def family_of(model_dir: str | None) -> tuple[str, DetectorFamily]:
@@ -124,12 +149,14 @@ class DetectorBackend(HFBackend):
         prompts: str,
         class_prompts: Mapping[str, str] | Sequence[str] | None,
         score_threshold: float | None,
+        nms_iou: float | None,
         classes: Sequence[str],
         **common: Any,
     ) -> None:
         self.class_prompts = prompts_for(classes, prompts, class_prompts)
         super().__init__(model, classes=classes, **common)  # reads the family (_model_class)
         self.score_threshold = self.family.threshold if score_threshold is None else float(score_threshold)
+        self.nms_iou = own_nms_iou(self.model_path) if nms_iou is None else float(nms_iou)
 
     @classmethod
     def check(cls, options: Mapping[str, Any]) -> None:
@@ -143,7 +170,10 @@ class DetectorBackend(HFBackend):
         threshold = options.get('score_threshold')
         if threshold is None and family is not None:
             threshold = family.threshold
-        return {**described, 'family': model_type, 'score_threshold': threshold}
+        nms = options.get('nms_iou')
+        if nms is None:
+            nms = own_nms_iou(model_dir)
+        return {**described, 'family': model_type, 'score_threshold': threshold, 'nms_iou': nms}
 
     def _processor_class(self, transformers: Any) -> Any:
         return transformers.AutoProcessor
@@ -247,10 +277,35 @@ class DetectorBackend(HFBackend):
 
     def _detect(self, images: dict[str, Any], sizes: list[tuple[int, int]]) -> list[Prediction]:
         scores, labels, boxes = self._slots(images, sizes)
+        kept = self._kept(scores, labels, boxes)
         return [
-            self._prediction(scores[i].cpu().numpy(), labels[i].cpu().numpy(), boxes[i].cpu().numpy())
+            self._prediction(*(t[i][kept[i]].cpu().numpy() for t in (scores, labels, boxes)))
             for i in range(len(sizes))
         ]
+
+    def _kept(self, scores: Any, labels: Any, boxes: Any) -> Any:
+        """Which slots are detections, (frames, slots) booleans: a score above the threshold (the float32
+        score compared in float64), a box with area in the frame, and, with `nms_iou`, not suppressed
+        by a higher-scoring box of its class (torchvision's batched_nms)."""
+        import torch
+
+        with torch.no_grad():
+            kept = (scores.double() > self.score_threshold) & (boxes[..., 2] > boxes[..., 0])
+            kept &= boxes[..., 3] > boxes[..., 1]
+            if self.nms_iou is not None:
+                from torchvision.ops import batched_nms
+
+                for row in range(len(kept)):
+                    index = kept[row].nonzero().flatten()
+                    survivors = batched_nms(
+                        boxes[row, index].float(),
+                        scores[row, index].float(),
+                        labels[row, index],
+                        self.nms_iou,
+                    )
+                    kept[row] = False
+                    kept[row, index[survivors]] = True
+        return kept
 
     @property
     def pixel_scores(self) -> Callable[[Any], Any] | None:
@@ -272,21 +327,18 @@ class DetectorBackend(HFBackend):
         sizes = [(int(pixels.shape[-2]), int(pixels.shape[-1]))] * len(pixels)
         images = self._pixel_inputs(pixels.to(self.device), self.dtype)
         scores, labels, boxes = self._slots(images, sizes)
+        kept = self._kept(scores, labels, boxes)  # as `predict` keeps detections
         with torch.no_grad():
-            # As `_prediction` keeps detections: the float32 score above the threshold (compared in
-            # float64, as numpy compares it), a box with area in the frame.
-            kept = (scores.double() > self.score_threshold) & (boxes[..., 2] > boxes[..., 0])
-            kept &= boxes[..., 3] > boxes[..., 1]
             classes = torch.nn.functional.one_hot(labels, len(self.classes)) * kept[..., None]
         return (scores[..., None] * classes.to(scores.dtype)).sum(dim=1)
 
     def _prediction(self, scores: np.ndarray, labels: np.ndarray, boxes: np.ndarray) -> Prediction:
-        found = []
-        for score, label, box in zip(scores, labels, boxes, strict=True):
-            x1, y1, x2, y2 = (float(v) for v in box)
-            # A box wholly in OWLv2's padding is clipped to nothing: it is not an object of the frame.
-            if score > self.score_threshold and x2 > x1 and y2 > y1:
-                found.append(Detection(self.classes[int(label)], float(score), (x1, y1, x2, y2)))
+        """A frame's detections from its kept slots (`_kept`; a box wholly in OWLv2's padding is clipped
+        to nothing and is not an object of the frame), best first."""
+        found = [
+            Detection(self.classes[int(label)], float(score), tuple(float(v) for v in box))
+            for score, label, box in zip(scores, labels, boxes, strict=True)
+        ]
         found.sort(key=lambda d: -d.score)
         values = {c: float(sum(d.cls == c for d in found)) for c in self.classes}
         return Prediction('detection', values, detections=tuple(found))

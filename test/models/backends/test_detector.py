@@ -186,6 +186,47 @@ def test_the_family_comes_from_the_config_with_its_threshold(detector_dirs, tmp_
     assert backend.score_threshold == 0.55 and all(d.score > 0.55 for d in prediction.detections)
 
 
+def test_non_maximum_suppression_keeps_each_class_best_of_overlapping_boxes(
+    detectors, detector_dirs, frames, tmp_path
+):
+    """nms_iou: of two detections of a class overlapping above it, the lower-scoring is dropped, and
+    nothing else; a model may name its own in config.json (as the demo detector does)."""
+    import shutil
+
+    from torchvision.ops import box_iou
+
+    every = detectors['owlvit'].predict(frames)  # threshold 0, no suppression: every slot
+    own = tmp_path / 'owlvit'
+    shutil.copytree(detector_dirs['owlvit'], own)
+    config = json.loads((own / 'config.json').read_text())
+    (own / 'config.json').write_text(json.dumps({**config, 'nms_iou': 0.3}))
+    options = resolve_options('detector', {'device': 'cpu', 'score_threshold': 0.0})
+    named = DetectorBackend(str(own), **options)
+    assert named.nms_iou == 0.3 and DetectorBackend.describe(str(own), options)['nms_iou'] == 0.3
+    assert DetectorBackend.describe(str(detector_dirs['owlvit']), options)['nms_iou'] is None
+    suppressed = 0
+    for whole, kept in zip(every, named.predict(frames), strict=True):
+        assert set(kept.detections) <= set(whole.detections)
+        assert kept.values == {c: float(sum(d.cls == c for d in kept.detections)) for c in named.classes}
+        for cls in named.classes:
+            mine = [d for d in kept.detections if d.cls == cls]
+            overlap = box_iou(
+                torch.tensor([d.box for d in mine]).reshape(-1, 4),
+                torch.tensor([d.box for d in whole.detections if d.cls == cls]).reshape(-1, 4),
+            )
+            pairwise = box_iou(*[torch.tensor([d.box for d in mine]).reshape(-1, 4)] * 2)
+            assert (pairwise.fill_diagonal_(0) <= 0.3).all()
+            for j, dropped in enumerate(d for d in whole.detections if d.cls == cls):
+                if dropped in mine:
+                    continue
+                suppressed += 1
+                assert any(overlap[i, j] > 0.3 and d.score >= dropped.score for i, d in enumerate(mine))
+    assert suppressed > 0
+    # Given as an option, it wins over the model's own: at IoU 1 nothing is suppressed.
+    unsuppressed = DetectorBackend(str(own), **{**options, 'nms_iou': 1.0}).predict(frames)
+    assert [p.detections for p in unsuppressed] == [p.detections for p in every]
+
+
 def test_grounding_dino_reads_each_class_from_its_phrase(detectors):
     backend = detectors['grounding-dino']
     tokenizer = backend.processor.tokenizer
