@@ -144,23 +144,32 @@ PIXEL_FRAMES = {
 PIXEL_TOLERANCE = 1e-4
 
 
-@pytest.mark.parametrize('family', DETECTOR_FAMILIES)
-def test_pixel_scores_are_each_class_sum_of_its_detection_scores(detectors, family):
+@pytest.mark.parametrize(
+    ('family', 'nms'), [*((f, None) for f in DETECTOR_FAMILIES), ('owlvit', 0.1), ('owlv2', 0.1)]
+)
+def test_pixel_scores_are_each_class_sum_of_its_detection_scores(detectors, family, nms):
     """What occlusion reads from predict for a detection (the sum of the class's detection scores), from
-    the pixels with gradients: the same slots kept (above the threshold, with area in the frame)."""
+    the pixels with gradients: the same slots kept (above the threshold, with area in the frame, not
+    suppressed where the detector suppresses duplicates)."""
     backend = detectors[family]
+    backend.nms_iou = nms
     frame = make_frame(*PIXEL_FRAMES[family], seed=5)
     pixels = torch.from_numpy(frame).permute(2, 0, 1)[None].float().requires_grad_()
     # A threshold at the slots' median score: some slots are detections, some not.
     (every,) = backend.predict([frame])
-    threshold = float(np.median([d.score for d in every.detections]))
+    # (With suppression, a fifth below it: more detections, some overlapping.)
+    threshold = float(np.quantile([d.score for d in every.detections], 0.5 if nms is None else 0.2))
     backend.score_threshold = threshold
     try:
         (prediction,) = backend.predict([frame])
         scores = backend.pixel_scores(pixels)
+        backend.nms_iou = None
+        (unsuppressed,) = backend.predict([frame])
     finally:
-        backend.score_threshold = 0.0
+        backend.score_threshold, backend.nms_iou = 0.0, None
     assert 0 < len(prediction.detections) < len(every.detections)
+    # With suppression, fewer of the same slots (the sums below then hold only if pixel_scores drops them).
+    assert (len(prediction.detections) < len(unsuppressed.detections)) == (nms is not None)
     expected = [sum(d.score for d in prediction.detections if d.cls == c) for c in backend.classes]
     assert scores.shape == (1, len(backend.classes))
     assert scores[0].tolist() == pytest.approx(expected, rel=PIXEL_TOLERANCE, abs=PIXEL_TOLERANCE)
