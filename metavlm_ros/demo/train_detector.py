@@ -17,6 +17,7 @@ from metavlm_ros.demo.scenes import SceneSet
 from metavlm_ros.method.prediction import CLASSES
 
 __all__ = [
+    'CALIBRATION_F1_SLACK',
     'CALIBRATION_SHIFTS',
     'OWL_TEXT_LENGTH',
     'calibrate',
@@ -37,6 +38,11 @@ DEFAULT_PROMPT_SHARE = 0.5
 #: The changes of the class head's logit shift `calibrate` tries (in its units: a logit moves by the
 #: shift times the patch's logit scale, about 10): from far fewer detections to a few more.
 CALIBRATION_SHIFTS = tuple(round(v, 3) for v in np.arange(-0.4, 0.075, 0.05))
+#: Shifts whose F1 is within this of the best count as equal, and the most precise of them is kept: a
+#: detector's false detections score low and are the ones a small change moves across the threshold
+#: (docs/demo.md, "What the flicker is made of"), so of two equally good operating points the one with
+#: fewer is the steadier.
+CALIBRATION_F1_SLACK = 0.01
 
 
 def owl_tokenizer_from(tokenizer: Any) -> tuple[Any, np.ndarray]:
@@ -172,7 +178,8 @@ def calibrate(
 ) -> dict[str, Any]:
     """Choose the class head's logit shift (its bias) at which the backend, at its family's score
     threshold, answers the frames of `scenes` with the highest F1 of precision and recall at IoU 0.5
-    (`evaluation.detection_accuracy`); the backend's model keeps that shift.
+    (`evaluation.detection_accuracy`), the most precise of those within CALIBRATION_F1_SLACK of it;
+    the backend's model keeps that shift.
 
     A detector's operating point is its threshold; the owlvit family's is fixed (0.1), so the model
     carries its own operating point in its scores, as a released one does for its threshold.
@@ -197,7 +204,12 @@ def calibrate(
         table.append(
             {'shift': shift, 'precision': accuracy['precision'], 'recall': accuracy['recall'], 'f1': f1}
         )
-    best = max(table, key=lambda row: (row['f1'], -abs(row['shift'])))
+    # A shift at which nothing is found has no precision (NaN): it counts as 0 here.
+    f1 = [float(np.nan_to_num(row['f1'])) for row in table]
+    best = max(
+        (row for row, value in zip(table, f1, strict=True) if value >= max(f1) - CALIBRATION_F1_SLACK),
+        key=lambda row: (float(np.nan_to_num(row['precision'])), -abs(row['shift'])),
+    )
     with torch.no_grad():
         bias.fill_(start + best['shift'])
     return {**best, 'table': table}

@@ -132,7 +132,12 @@ def dense_box_targets(
             centre, size = (objects[k, 1:3] + objects[k, 3:5]) / 2, sizes[k]
             offset = np.abs(middle - centre)
             near = (offset <= np.maximum(DENSE_REACH / grid, size / 4)).all(axis=1)
-            near[np.argmin(np.hypot(*offset.T))] = True  # the patch the centre lies in
+            if centres is None:  # the patch the centre lies in
+                near[min(int(centre[1] * grid), grid - 1) * grid + min(int(centre[0] * grid), grid - 1)] = (
+                    True
+                )
+            else:
+                near[np.argmin(np.hypot(*offset.T))] = True
             free = classes[frame] < 0
             if not taught[k]:
                 ignore[frame, near & free] = True

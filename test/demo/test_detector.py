@@ -173,6 +173,37 @@ def test_dense_targets_teach_every_patch_near_an_object_and_its_box_around_it():
     assert small_ring[2:5, 2:6].sum() == small_ring.sum() == 11  # its 12 minus the trash's patch
 
 
+def test_calibration_keeps_the_most_precise_of_the_shifts_as_good_as_the_best(monkeypatch):
+    """The logit shift with the best F1, or a more precise one within CALIBRATION_F1_SLACK of it (false
+    detections are what small changes move across the threshold); the model keeps the shift chosen."""
+    import types
+
+    import torch
+
+    from metavlm_ros.demo import evaluation
+    from metavlm_ros.demo.train_detector import CALIBRATION_F1_SLACK, calibrate
+
+    bias = torch.nn.Parameter(torch.tensor([0.5]))
+    head = types.SimpleNamespace(logit_shift=types.SimpleNamespace(bias=bias))
+    backend = types.SimpleNamespace(model=types.SimpleNamespace(class_head=head))
+    # precision, recall by shift: F1 0.700 at 0.0, 0.6955 at -0.1 (more precise, within the slack),
+    # 0.667 at -0.2 (most precise, too far below).
+    table = {0.0: (0.70, 0.70), -0.1: (0.80, 0.615), -0.2: (0.90, 0.53)}
+    asked = []
+
+    def accuracy(model, scenes):
+        shift = round(float(model.model.class_head.logit_shift.bias.item()) - 0.5, 3)
+        asked.append(shift)
+        precision, recall = table[shift]
+        return {'precision': precision, 'recall': recall}
+
+    monkeypatch.setattr(evaluation, 'detection_accuracy', accuracy)
+    chosen = calibrate(backend, scenes=None, shifts=tuple(table))
+    assert asked == list(table) and 0.700 - 0.6955 < CALIBRATION_F1_SLACK < 0.700 - 0.667
+    assert chosen['shift'] == -0.1 and chosen['f1'] == pytest.approx(2 * 0.8 * 0.615 / 1.415)
+    assert bias.item() == pytest.approx(0.4)
+
+
 def test_augmented_boxes_move_with_the_pixels():
     from metavlm_ros.demo.train_detector import detection_batch
 
