@@ -40,7 +40,7 @@ DEFAULT_PROMPT_SHARE = 0.5
 CALIBRATION_SHIFTS = tuple(round(v, 3) for v in np.arange(-0.4, 0.075, 0.05))
 #: Shifts whose F1 is within this of the best count as equal, and the most precise of them is kept: a
 #: detector's false detections score low and are the ones a small change moves across the threshold
-#: (docs/demo.md, "What the flicker is made of"), so of two equally good operating points the one with
+#: (docs/demo.md, "The demo detector", its known gap), so of two equally good operating points the one with
 #: fewer is the steadier.
 CALIBRATION_F1_SLACK = 0.01
 
