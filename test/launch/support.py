@@ -81,6 +81,23 @@ def ros2(*args: str, timeout: float = 60.0) -> str:
     return done.stdout
 
 
+def ros2_together(*commands: tuple[str, ...], timeout: float = 60.0) -> list[str]:
+    """Run independent `ros2` commands (no daemon) at once, each as `ros2` runs it, and return their
+    outputs in order; fails on any non-zero exit. Each spends its --spin-time discovering the graph:
+    side by side, the waits overlap instead of adding up."""
+    running = [
+        (args, subprocess.Popen(['ros2', *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for args in commands
+    ]
+    outputs = []
+    for args, process in running:
+        stdout, stderr = process.communicate(timeout=timeout)
+        if process.returncode != 0:
+            raise AssertionError(f'ros2 {" ".join(args)} exited {process.returncode}: {stdout}{stderr}')
+        outputs.append(stdout)
+    return outputs
+
+
 def records(path: Path) -> list[dict]:
     """The records of a results file by its name (evaluations.jsonl: the .gz beside it, or itself),
     whole, as the one reader returns them (docs/results.md); empty when it does not exist."""

@@ -23,7 +23,7 @@ from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.substitutions import FindPackageShare
 
-from test.launch.support import Watcher, clean_output_problems, records, ros2, spin_until
+from test.launch.support import Watcher, clean_output_problems, records, ros2, ros2_together, spin_until
 
 RESULTS = Path(os.getcwd()) / 'results' / 'ros'  # the shipped results_dir, relative to the nodes' cwd
 
@@ -68,17 +68,22 @@ class TestMetaVLMLaunch(unittest.TestCase):
 
     def test_2_parameters_read_back_equal_the_file_given(self):
         shipped = yaml.safe_load(Path(os.environ['METAVLM_TEST_PARAMS']).read_text())
-        for node in ('metavlm_perception', 'metavlm_tester'):
-            dumped = yaml.safe_load(ros2('param', 'dump', '--no-daemon', '--spin-time', '5', f'/{node}'))
-            live = _flat(dumped[f'/{node}']['ros__parameters'])
+        nodes = ('metavlm_perception', 'metavlm_tester')
+        # Four reads of the running nodes, side by side (each waits 5 s for discovery).
+        *dumps, evaluations, scaling = ros2_together(
+            *(('param', 'dump', '--no-daemon', '--spin-time', '5', f'/{node}') for node in nodes),
+            ('param', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'evaluations'),
+            ('param', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'ranges.scaling'),
+        )
+        for node, dump in zip(nodes, dumps, strict=True):
+            live = _flat(yaml.safe_load(dump)[f'/{node}']['ros__parameters'])
             for name, value in _flat(shipped[node]['ros__parameters']).items():
                 self.assertEqual(live[name], value, f'{node} {name}')
-        got = ros2('param', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'evaluations')
         self.assertEqual(
-            got.strip(), f'Integer value is: {shipped["metavlm_tester"]["ros__parameters"]["evaluations"]}'
+            evaluations.strip(),
+            f'Integer value is: {shipped["metavlm_tester"]["ros__parameters"]["evaluations"]}',
         )
-        got = ros2('param', 'get', '--no-daemon', '--spin-time', '5', '/metavlm_tester', 'ranges.scaling')
-        self.assertEqual(got.strip(), 'Double values are: [0.7, 1.3]')
+        self.assertEqual(scaling.strip(), 'Double values are: [0.7, 1.3]')
 
     def test_3_lifecycle_set_deactivates_and_reactivates_the_tester(self):
         self.assertIn(
