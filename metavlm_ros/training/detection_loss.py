@@ -132,17 +132,16 @@ def dense_box_targets(
             centre, size = (objects[k, 1:3] + objects[k, 3:5]) / 2, sizes[k]
             offset = np.abs(middle - centre)
             near = (offset <= np.maximum(DENSE_REACH / grid, size / 4)).all(axis=1)
-            if centres is None:  # the patch the centre lies in
-                near[min(int(centre[1] * grid), grid - 1) * grid + min(int(centre[0] * grid), grid - 1)] = (
-                    True
-                )
-            else:
-                near[np.argmin(np.hypot(*offset.T))] = True
+            # The patch the centre lies in always (on a custom layout, the one whose centre is nearest).
+            row, col = (min(int(v * grid), grid - 1) for v in centre[::-1])
+            near[row * grid + col if centres is None else np.argmin(np.hypot(*offset.T))] = True
             free = classes[frame] < 0
             if not taught[k]:
                 ignore[frame, near & free] = True
                 continue
             mine = near & free
+            if not free.any():
+                continue  # every patch answers a smaller object already: this one is left untaught
             if not mine.any():
                 mine[np.flatnonzero(free)[np.argmin(np.hypot(*offset[free].T))]] = True
             classes[frame, mine] = int(objects[k, 0])

@@ -105,10 +105,10 @@ class DetectionObjective:
             self.objects(i, c, f.shape[1], f.shape[0]) for i, c, f in zip(picked, steps, frames, strict=True)
         ]
         if _taught_densely(backend):
-            return detection_loss(logits, boxes, *_dense_targets(objects, frames, logits.shape[1], backend))[
-                0
-            ]
-        targets = slot_targets(objects, logits.detach().sigmoid().cpu().numpy(), boxes.detach().cpu().numpy())
+            targets = _dense_targets(objects, frames, logits.shape[1], backend)
+        else:
+            answered = (logits.detach().sigmoid().cpu().numpy(), boxes.detach().cpu().numpy())
+            targets = slot_targets(objects, *answered)
         return detection_loss(logits, boxes, *targets)[0]
 
 

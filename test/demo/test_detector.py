@@ -171,6 +171,12 @@ def test_dense_targets_teach_every_patch_near_an_object_and_its_box_around_it():
     assert taught[0][classes[0] >= 0].all()
     small_ring = taught[0].reshape(8, 8) & np.isclose(boxes[0, :, 2].reshape(8, 8), 0.1)
     assert small_ring[2:5, 2:6].sum() == small_ring.sum() == 11  # its 12 minus the trash's patch
+    # More objects than patches (a tiny model's 2x2 grid), smallest first: each patch answers one of the
+    # four smaller (classes 1, 2, 3, 1), and the largest (class 0) is left untaught.
+    crowd = np.array([[k, 0.1 * c, 0.1 * c, 0.1 * c + 0.05 * (c + 1), 0.1 * c + 0.05 * (c + 1), 0.1]
+                      for c, k in enumerate((1, 2, 3, 1, 0))], np.float32)  # fmt: skip
+    classes, _, _, _ = dense_box_targets([crowd], 2, 1e-4)
+    assert sorted(classes[0]) == [1, 1, 2, 3]
 
 
 def test_calibration_keeps_the_most_precise_of_the_shifts_as_good_as_the_best(monkeypatch):
